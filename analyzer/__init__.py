@@ -1,0 +1,1 @@
+"""Loading, the graph IR, fusion passes, cost formulas and the CLI of onnxlens."""

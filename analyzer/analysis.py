@@ -1,0 +1,240 @@
+"""One analysis: load -> graph -> fusion -> cost per node and group -> totals and memory.
+
+`analyze` is the Python API the CLI is a thin layer over. It raises `OnnxLensError`
+subclasses for bad input, never anything else the user could have caused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from . import cost as _cost_families  # noqa: F401  (registers every formula)
+from .cost.base import Cost, lookup
+from .errors import UnsupportedOpError
+from .fusion import Group, fuse
+from .graph import ModelGraph, build_graph
+from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
+from .loader import DEFAULT_MAX_TENSOR_BYTES, LoadedModel, load_model
+from .memory import activation_peak_bytes
+
+SCHEMA = "onnxlens/1"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCost:
+    """A node's cost, or why it is unknown (``cost is None``)."""
+
+    cost: Cost | None
+    unknown_reason: str | None = None
+
+
+@dataclass
+class AnalysisResult:
+    model: LoadedModel
+    graph: ModelGraph
+    groups: list[Group]
+    node_costs: dict[str, NodeCost]
+    group_costs: dict[int, NodeCost]
+    activation_peak_bytes: int | None
+    unsupported_ops: dict[str, list[str]]  # op_type -> node names
+    flops_per_mac: int = 2
+    warnings: list[str] = field(default_factory=list)
+
+    # ---- totals -------------------------------------------------------------------------
+    @property
+    def total(self) -> Cost:
+        """Sum over nodes whose cost is known (see `incomplete`)."""
+        out = Cost()
+        for nc in self.node_costs.values():
+            if nc.cost is not None:
+                out = out + nc.cost
+        # Parameters are counted once per initializer, however many nodes read it.
+        params, param_bytes = _param_totals(self.model)
+        return Cost(out.macs, out.other_flops, out.transcendental, out.bytes_read,
+                    out.bytes_written, params, param_bytes)
+
+    @property
+    def incomplete(self) -> bool:
+        return any(nc.cost is None for nc in self.node_costs.values())
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        t = self.total
+        return {
+            "macs": t.macs,
+            "flops": t.flops(self.flops_per_mac),
+            "transcendental": t.transcendental,
+            "bytes_read": t.bytes_read,
+            "bytes_written": t.bytes_written,
+            "params": t.params,
+            "param_bytes": t.param_bytes,
+            "activation_peak_bytes": self.activation_peak_bytes,
+            "nodes": len(self.graph),
+            "groups": len(self.groups),
+            "complete": not self.incomplete,
+        }
+
+    # ---- renderings -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        from .serialize import analysis_to_dict
+
+        return analysis_to_dict(self)
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        from .serialize import write_json
+
+        return write_json(self, path)
+
+    def to_csv(self, path: str | os.PathLike | None = None, *, level: str = "nodes") -> str:
+        from .serialize import write_csv
+
+        return write_csv(self, path, level=level)
+
+    def nodes_frame(self) -> Any:
+        """The `nodes` rows as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.to_dict()["nodes"])
+
+    def groups_frame(self) -> Any:
+        """The `groups` rows as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.to_dict()["groups"])
+
+
+def analyze(
+    source: str | os.PathLike | bytes | onnx.ModelProto,
+    *,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    batch: int | None = None,
+    strict: bool = False,
+    flops_per_mac: int = 2,
+    base_dir: str | os.PathLike | None = None,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+) -> AnalysisResult:
+    """Analyze a model given as a path, serialized bytes or a ModelProto.
+
+    `input_shapes` and `batch` pin dynamic dims; `strict` makes an op with no cost formula an
+    error instead of a warning; `flops_per_mac` is 2 (one multiply, one add) unless a caller
+    follows the 1-FLOP-per-MAC convention of some peers.
+    """
+    model = load_model(source, base_dir=base_dir, input_shapes=input_shapes, batch=batch,
+                       max_tensor_bytes=max_tensor_bytes)
+    mg = build_graph(model)
+    unsupported = _unsupported_ops(mg)
+    if unsupported and strict:
+        raise UnsupportedOpError("no cost formula for " + _describe_unsupported(unsupported))
+    warnings = list(model.warnings)
+    if unsupported:
+        warnings.append("cost unknown for unsupported op(s) " + _describe_unsupported(unsupported))
+    node_costs = {key: node_cost(mg.info(key)) for key in mg.order}
+    groups = fuse(mg)
+    group_costs = {g.id: group_cost(mg, g, node_costs) for g in groups}
+    unknown = [f"{k} ({nc.unknown_reason})" for k, nc in node_costs.items()
+               if nc.cost is None and nc.unknown_reason and not nc.unknown_reason.startswith("no ")]
+    if unknown:
+        warnings.append(f"cost unknown for {len(unknown)} node(s) with unknown shapes, e.g. "
+                        + "; ".join(unknown[:3]))
+    peak = activation_peak_bytes(mg, groups, model.tensors)
+    return AnalysisResult(model, mg, groups, node_costs, group_costs, peak, unsupported,
+                          flops_per_mac, warnings)
+
+
+def _unsupported_ops(mg: ModelGraph) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key in mg.order:
+        info = mg.info(key)
+        if lookup(info.op_type, info.domain) is None:
+            label = info.op_type if info.domain in ("", "ai.onnx") else f"{info.domain}::{info.op_type}"
+            out.setdefault(label, []).append(key)
+    return out
+
+
+def _describe_unsupported(unsupported: dict[str, list[str]]) -> str:
+    return ", ".join(f"{op} (node {nodes[0]!r}" + (f" and {len(nodes) - 1} more)" if len(nodes) > 1
+                                                   else ")") for op, nodes in unsupported.items())
+
+
+def _tensor_bytes(tensors: list[TensorInfo | None]) -> int:
+    seen: set[str] = set()
+    total = 0
+    for t in tensors:
+        if t is not None and t.name not in seen:
+            seen.add(t.name)
+            total += t.nbytes
+    return total
+
+
+def node_cost(info: NodeInfo) -> NodeCost:
+    """Arithmetic from the op's formula plus memory traffic and parameters from tensor sizes.
+
+    Bytes: every distinct input read once, every output written once (views move nothing).
+    """
+    spec = lookup(info.op_type, info.domain)
+    if spec is None:
+        return NodeCost(None, f"no cost formula for {info.op_type}")
+    try:
+        work = spec.formula(info)
+        if spec.is_view:
+            read = written = 0
+        else:
+            read = _tensor_bytes(list(info.inputs))
+            written = _tensor_bytes(list(info.outputs))
+        weights = [info.inputs[i] for i in sorted(info.const_inputs)]
+        params = sum(t.size for t in weights if t is not None)
+        param_bytes = _tensor_bytes(weights)  # type: ignore[arg-type]
+    except UnknownShape as e:
+        return NodeCost(None, f"shape of tensor {e.tensor!r} unknown")
+    return NodeCost(Cost(work.macs, work.other_flops, work.transcendental, read, written, params,
+                         param_bytes))
+
+
+def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost]) -> NodeCost:
+    """Sum of the nodes' arithmetic; bytes only for tensors that cross the group's boundary."""
+    members = set(group.nodes)
+    total = Cost()
+    for key in group.nodes:
+        nc = node_costs[key]
+        if nc.cost is None:
+            return NodeCost(None, f"node {key!r}: {nc.unknown_reason}")
+        total = total + nc.cost
+    if len(members) == 1:
+        return NodeCost(total)
+    outside_inputs: list[TensorInfo | None] = []
+    outputs: list[TensorInfo | None] = []
+    graph_outputs = set(mg.graph_outputs)
+    for key in group.nodes:
+        info = mg.info(key)
+        for t in info.inputs:
+            if t is not None and mg.producer.get(t.name) not in members:
+                outside_inputs.append(t)
+        for t in info.outputs:
+            users = mg.consumers.get(t.name, [])
+            if t.name in graph_outputs or any(u not in members for u in users):
+                outputs.append(t)
+    try:
+        read, written = _tensor_bytes(outside_inputs), _tensor_bytes(outputs)
+    except UnknownShape as e:
+        return NodeCost(None, f"shape of tensor {e.tensor!r} unknown")
+    return NodeCost(Cost(total.macs, total.other_flops, total.transcendental, read, written,
+                         total.params, total.param_bytes))
+
+
+def _param_totals(model: LoadedModel) -> tuple[int, int]:
+    params = param_bytes = 0
+    for t in model.initializers.values():
+        info = model.tensors[t.name]
+        params += info.size
+        param_bytes += info.nbytes
+    return params, param_bytes
+
+
+def describe_tensor(t: TensorInfo) -> dict[str, Any]:
+    return {"name": t.name, "dtype": dtype_name(t.elem_type),
+            "shape": list(t.shape) if t.shape is not None else None}

@@ -1,0 +1,83 @@
+"""The cost value and the op registry.
+
+A cost formula is a pure function of one node's shapes, dtypes and attributes (a `NodeInfo`)
+returning the arithmetic it does as a `Cost`. Memory traffic and parameters are not the
+formulas' business: they follow from tensor sizes alone and are filled in by the analysis
+(`with_memory`), so that one rule charges bytes the same way for every op.
+
+Conventions (README, "Counting conventions"):
+- ``macs``: multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum.
+- ``flops``: every floating-point operation; ``flops_per_mac`` (2 by default) per MAC, plus
+  ``other_flops`` (elementwise, normalization, activation, pooling, softmax, bias work).
+- ``transcendental``: exp/log/erf/tanh/sqrt-like evaluations, also counted in ``other_flops``
+  as one FLOP each; kept apart because hardware runs them on slower units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+from ..ir import NodeInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    macs: int = 0
+    other_flops: int = 0
+    transcendental: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    params: int = 0
+    param_bytes: int = 0
+
+    def flops(self, flops_per_mac: int = 2) -> int:
+        return flops_per_mac * self.macs + self.other_flops
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Cost)))
+
+    def scaled(self, factor: int) -> Cost:
+        return Cost(*(getattr(self, f.name) * factor for f in fields(Cost)))
+
+
+ZERO = Cost()
+Formula = Callable[[NodeInfo], Cost]
+
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    op_type: str
+    formula: Formula
+    family: str
+    # A view (Reshape, Squeeze, ...) moves no data on any real backend: no bytes charged.
+    is_view: bool = False
+
+
+class DuplicateOpError(RuntimeError):
+    """Two modules registered a formula for the same op: a programming error."""
+
+
+REGISTRY: dict[tuple[str, str], OpSpec] = {}
+
+
+def register(*op_types: str, family: str, domain: str = "", is_view: bool = False
+             ) -> Callable[[Formula], Formula]:
+    """Register `formula` for each ONNX `op_type` (in `domain`); twice is an error."""
+
+    def decorate(formula: Formula) -> Formula:
+        for op in op_types:
+            key = (domain, op)
+            if key in REGISTRY:
+                raise DuplicateOpError(f"cost formula for {domain or 'ai.onnx'}::{op} registered "
+                                       f"twice ({REGISTRY[key].family} and {family})")
+            REGISTRY[key] = OpSpec(op, formula, family, is_view)
+        return formula
+
+    return decorate
+
+
+def lookup(op_type: str, domain: str = "") -> OpSpec | None:
+    if domain == "ai.onnx":
+        domain = ""
+    return REGISTRY.get((domain, op_type))

@@ -1,0 +1,55 @@
+"""Peak activation memory of the fused plan, by liveness over its execution order.
+
+The plan runs group after group. A tensor is materialized only if it crosses a group boundary
+(a graph input, a graph output, or read by a later group); tensors inside a group stay in
+registers or cache. A materialized tensor is live from the step that produces it (graph inputs:
+from the start) through the last step that reads it (graph outputs: to the end). The peak is
+the largest sum of live bytes at any step, counting a step's inputs and outputs together,
+since a kernel reads the one while writing the other. Weights are not activations and are
+reported apart (``param_bytes``).
+"""
+
+from __future__ import annotations
+
+from .fusion import Group
+from .graph import ModelGraph
+from .ir import TensorInfo, UnknownShape
+
+
+def activation_peak_bytes(mg: ModelGraph, groups: list[Group],
+                          tensors: dict[str, TensorInfo]) -> int | None:
+    """Peak live bytes of boundary tensors; None when some boundary tensor's size is unknown."""
+    step_of_node = {key: step for step, g in enumerate(groups) for key in g.nodes}
+    last_step = len(groups) - 1
+    born: dict[str, int] = {name: 0 for name in mg.graph_inputs}
+    dies: dict[str, int] = {name: 0 for name in mg.graph_inputs}
+    for name, producer in mg.producer.items():
+        step = step_of_node[producer]
+        readers = [step_of_node[u] for u in mg.consumers.get(name, [])]
+        if any(r != step for r in readers) or name in mg.graph_outputs:
+            born[name] = step
+            dies[name] = step
+    for name in born:
+        for user in mg.consumers.get(name, []):
+            dies[name] = max(dies[name], step_of_node[user])
+    for name in mg.graph_outputs:
+        if name in born:
+            dies[name] = last_step
+    # Sweep: +bytes at birth, -bytes after death.
+    delta = [0] * (len(groups) + 1)
+    try:
+        for name, start in born.items():
+            size = tensors[name].nbytes if name in tensors else _unknown(name)
+            delta[start] += size
+            delta[dies[name] + 1] -= size
+    except UnknownShape:
+        return None
+    peak = live = 0
+    for d in delta[:-1]:
+        live += d
+        peak = max(peak, live)
+    return peak
+
+
+def _unknown(name: str) -> int:
+    raise UnknownShape(name)

@@ -1,0 +1,101 @@
+"""Serializations of an analysis that are part of its contract: the JSON dict and CSV rows.
+
+The JSON schema is "onnxlens/1" (README, "JSON output"). CSV cells that a spreadsheet would run
+as a formula are neutralized.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .analysis import AnalysisResult
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cost_fields(nc: Any, flops_per_mac: int) -> dict[str, Any]:
+    c = nc.cost
+    if c is None:
+        return {"macs": None, "flops": None, "transcendental": None, "bytes_read": None,
+                "bytes_written": None, "params": None, "unknown_reason": nc.unknown_reason}
+    return {"macs": c.macs, "flops": c.flops(flops_per_mac), "transcendental": c.transcendental,
+            "bytes_read": c.bytes_read, "bytes_written": c.bytes_written, "params": c.params}
+
+
+def analysis_to_dict(result: AnalysisResult) -> dict[str, Any]:
+    from .analysis import SCHEMA, describe_tensor
+
+    model, mg = result.model, result.graph
+    group_of = {key: g.id for g in result.groups for key in g.nodes}
+    nodes = []
+    for key in mg.order:
+        info = mg.info(key)
+        nodes.append({
+            "name": key,
+            "op_type": info.op_type,
+            "group": group_of[key],
+            **_cost_fields(result.node_costs[key], result.flops_per_mac),
+            "output_shapes": [list(t.shape) if t.shape is not None else None
+                              for t in info.outputs],
+        })
+    groups = [{
+        "id": g.id,
+        "pattern": g.pattern,
+        "nodes": list(g.nodes),
+        **_cost_fields(result.group_costs[g.id], result.flops_per_mac),
+    } for g in result.groups]
+    return {
+        "schema": SCHEMA,
+        "model": {
+            "name": model.name,
+            "path": str(model.path) if model.path else None,
+            "opset": model.opset,
+            "inputs": [describe_tensor(t) for t in model.graph_inputs],
+            "outputs": [describe_tensor(t) for t in model.graph_outputs],
+        },
+        "conventions": {"flops_per_mac": result.flops_per_mac},
+        "totals": result.totals,
+        "nodes": nodes,
+        "groups": groups,
+        "unsupported_ops": {op: names for op, names in result.unsupported_ops.items()},
+        "warnings": list(result.warnings),
+    }
+
+
+def write_json(result: AnalysisResult, path: str | os.PathLike | None = None) -> str:
+    text = json.dumps(analysis_to_dict(result), indent=1)
+    if path is not None:
+        Path(path).write_text(text + "\n", encoding="utf-8")
+    return text
+
+
+def safe_cell(value: Any) -> Any:
+    """Quote a text cell that a spreadsheet would evaluate (CSV formula injection)."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    if isinstance(value, list):
+        return safe_cell(" ".join(str(v) for v in value))
+    return value
+
+
+def write_csv(result: AnalysisResult, path: str | os.PathLike | None = None, *,
+              level: str = "nodes") -> str:
+    if level not in ("nodes", "groups"):
+        raise ValueError(f"level must be 'nodes' or 'groups', not {level!r}")
+    rows = result.to_dict()[level]
+    columns = [c for c in rows[0] if c != "unknown_reason"] + ["unknown_reason"] if rows else []
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: safe_cell(row.get(c)) for c in columns})
+    text = buffer.getvalue()
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text

@@ -1,0 +1,1 @@
+"""Measured backends (ONNX Runtime, torch eager, the native executor) behind one interface."""

@@ -1,0 +1,1 @@
+"""Framework to ONNX: torchvision models by name and any `module:factory` callable."""

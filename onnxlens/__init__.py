@@ -1,0 +1,27 @@
+"""onnxlens: where does the time go, what would it cost on that hardware, how wrong is the estimate.
+
+    >>> import onnxlens
+    >>> result = onnxlens.analyze("model.onnx", batch=8)
+    >>> result.totals["macs"]
+
+Every error caused by bad input is an `onnxlens.OnnxLensError`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .analyzer.errors import OnnxLensError
+
+if TYPE_CHECKING:
+    from .analyzer.analysis import AnalysisResult
+
+__all__ = ["AnalysisResult", "OnnxLensError", "analyze"]
+__version__ = "0.1.0"
+
+
+def analyze(source: Any, **options: Any) -> AnalysisResult:
+    """Analyze an ONNX model (path, bytes or ModelProto); see `onnxlens.analyzer.analysis.analyze`."""
+    from .analyzer.analysis import analyze as _analyze
+
+    return _analyze(source, **options)

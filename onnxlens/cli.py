@@ -1,0 +1,163 @@
+"""The command line: `analyze MODEL` and `onnxlens <command>`, thin layers over the Python API.
+
+MODEL is an ONNX file, a torchvision model name (`resnet18`) or `module:factory`; names are
+exported once with random weights and cached. Errors caused by the input print one line and
+exit non-zero; `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from .analyzer.errors import OnnxLensError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="onnxlens: where does the time go in a neural network.")
+err_console = Console(stderr=True, highlight=False)
+
+ModelArg = Annotated[str, typer.Argument(
+    help="An .onnx file, a torchvision model name (resnet18) or module:factory.")]
+BatchOpt = Annotated[int | None, typer.Option("--batch", "-b", min=1,
+                                              help="Pin the batch (first) dim of every input.")]
+ShapeOpt = Annotated[list[str] | None, typer.Option(
+    "--input-shape", help="Pin an input's shape: NAME=1x3x224x224 (repeatable).")]
+ImageSizeOpt = Annotated[int | None, typer.Option(
+    help="Image side for exported models (default: the model's own crop size).")]
+KeepBnOpt = Annotated[bool, typer.Option(
+    "--keep-batchnorm", help="Export keeping BatchNormalization nodes (default: folded).")]
+OpsetOpt = Annotated[int | None, typer.Option(help="ONNX opset for exported models.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")]
+
+
+def _run(debug: bool, fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except OnnxLensError as e:
+        if debug:
+            raise
+        err_console.print(f"[bold red]error:[/] {_one_line(e)}", markup=True, highlight=False)
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        raise typer.Exit(130) from None
+
+
+def _one_line(e: Exception) -> str:
+    from rich.markup import escape
+
+    from .reports.terminal import plain
+
+    return escape(plain(str(e).replace("\n", " "), 500))
+
+
+def _analyze(model: str, json_path: Path | None, csv_path: Path | None, batch: int | None,
+             input_shape: list[str] | None, strict: bool, top: int, flops_per_mac: int,
+             image_size: int | None, keep_batchnorm: bool, opset: int | None,
+             max_tensor_bytes: int) -> None:
+    from .analyzer.analysis import analyze
+    from .analyzer.loader import parse_shape_spec
+    from .reports.terminal import render
+
+    shapes = dict(parse_shape_spec(s) for s in input_shape or [])
+    source = resolve_model(model, batch=batch or 1, image_size=image_size,
+                           keep_batchnorm=keep_batchnorm, opset=opset)
+    result = analyze(source, input_shapes=shapes, batch=batch, strict=strict,
+                     flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes)
+    render(result, Console(highlight=False), top=top)
+    if json_path:
+        result.to_json(json_path)
+    if csv_path:
+        result.to_csv(csv_path)
+        result.to_csv(csv_path.with_name(csv_path.stem + "_groups" + csv_path.suffix),
+                      level="groups")
+
+
+def resolve_model(spec: str, *, batch: int, image_size: int | None, keep_batchnorm: bool,
+                  opset: int | None) -> Path:
+    """An existing file is used as is; a model name is exported once and cached."""
+    path = Path(spec)
+    if path.exists() or spec.endswith(".onnx") or "/" in spec or "\\" in spec:
+        return path  # the loader reports a missing or unreadable file
+    from .exporters.torch_export import cached_export
+
+    return cached_export(spec, batch=batch, image_size=image_size,
+                         keep_batchnorm=keep_batchnorm, opset=opset)
+
+
+def analyze_command(
+    model: ModelArg,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the analysis as JSON.")
+                         ] = None,
+    csv_path: Annotated[Path | None, typer.Option(
+        "--csv", help="Write per-node CSV (and NAME_groups.csv per group).")] = None,
+    batch: BatchOpt = None,
+    input_shape: ShapeOpt = None,
+    strict: Annotated[bool, typer.Option(help="Fail on ops with no cost formula.")] = False,
+    top: Annotated[int, typer.Option(min=1, help="Groups to list.")] = 10,
+    flops_per_mac: Annotated[int, typer.Option(
+        min=1, max=2, help="FLOPs per multiply-accumulate: 2 (default) or 1.")] = 2,
+    image_size: ImageSizeOpt = None,
+    keep_batchnorm: KeepBnOpt = False,
+    opset: OpsetOpt = None,
+    max_tensor_bytes: Annotated[int, typer.Option(
+        help="Refuse models with a tensor larger than this.")] = 1 << 38,
+    debug: DebugOpt = False,
+) -> None:
+    """Costs, fused groups and memory of a model."""
+    _run(debug, _analyze, model, json_path, csv_path, batch, input_shape, strict, top,
+         flops_per_mac, image_size, keep_batchnorm, opset, max_tensor_bytes)
+
+
+app.command("analyze")(analyze_command)
+
+
+@app.command("export")
+def export_command(
+    model: Annotated[str, typer.Argument(help="A torchvision model name or module:factory.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="The .onnx file to write.")],
+    batch: Annotated[int, typer.Option("--batch", "-b", min=1)] = 1,
+    image_size: ImageSizeOpt = None,
+    keep_batchnorm: KeepBnOpt = False,
+    opset: OpsetOpt = None,
+    dynamic_batch: Annotated[bool, typer.Option(help="Make the batch dim symbolic.")] = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Export a framework model to ONNX (random weights)."""
+    from .exporters.torch_export import export_model
+
+    path = _run(debug, export_model, model, output, batch=batch, image_size=image_size,
+                keep_batchnorm=keep_batchnorm, opset=opset, dynamic_batch=dynamic_batch)
+    Console(highlight=False).print(f"wrote {path}")
+
+
+@app.command("ops")
+def ops_command() -> None:
+    """List the ops that have a cost formula, by family."""
+    from .analyzer.cost import REGISTRY
+
+    families: dict[str, list[str]] = {}
+    for (domain, op), spec in sorted(REGISTRY.items()):
+        families.setdefault(spec.family, []).append(f"{domain}::{op}" if domain else op)
+    console = Console(highlight=False)
+    for family, ops in sorted(families.items()):
+        console.print(f"[bold]{family}[/] ({len(ops)}): " + ", ".join(ops))
+
+
+def main() -> None:
+    app()
+
+
+def analyze_main() -> None:
+    """The `analyze` console script: `onnxlens analyze` under a shorter name."""
+    single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    single.command()(analyze_command)
+    single()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

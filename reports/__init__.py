@@ -1,0 +1,1 @@
+"""Presentations of an analysis for people: the terminal summary (and the HTML report)."""
