@@ -1,0 +1,102 @@
+"""The layer table of ARCHITECTURE.md, enforced on every import statement of the source."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Package folder -> the onnxlens packages it may import (itself always allowed).
+ALLOWED = {
+    "analyzer": set(),
+    "exporters": {"analyzer"},
+    "backends": {"analyzer"},
+    "reports": {"analyzer"},
+    "onnxlens": {"analyzer", "exporters", "backends", "reports"},
+}
+# Inside analyzer/: a module may import only modules of an earlier (or its own) rank.
+ANALYZER_RANK = {"errors": 1, "ir": 1, "loader": 2, "graph": 3, "cost": 4, "fusion": 5,
+                 "invariants": 5, "memory": 6, "analysis": 7, "serialize": 7}
+
+
+def _imports(path: Path, package: str) -> list[tuple[str, int]]:
+    """(absolute onnxlens-relative target, line) for each import in the file, lazy ones too."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    rel_parts = path.relative_to(ROOT / package).with_suffix("").parts
+    here = [package, *rel_parts[:-1]]  # the module's package, as path parts
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+                target = [*base, *(node.module.split(".") if node.module else [])]
+                names = [target] if node.module else [[*base, a.name] for a in node.names]
+                found += [(".".join(t), node.lineno) for t in names]
+            elif node.module and node.module.startswith("onnxlens"):
+                found.append((".".join(_strip(node.module.split("."))), node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(".".join(_strip(a.name.split("."))), node.lineno) for a in node.names
+                      if a.name.startswith("onnxlens")]
+    return found
+
+
+def _strip(parts: list[str]) -> list[str]:
+    """`onnxlens.analyzer.x` -> `analyzer.x`; `onnxlens` stays `onnxlens`."""
+    return parts[1:] if len(parts) > 1 and parts[0] == "onnxlens" else parts
+
+
+def _sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_packages_import_only_lower_layers(package: str) -> None:
+    violations = []
+    for path in _sources(package):
+        for target, line in _imports(path, package):
+            top = target.split(".")[0]
+            if top != package and top in ALLOWED and top not in ALLOWED[package]:
+                violations.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not violations, "\n".join(violations)
+
+
+def test_analyzer_modules_follow_their_order() -> None:
+    violations = []
+    for path in _sources("analyzer"):
+        rel = path.relative_to(ROOT / "analyzer").with_suffix("").parts
+        rank = ANALYZER_RANK.get(rel[0])
+        if rank is None:
+            continue  # __init__ and future modules: add them to the table when they matter
+        for target, line in _imports(path, "analyzer"):
+            parts = target.split(".")
+            if parts[0] == "analyzer" and len(parts) > 1:
+                other = ANALYZER_RANK.get(parts[1])
+                if other is not None and other > rank:
+                    violations.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not violations, "\n".join(violations)
+
+
+def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
+    """The import reader must find a lazy upward import, or the tests above prove nothing."""
+    pkg = tmp_path / "analyzer"
+    pkg.mkdir()
+    bad = pkg / "loader.py"
+    bad.write_text("def f():\n    from ..reports.terminal import render\n", encoding="utf-8")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert _imports(bad, "analyzer") == [("reports.terminal", 2)]
+    finally:
+        ROOT = saved
+
+
+def test_analyzing_an_onnx_file_does_not_import_torch() -> None:
+    code = ("import sys, onnxlens.cli, onnxlens.analyzer.analysis, onnxlens.reports.terminal;"
+            "print('torch' in sys.modules, 'onnxruntime' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
