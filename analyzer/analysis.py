@@ -7,20 +7,22 @@ subclasses for bad input, never anything else the user could have caused.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import onnx
 
 from . import cost as _cost_families  # noqa: F401  (registers every formula)
 from .cost.base import Cost, lookup
-from .errors import UnsupportedOpError
+from .errors import OnnxLensError, UnsupportedOpError
 from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph
 from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
 from .loader import DEFAULT_MAX_TENSOR_BYTES, LoadedModel, load_model
 from .memory import activation_peak_bytes
+from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, symbolic_dims
 
 SCHEMA = "onnxlens/1"
 
@@ -44,6 +46,9 @@ class AnalysisResult:
     unsupported_ops: dict[str, list[str]]  # op_type -> node names
     flops_per_mac: int = 2
     warnings: list[str] = field(default_factory=list)
+    # Symbolic input dims and the value each was analyzed at, and totals as their formulas.
+    symbols: dict[str, int] = field(default_factory=dict)
+    formulas: dict[str, str] = field(default_factory=dict)
 
     # ---- totals -------------------------------------------------------------------------
     @property
@@ -117,15 +122,61 @@ def analyze(
     flops_per_mac: int = 2,
     base_dir: str | os.PathLike | None = None,
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    symbolic: bool = True,
 ) -> AnalysisResult:
     """Analyze a model given as a path, serialized bytes or a ModelProto.
 
-    `input_shapes` and `batch` pin dynamic dims; `strict` makes an op with no cost formula an
+    `input_shapes` and `batch` pin dynamic dims. Dims left symbolic are, with `symbolic`,
+    analyzed at 1 and the totals also given as formulas of them (`result.formulas`); without
+    it, costs that depend on them are unknown. `strict` makes an op with no cost formula an
     error instead of a warning; `flops_per_mac` is 2 (one multiply, one add) unless a caller
     follows the 1-FLOP-per-MAC convention of some peers.
     """
-    model = load_model(source, base_dir=base_dir, input_shapes=input_shapes, batch=batch,
-                       max_tensor_bytes=max_tensor_bytes)
+    load = partial(load_model, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes)
+    model = load(source, input_shapes=input_shapes, batch=batch)
+    symbols = symbolic_dims(model.graph_inputs) if symbolic else []
+    if not symbols:
+        return _analyze_model(model, strict, flops_per_mac)
+    return _analyze_symbolic(model, symbols, load, strict, flops_per_mac)
+
+
+def _analyze_symbolic(model: LoadedModel, symbols: list[str], load: Callable[..., LoadedModel],
+                      strict: bool, flops_per_mac: int) -> AnalysisResult:
+    """Analyses at sample values of the symbols; the one at all-ones is returned."""
+    fitted, pinned_at_one = symbols[:MAX_SYMBOLS], symbols[MAX_SYMBOLS:]
+    data = model.proto.SerializeToString()  # external data is already inline
+    results: dict[tuple[int, ...], AnalysisResult] = {}
+
+    def evaluate(point: tuple[int, ...]) -> dict[str, int | None]:
+        values = dict(zip(fitted, point, strict=True)) | dict.fromkeys(pinned_at_one, 1)
+        shapes = pinned_shapes(model.graph_inputs, values)
+        results[point] = _analyze_model(load(data, input_shapes=shapes), strict, flops_per_mac)
+        totals = results[point].totals
+        return {k: v for k, v in totals.items() if k in _FORMULA_KEYS}
+
+    try:
+        found = formulas(evaluate, fitted)
+    except OnnxLensError as e:
+        result = _analyze_model(model, strict, flops_per_mac)
+        result.warnings.append(f"no cost formulas of {', '.join(fitted)}: analysis at sample "
+                               f"values failed ({e})")
+        return result
+    result = results[tuple([1] * len(fitted))]
+    result.model.path, result.model.name = model.path, model.name
+    result.symbols = dict.fromkeys(symbols, 1)
+    result.formulas = found
+    note = f"symbolic dim(s) {', '.join(symbols)} analyzed at 1; totals as formulas of them"
+    if pinned_at_one:
+        note += f" (only {', '.join(fitted)} in formulas: at most {MAX_SYMBOLS} symbols)"
+    result.warnings.append(note)
+    return result
+
+
+_FORMULA_KEYS = ("macs", "flops", "transcendental", "bytes_read", "bytes_written", "params",
+                 "param_bytes", "activation_peak_bytes")
+
+
+def _analyze_model(model: LoadedModel, strict: bool, flops_per_mac: int) -> AnalysisResult:
     mg = build_graph(model)
     unsupported = _unsupported_ops(mg)
     if unsupported and strict:

@@ -226,8 +226,9 @@ def _pin_input_dims(proto: onnx.ModelProto, input_shapes: Mapping[str, tuple[int
     # Outputs and value_info may carry the old batch; let inference recompute them.
     if input_shapes or batch is not None:
         del proto.graph.value_info[:]
-        for out in proto.graph.output:
-            out.type.tensor_type.ClearField("shape")
+        for out in proto.graph.output:  # rank stays, dims become unknown
+            for d in out.type.tensor_type.shape.dim:
+                d.Clear()
 
 
 def _check_structure(graph: onnx.GraphProto) -> None:
@@ -346,8 +347,10 @@ def _has_unknown(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProt
 
 
 def _is_fully_known(v: onnx.ValueInfoProto) -> bool:
+    """Every dim a number or a symbol: nothing left for symbolic inference to add."""
     t = v.type.tensor_type
-    return t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim)
+    return t.HasField("shape") and all(d.HasField("dim_value") or d.HasField("dim_param")
+                                       for d in t.shape.dim)
 
 
 def _symbolic_inference(proto: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:

@@ -61,6 +61,8 @@ def analysis_to_dict(result: AnalysisResult) -> dict[str, Any]:
         },
         "conventions": {"flops_per_mac": result.flops_per_mac},
         "totals": result.totals,
+        **({"symbolic": {"dims": result.symbols, "totals": result.formulas}}
+           if result.symbols else {}),
         "nodes": nodes,
         "groups": groups,
         "unsupported_ops": {op: names for op, names in result.unsupported_ops.items()},

@@ -71,6 +71,14 @@ def render(result: AnalysisResult, console: Console, *, top: int = 10) -> None:
     summary.add_row("activation peak (fused plan)", binary(totals["activation_peak_bytes"]))
     summary.add_row("bytes read / written (per node)",
                     f"{binary(totals['bytes_read'])} / {binary(totals['bytes_written'])}")
+    symbolic = d.get("symbolic")
+    if symbolic:
+        dims = ", ".join(f"{plain(k)}={v}" for k, v in symbolic["dims"].items())
+        summary.add_row(Text(f"as formulas (above: {dims})", style="bold"), "")
+        for key, label in (("macs", "MACs"), ("flops", "FLOPs"),
+                           ("activation_peak_bytes", "activation peak bytes")):
+            if key in symbolic["totals"]:
+                summary.add_row(f"  {label}", Text(plain(symbolic["totals"][key], 120)))
     if not totals["complete"]:
         summary.add_row(Text("incomplete", style="bold yellow"),
                         "some costs are unknown; totals cover the known part")

@@ -1,0 +1,185 @@
+"""The Python API, the JSON/CSV contract, memory liveness and the CLI, on a tiny hand-made model.
+
+Tiny model: x[1,3,8,8] -> Conv(W[4,3,3,3], B[4], pad 1) -> Relu -> GlobalAveragePool
+-> Flatten -> Gemm(W[10,4], B[10], transB) -> y[1,10]. Every figure below is derived by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxlens
+from onnxlens.analyzer.fusion import Group
+from onnxlens.analyzer.graph import build_graph
+from onnxlens.analyzer.loader import load_model
+from onnxlens.analyzer.memory import activation_peak_bytes
+from onnxlens.analyzer.serialize import safe_cell
+
+CONV_MACS = 1 * 4 * 8 * 8 * 3 * 3 * 3  # N*M*H*W outputs x (C/group * kh * kw) = 6912
+GEMM_MACS = 1 * 10 * 4  # M*N*K = 40
+PARAMS = 4 * 3 * 3 * 3 + 4 + 10 * 4 + 10  # conv W, conv B, fc W, fc B = 162
+
+
+def tiny_model(conv_name: str = "conv") -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n) for n, s in
+             (("w", (4, 3, 3, 3)), ("b", (4,)), ("fw", (10, 4)), ("fb", (10,)))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name=conv_name, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"], name="gap"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(nodes, "tiny",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture()
+def tiny_path(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), path)
+    return path
+
+
+def test_totals_match_hand_derivation(tiny_path: Path) -> None:
+    result = onnxlens.analyze(tiny_path)
+    t = result.totals
+    assert t["macs"] == CONV_MACS + GEMM_MACS
+    assert t["params"] == PARAMS
+    assert t["param_bytes"] == 4 * PARAMS
+    assert t["nodes"] == 5
+    assert t["complete"] is True
+    assert t["flops"] >= 2 * (CONV_MACS + GEMM_MACS)
+
+
+def test_conv_node_bytes_and_params(tiny_path: Path) -> None:
+    node = next(n for n in onnxlens.analyze(tiny_path).to_dict()["nodes"] if n["name"] == "conv")
+    assert node["bytes_read"] == 4 * (3 * 8 * 8 + 4 * 3 * 3 * 3 + 4)  # x, W, B
+    assert node["bytes_written"] == 4 * (4 * 8 * 8)
+    assert node["params"] == 4 * 3 * 3 * 3 + 4
+    assert node["output_shapes"] == [[1, 4, 8, 8]]
+
+
+def test_same_result_from_path_bytes_and_proto(tiny_path: Path) -> None:
+    a = onnxlens.analyze(tiny_path).totals
+    b = onnxlens.analyze(tiny_path.read_bytes()).totals
+    c = onnxlens.analyze(tiny_model()).totals
+    assert a == b == c
+
+
+def test_flops_per_mac_convention(tiny_path: Path) -> None:
+    two = onnxlens.analyze(tiny_path).totals["flops"]
+    one = onnxlens.analyze(tiny_path, flops_per_mac=1).totals["flops"]
+    assert two - one == CONV_MACS + GEMM_MACS
+
+
+def test_activation_peak_by_liveness(tiny_path: Path) -> None:
+    mg = build_graph(load_model(tiny_path))
+    x, c, r = 4 * 3 * 64, 4 * 4 * 64, 4 * 4 * 64
+    singletons = [Group(i, "", (k,)) for i, k in enumerate(mg.order)]
+    # Unfused: at Relu both its input c and output r are live; x died after the Conv.
+    assert activation_peak_bytes(mg, singletons, load_model(tiny_path).tensors) == max(x + c, c + r)
+    fused = [Group(0, "Conv+Relu", tuple(mg.order[:2])),
+             *(Group(i, "", (k,)) for i, k in enumerate(mg.order[2:], start=1))]
+    # Fused: c never materializes, so the peak is x + r at the fused kernel.
+    assert activation_peak_bytes(mg, fused, load_model(tiny_path).tensors) == x + r
+
+
+def test_json_contract(tiny_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    onnxlens.analyze(tiny_path).to_json(out)
+    d = json.loads(out.read_text())
+    assert d["schema"] == "onnxlens/1"
+    assert {"name", "path", "opset", "inputs", "outputs"} <= set(d["model"])
+    assert d["model"]["opset"] == 17
+    assert d["model"]["inputs"] == [{"name": "x", "dtype": "float", "shape": [1, 3, 8, 8]}]
+    assert {"macs", "flops", "params", "param_bytes", "activation_peak_bytes", "nodes",
+            "groups"} <= set(d["totals"])
+    node_keys = {"name", "op_type", "group", "macs", "flops", "bytes_read", "bytes_written",
+                 "params", "output_shapes"}
+    assert all(node_keys <= set(n) for n in d["nodes"])
+    group_keys = {"id", "pattern", "nodes", "macs", "flops", "bytes_read", "bytes_written"}
+    assert all(group_keys <= set(g) for g in d["groups"])
+    assert sorted(n for g in d["groups"] for n in g["nodes"]) == sorted(n["name"]
+                                                                       for n in d["nodes"])
+    assert sum(g["macs"] for g in d["groups"]) == d["totals"]["macs"]
+    assert d["unsupported_ops"] == {} and isinstance(d["warnings"], list)
+
+
+def test_csv_rows_and_formula_injection(tmp_path: Path) -> None:
+    path = tmp_path / "evil.onnx"
+    onnx.save(tiny_model(conv_name="=HYPERLINK(\"http://x\")"), path)
+    text = onnxlens.analyze(path).to_csv()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 5
+    assert rows[0]["name"] == "'=HYPERLINK(\"http://x\")"
+    assert int(rows[0]["macs"]) == CONV_MACS
+    assert safe_cell("-1") == "'-1" and safe_cell("@a") == "'@a" and safe_cell(3) == 3
+
+
+def test_dataframes(tiny_path: Path) -> None:
+    pytest.importorskip("pandas")
+    result = onnxlens.analyze(tiny_path)
+    nodes, groups = result.nodes_frame(), result.groups_frame()
+    assert len(nodes) == 5 and int(nodes["macs"].sum()) == CONV_MACS + GEMM_MACS
+    assert int(groups["macs"].sum()) == CONV_MACS + GEMM_MACS
+
+
+def test_unknown_op_is_reported_not_zero(tmp_path: Path) -> None:
+    model = tiny_model()
+    model.graph.node[1].op_type = "MysteryOp"
+    model.graph.node[1].domain = "com.example"
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    result = onnxlens.analyze(model)
+    assert result.unsupported_ops == {"com.example::MysteryOp": ["relu"]}
+    assert result.node_costs["relu"].cost is None
+    assert result.totals["complete"] is False
+    assert any("MysteryOp" in w for w in result.warnings)
+    with pytest.raises(onnxlens.OnnxLensError, match="MysteryOp"):
+        onnxlens.analyze(model, strict=True)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    code = "from onnxlens.cli import analyze_main; analyze_main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_writes_json_and_csv(tiny_path: Path, tmp_path: Path) -> None:
+    out = _cli(str(tiny_path), "--json", str(tmp_path / "a.json"), "--csv",
+               str(tmp_path / "a.csv"))
+    assert out.returncode == 0, out.stderr
+    assert "tiny" in out.stdout and "MACs" in out.stdout
+    assert json.loads((tmp_path / "a.json").read_text())["totals"]["macs"] == 6952
+    assert (tmp_path / "a_groups.csv").read_text().startswith("id,pattern,nodes")
+
+
+def test_cli_prints_hostile_names_as_text(tmp_path: Path) -> None:
+    path = tmp_path / "markup.onnx"
+    onnx.save(tiny_model(conv_name="[red]boom[/red]\x1b[2J"), path)
+    out = _cli(str(path), "--top", "5")
+    assert out.returncode == 0, out.stderr
+    assert "[red]boom[/red]?[2J" in out.stdout.replace("\n", "")
+    assert "\x1b[2J" not in out.stdout
+
+
+def test_cli_error_is_one_line(tmp_path: Path) -> None:
+    out = _cli(str(tmp_path / "missing.onnx"))
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "missing.onnx" in lines[0]
