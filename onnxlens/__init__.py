@@ -17,6 +17,14 @@ if TYPE_CHECKING:
     from .analyzer.analysis import AnalysisResult
 
 __all__ = ["AnalysisResult", "OnnxLensError", "analyze"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AnalysisResult":  # lazy: importing onnxlens stays cheap
+        from .analyzer.analysis import AnalysisResult
+
+        return AnalysisResult
+    raise AttributeError(name)
 __version__ = "0.1.0"
 
 
