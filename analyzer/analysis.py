@@ -17,8 +17,10 @@ import onnx
 from . import cost as _cost_families  # noqa: F401  (registers every formula)
 from .cost.base import Cost, lookup
 from .errors import OnnxLensError, UnsupportedOpError
+from .estimate import Efficiency, ModelEstimate, estimate_model
 from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph
+from .hardware import HardwareProfile
 from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
 from .loader import DEFAULT_MAX_TENSOR_BYTES, LoadedModel, load_model
 from .memory import activation_peak_bytes
@@ -49,6 +51,24 @@ class AnalysisResult:
     # Symbolic input dims and the value each was analyzed at, and totals as their formulas.
     symbols: dict[str, int] = field(default_factory=dict)
     formulas: dict[str, str] = field(default_factory=dict)
+    # Filled on request: estimates per hardware key, sweep rows, what-if scenarios.
+    estimates: dict[str, ModelEstimate] = field(default_factory=dict)
+    sweep: list[dict[str, Any]] = field(default_factory=list)
+    whatif: dict[str, Any] = field(default_factory=dict)
+
+    def estimate(self, hw: HardwareProfile, precision: str = "fp32",
+                 efficiency: Efficiency | None = None) -> ModelEstimate:
+        """Every group's latency and energy on `hw` (see `analyzer.estimate`)."""
+        return estimate_model(self.graph, self.groups,
+                              {g: nc.cost for g, nc in self.group_costs.items()},
+                              {k: nc.cost for k, nc in self.node_costs.items()},
+                              hw, precision, efficiency)
+
+    def add_estimate(self, hw: HardwareProfile, precision: str = "fp32",
+                     efficiency: Efficiency | None = None) -> ModelEstimate:
+        """`estimate`, kept in `estimates[hw.key]` (and so in the JSON)."""
+        self.estimates[hw.key] = self.estimate(hw, precision, efficiency)
+        return self.estimates[hw.key]
 
     # ---- totals -------------------------------------------------------------------------
     @property
@@ -202,7 +222,8 @@ def _unsupported_ops(mg: ModelGraph) -> dict[str, list[str]]:
     for key in mg.order:
         info = mg.info(key)
         if lookup(info.op_type, info.domain) is None:
-            label = info.op_type if info.domain in ("", "ai.onnx") else f"{info.domain}::{info.op_type}"
+            qualified = info.domain not in ("", "ai.onnx")
+            label = f"{info.domain}::{info.op_type}" if qualified else info.op_type
             out.setdefault(label, []).append(key)
     return out
 

@@ -152,3 +152,19 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
     known = [e for e in out.values() if e is not None]
     return ModelEstimate(hw.key, precision, hw.calibrated, out,
                          sum(e.latency_s for e in known), sum(e.energy_j for e in known))
+
+
+def resolve_target(name: str, threads: int | None = None) -> tuple[HardwareProfile, Efficiency]:
+    """A profile by name and the efficiency curve to estimate with on it.
+
+    `host` is this machine: detected, and calibrated when `onnxlens calibrate` has been run for
+    `threads`; its measured curves then replace the profile's constant efficiencies.
+    """
+    from .hardware import load_profile
+
+    if name == "host":
+        from .calibration import calibrated_host
+
+        return calibrated_host(threads)
+    hw = load_profile(name)
+    return hw, constant_efficiency(hw)

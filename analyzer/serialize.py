@@ -49,6 +49,8 @@ def analysis_to_dict(result: AnalysisResult) -> dict[str, Any]:
         "pattern": g.pattern,
         "nodes": list(g.nodes),
         **_cost_fields(result.group_costs[g.id], result.flops_per_mac),
+        **({"estimates": {hw: _group_estimate(est.groups[g.id])
+                          for hw, est in result.estimates.items()}} if result.estimates else {}),
     } for g in result.groups]
     return {
         "schema": SCHEMA,
@@ -65,9 +67,24 @@ def analysis_to_dict(result: AnalysisResult) -> dict[str, Any]:
            if result.symbols else {}),
         "nodes": nodes,
         "groups": groups,
+        **({"estimates": {hw: {"latency_s": est.latency_s, "energy_j": est.energy_j,
+                               "calibrated": est.calibrated, "precision": est.precision,
+                               "complete": est.complete}
+                          for hw, est in result.estimates.items()}}
+           if result.estimates else {}),
+        **({"sweep": result.sweep} if result.sweep else {}),
+        **({"whatif": result.whatif} if result.whatif else {}),
         "unsupported_ops": {op: names for op, names in result.unsupported_ops.items()},
         "warnings": list(result.warnings),
     }
+
+
+def _group_estimate(e: Any) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {"latency_s": e.latency_s, "energy_j": e.energy_j, "bound": e.bound,
+            "intensity": e.intensity if e.intensity != float("inf") else None,
+            "level": e.level}
 
 
 def write_json(result: AnalysisResult, path: str | os.PathLike | None = None) -> str:

@@ -63,7 +63,7 @@ def sample_points(n: int) -> tuple[list[Point], Point]:
 def _solve(matrix: list[list[Fraction]], rhs: list[Fraction]) -> list[Fraction]:
     """Gaussian elimination over the rationals (the systems have at most 10 unknowns)."""
     n = len(rhs)
-    a = [row[:] + [b] for row, b in zip(matrix, rhs, strict=True)]
+    a = [[*row, b] for row, b in zip(matrix, rhs, strict=True)]
     for col in range(n):
         pivot = next(r for r in range(col, n) if a[r][col] != 0)
         a[col], a[pivot] = a[pivot], a[col]

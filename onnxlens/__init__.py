@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 
 
 def analyze(source: Any, **options: Any) -> AnalysisResult:
-    """Analyze an ONNX model (path, bytes or ModelProto); see `onnxlens.analyzer.analysis.analyze`."""
-    from .analyzer.analysis import analyze as _analyze
+    """Analyze an ONNX model (path, bytes or ModelProto); see `onnxlens.api.analyze`."""
+    from .api import analyze as _analyze
 
     return _analyze(source, **options)

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from .analyzer.errors import OnnxLensError
+from .analyzer.errors import OnnxLensError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="onnxlens: where does the time go in a neural network.")
@@ -22,8 +22,6 @@ err_console = Console(stderr=True, highlight=False)
 
 ModelArg = Annotated[str, typer.Argument(
     help="An .onnx file, a torchvision model name (resnet18) or module:factory.")]
-BatchOpt = Annotated[int | None, typer.Option("--batch", "-b", min=1,
-                                              help="Pin the batch (first) dim of every input.")]
 ShapeOpt = Annotated[list[str] | None, typer.Option(
     "--input-shape", help="Pin an input's shape: NAME=1x3x224x224 (repeatable).")]
 ImageSizeOpt = Annotated[int | None, typer.Option(
@@ -55,19 +53,32 @@ def _one_line(e: Exception) -> str:
     return escape(plain(str(e).replace("\n", " "), 500))
 
 
-def _analyze(model: str, json_path: Path | None, csv_path: Path | None, batch: int | None,
-             input_shape: list[str] | None, strict: bool, top: int, flops_per_mac: int,
-             image_size: int | None, keep_batchnorm: bool, opset: int | None,
-             max_tensor_bytes: int) -> None:
-    from .analyzer.analysis import analyze
+def _int_list(text: str | None, flag: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: expected integers separated by commas") from None
+    if any(v <= 0 for v in values):
+        raise UsageError(f"{flag} {text!r}: values must be positive")
+    return values
+
+
+def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None, batch: str | None,
+             input_shape: list[str] | None, image_size: int | None, keep_batchnorm: bool,
+             opset: int | None, top: int, precision: str, **options: object) -> None:
     from .analyzer.loader import parse_shape_spec
+    from .api import analyze, resolve_model
     from .reports.terminal import render
 
+    batches = _int_list(batch, "--batch")
     shapes = dict(parse_shape_spec(s) for s in input_shape or [])
-    source = resolve_model(model, batch=batch or 1, image_size=image_size,
+    source = resolve_model(model, batch=batches[0] if batches else 1, image_size=image_size,
                            keep_batchnorm=keep_batchnorm, opset=opset)
-    result = analyze(source, input_shapes=shapes, batch=batch, strict=strict,
-                     flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes)
+    precisions = [p.strip() for p in precision.split(",") if p.strip()]
+    result = analyze(source, batch=batches, precision=precisions, input_shapes=shapes,
+                     **options)
     render(result, Console(highlight=False), top=top)
     if json_path:
         result.to_json(json_path)
@@ -77,26 +88,32 @@ def _analyze(model: str, json_path: Path | None, csv_path: Path | None, batch: i
                       level="groups")
 
 
-def resolve_model(spec: str, *, batch: int, image_size: int | None, keep_batchnorm: bool,
-                  opset: int | None) -> Path:
-    """An existing file is used as is; a model name is exported once and cached."""
-    path = Path(spec)
-    if path.exists() or spec.endswith(".onnx") or "/" in spec or "\\" in spec:
-        return path  # the loader reports a missing or unreadable file
-    from .exporters.torch_export import cached_export
-
-    return cached_export(spec, batch=batch, image_size=image_size,
-                         keep_batchnorm=keep_batchnorm, opset=opset)
-
-
 def analyze_command(
     model: ModelArg,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the analysis as JSON.")
                          ] = None,
     csv_path: Annotated[Path | None, typer.Option(
         "--csv", help="Write per-node CSV (and NAME_groups.csv per group).")] = None,
-    batch: BatchOpt = None,
+    batch: Annotated[str | None, typer.Option(
+        "--batch", "-b", help="Pin the batch (first) dim of every input; a list (1,8,32) "
+        "sweeps the estimates over it.")] = None,
     input_shape: ShapeOpt = None,
+    hardware: Annotated[list[str] | None, typer.Option(
+        "--hardware", "-H", help="Estimate on a profile: host, h100, ... or a .toml file "
+        "(repeatable; `onnxlens hardware` lists them).")] = None,
+    precision: Annotated[str, typer.Option(
+        help="Precision(s) of the estimates: fp32, tf32, fp16, bf16, int8 (a list sweeps).")
+                         ] = "fp32",
+    threads: Annotated[int | None, typer.Option(
+        min=1, help="Threads the host profile assumes (its calibration).")] = None,
+    cached_until: Annotated[str | None, typer.Option(
+        help="What if every node up to this one were cached (node, tensor or module path)?")
+                            ] = None,
+    from_node: Annotated[str | None, typer.Option("--from", help="Cost of the subgraph from "
+                                                  "this node ...")] = None,
+    to_node: Annotated[str | None, typer.Option("--to", help="... to this one.")] = None,
+    plus: Annotated[Path | None, typer.Option(
+        help="Add another model's cost (e.g. a student model) to the what-if.")] = None,
     strict: Annotated[bool, typer.Option(help="Fail on ops with no cost formula.")] = False,
     top: Annotated[int, typer.Option(min=1, help="Groups to list.")] = 10,
     flops_per_mac: Annotated[int, typer.Option(
@@ -108,9 +125,12 @@ def analyze_command(
         help="Refuse models with a tensor larger than this.")] = 1 << 38,
     debug: DebugOpt = False,
 ) -> None:
-    """Costs, fused groups and memory of a model."""
-    _run(debug, _analyze, model, json_path, csv_path, batch, input_shape, strict, top,
-         flops_per_mac, image_size, keep_batchnorm, opset, max_tensor_bytes)
+    """Costs, fused groups and memory of a model; estimates on hardware; what-if."""
+    _run(debug, _analyze, model, json_path=json_path, csv_path=csv_path, batch=batch,
+         input_shape=input_shape, image_size=image_size, keep_batchnorm=keep_batchnorm,
+         opset=opset, top=top, precision=precision, hardware=hardware or [], threads=threads,
+         cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,
+         strict=strict, flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes)
 
 
 app.command("analyze")(analyze_command)
@@ -133,6 +153,23 @@ def export_command(
     path = _run(debug, export_model, model, output, batch=batch, image_size=image_size,
                 keep_batchnorm=keep_batchnorm, opset=opset, dynamic_batch=dynamic_batch)
     Console(highlight=False).print(f"wrote {path}")
+
+
+@app.command("hardware")
+def hardware_command(
+    threads: Annotated[int | None, typer.Option(min=1, help="Threads for the host profile.")
+                       ] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """List the hardware profiles with their key numbers and sources."""
+    from .analyzer.estimate import resolve_target
+    from .analyzer.hardware import available_profiles
+    from .reports.terminal import render_hardware
+
+    def profiles() -> list:
+        return [resolve_target(name, threads)[0] for name in ["host", *available_profiles()]]
+
+    render_hardware(_run(debug, profiles), Console(highlight=False))
 
 
 @app.command("ops")

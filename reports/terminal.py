@@ -45,6 +45,99 @@ def binary(value: int | None) -> str:
     return f"{value} B"
 
 
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    for factor, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if value >= factor:
+            return f"{value / factor:.3g} {unit}"
+    return f"{value * 1e9:.3g} ns"
+
+
+def _groups_table(d: dict, console: Console, top: int) -> None:
+    """The most expensive groups: by estimated time on the first profile, else by FLOPs."""
+    first_hw = next(iter(d.get("estimates", {})), None)
+
+    def weight(g: dict) -> float:
+        est = (g.get("estimates") or {}).get(first_hw) if first_hw else None
+        return est["latency_s"] if est else (g["flops"] or 0)
+
+    known = [g for g in d["groups"] if g["flops"] is not None]
+    ranked = sorted(known, key=weight, reverse=True)[:top]
+    table = Table(title=f"Most expensive fused groups (top {len(ranked)} of {len(d['groups'])})",
+                  title_justify="left")
+    columns = ["#", "pattern", "first node", "MACs", "FLOPs", "share", "bytes"]
+    if first_hw:
+        columns += [f"est. {plain(first_hw, 20)}", "bound"]
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("pattern", "first node", "bound")
+                         else "right")
+    total_flops = d["totals"]["flops"] or 1
+    for g in ranked:
+        row = [str(g["id"]), Text(plain(g["pattern"], 40)), Text(plain(g["nodes"][0])),
+               si(g["macs"]), si(g["flops"]), f"{100 * g['flops'] / total_flops:.1f}%",
+               binary(g["bytes_read"] + g["bytes_written"])]
+        if first_hw:
+            est = (g.get("estimates") or {}).get(first_hw)
+            row += [seconds(est["latency_s"]), est["bound"]] if est else ["unknown", ""]
+        table.add_row(*row)
+    console.print(table)
+
+
+def _label(hw: str, calibrated: bool) -> Text:
+    return Text(plain(hw, 30)) + Text("" if calibrated else " (uncalibrated)", style="dim")
+
+
+def _estimates_table(d: dict, console: Console) -> None:
+    table = Table(title="Estimates (roofline per fused group, summed)", title_justify="left")
+    for col in ("hardware", "precision", "latency", "energy", "complete"):
+        table.add_column(col, justify="left" if col in ("hardware", "precision") else "right")
+    for hw, e in d["estimates"].items():
+        table.add_row(_label(hw, e["calibrated"]), e["precision"], seconds(e["latency_s"]),
+                      f"{e['energy_j']:.3g} J", "yes" if e["complete"] else "no")
+    console.print(table)
+
+
+def _sweep_table(rows: list[dict], console: Console) -> None:
+    first = rows[0]["hardware"]
+    table = Table(title=f"Sweep (speedup and energy efficiency versus {plain(first, 30)})",
+                  title_justify="left")
+    for col in ("batch", "precision", "hardware", "latency", "throughput", "energy",
+                "speedup", "energy eff."):
+        table.add_column(col, justify="left" if col in ("precision", "hardware") else "right")
+    for r in rows:
+        table.add_row(str(r["batch"]), r["precision"], _label(r["hardware"], r["calibrated"]),
+                      seconds(r["latency_s"]),
+                      f"{r['throughput_per_s']:.4g}/s" if r["throughput_per_s"] else "-",
+                      f"{r['energy_j']:.3g} J",
+                      f"{r['speedup']:.3g}x" if r["speedup"] else "-",
+                      f"{r['energy_efficiency']:.3g}x" if r["energy_efficiency"] else "-")
+    console.print(table)
+
+
+def _whatif(w: dict, console: Console) -> None:
+    console.print(Text("What if", style="bold"))
+    if "subgraph" in w:
+        s = w["subgraph"]
+        share = f" ({100 * s['share_of_flops']:.1f}% of the model)" if s["share_of_flops"] else ""
+        console.print(Text(f"  subgraph {plain(s['from'])} → {plain(s['to'])}: "
+                           f"{len(s['nodes'])} nodes, {si(s['macs'])} MACs, "
+                           f"{si(s['flops'])} FLOPs{share}"))
+    if "cached_prefix" in w:
+        c = w["cached_prefix"]
+        plus = (f" + {plain(c['plus_model'])} {si(c['plus_flops'])} FLOPs"
+                if "plus_model" in c else "")
+        console.print(Text(
+            f"  cached until {plain(c['cached_until'])}: {c['prefix_nodes']} nodes not run, "
+            f"{len(c['cached_tensors'])} tensor(s) read back ({binary(c['cache_read_bytes'])})"))
+        console.print(Text(f"  FLOPs {si(c['flops_before'])} → {si(c['flops_after'])}{plus}: "
+                           f"saves {si(c['flops_saved'])} ({100 * c['saved_share']:.1f}%)"))
+    if "plus" in w:
+        p = w["plus"]
+        console.print(Text(f"  plus {plain(p['model'])}: {si(p['flops'])} FLOPs, together "
+                           f"{si(p['flops_total'])}"))
+
+
 def _shape(shape: object) -> str:
     if shape is None:
         return "?"
@@ -84,22 +177,34 @@ def render(result: AnalysisResult, console: Console, *, top: int = 10) -> None:
                         "some costs are unknown; totals cover the known part")
     console.print(summary)
 
-    known = [g for g in d["groups"] if g["flops"] is not None]
-    ranked = sorted(known, key=lambda g: g["flops"], reverse=True)[:top]
-    table = Table(title=f"Most expensive fused groups (top {len(ranked)} of {len(d['groups'])})",
-                  title_justify="left")
-    for col in ("#", "pattern", "first node", "MACs", "FLOPs", "share", "bytes"):
-        table.add_column(col, justify="right" if col in ("#", "MACs", "FLOPs", "share", "bytes")
-                         else "left")
-    total_flops = totals["flops"] or 1
-    for g in ranked:
-        table.add_row(str(g["id"]), Text(plain(g["pattern"], 40)), Text(plain(g["nodes"][0])),
-                      si(g["macs"]), si(g["flops"]), f"{100 * g['flops'] / total_flops:.1f}%",
-                      binary(g["bytes_read"] + g["bytes_written"]))
-    console.print(table)
+    _groups_table(d, console, top)
+    if d.get("estimates"):
+        _estimates_table(d, console)
+    if d.get("sweep"):
+        _sweep_table(d["sweep"], console)
+    if d.get("whatif"):
+        _whatif(d["whatif"], console)
 
     if d["unsupported_ops"]:
         ops = ", ".join(f"{plain(op)} x{len(n)}" for op, n in d["unsupported_ops"].items())
         console.print(Text("unsupported ops (cost unknown): ", style="bold yellow") + Text(ops))
     for w in d["warnings"]:
         console.print(Text("warning: ", style="yellow") + Text(plain(w, 300)))
+
+
+def render_hardware(profiles: list, console: Console) -> None:
+    """`onnxlens hardware`: one row per profile, then each profile's sources."""
+    table = Table(title="Hardware profiles", title_justify="left")
+    for col in ("key", "device", "kind", "fp32", "fp16", "int8", "main memory", "launch",
+                "TDP"):
+        table.add_column(col, justify="left" if col in ("key", "device", "kind") else "right")
+    for hw in profiles:
+        peaks = hw.peak_tflops
+        table.add_row(_label(hw.key, hw.calibrated), Text(plain(hw.name, 40)), hw.kind,
+                      *(f"{peaks[p]:.4g} T" if p in peaks else "-" for p in ("fp32", "fp16",
+                                                                           "int8")),
+                      f"{hw.main_memory.bandwidth_gbps:.4g} GB/s",
+                      f"{hw.kernel_launch_us:.3g} µs", f"{hw.tdp_w:.4g} W")
+    console.print(table)
+    for hw in profiles:
+        console.print(Text(f"{plain(hw.key, 30)}: ", style="bold") + Text(plain(hw.source, 300)))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-import onnxlens
 from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.whatif import caching_scenario, module_path, resolve_node, subgraph
+
+import onnxlens
 
 # Conv MACs of ResNet-18 at 224 (N*M*H*W outputs x C*kh*kw), derived by hand:
 STEM = 64 * 112 * 112 * 3 * 7 * 7  # 118,013,952
@@ -65,7 +65,7 @@ def test_subgraph_between_two_nodes(resnet18: onnxlens.AnalysisResult) -> None:
 
 
 def test_unknown_and_ambiguous_names(resnet18: onnxlens.AnalysisResult) -> None:
-    with pytest.raises(UsageError, match="did you mean 'layer3.1.relu_1'"):
+    with pytest.raises(UsageError, match=r"did you mean 'layer3\.1\.relu_1'"):
         resolve_node(resnet18.graph, "layer3.1.relu1")
     with pytest.raises(UsageError, match="does not depend"):
         subgraph(resnet18.graph, "layer4.1.relu_1", "conv1")
