@@ -49,14 +49,22 @@ def analyze(
     if targets and (len(batches) > 1 or len(precisions) > 1 or len(targets) > 1):
         from .analyzer.sweep import sweep_rows
 
-        def analyze_at(b: int) -> AnalysisResult:
-            return result if b == batches[0] else _analyze_model(source, batch=b, **options)
+        primary = batches[0] if batches else _model_batch(result)
 
-        result.sweep = sweep_rows(analyze_at, batches or [1], precisions, targets)
+        def analyze_at(b: int) -> AnalysisResult:
+            return result if b == primary else _analyze_model(source, batch=b, **options)
+
+        result.sweep = sweep_rows(analyze_at, batches or [primary], precisions, targets)
     if cached_until or from_node or to_node or plus is not None:
         result.whatif = _whatif(result, targets, precisions[0], cached_until, from_node, to_node,
                                 plus, options)
     return result
+
+
+def _model_batch(result: AnalysisResult) -> int:
+    """The first dim of the first input, as analyzed (1 when it is not a number)."""
+    shape = result.model.graph_inputs[0].shape if result.model.graph_inputs else None
+    return shape[0] if shape and isinstance(shape[0], int) else 1
 
 
 def _as_list(value: Any) -> list:
