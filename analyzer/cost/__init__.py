@@ -1,6 +1,17 @@
 """Cost formulas, one module per op family, all registered in one table keyed by op_type."""
 
-from . import conv  # noqa: F401  (importing a family registers its formulas)
+# Importing a family registers its formulas.
+from . import (  # noqa: F401
+    activation,
+    attention,
+    conv,
+    elementwise,
+    matmul,
+    norm,
+    pool,
+    reduce,
+    shape,
+)
 from .base import REGISTRY, ZERO, Cost, OpSpec, lookup, register
 
 __all__ = ["REGISTRY", "ZERO", "Cost", "OpSpec", "lookup", "register"]

@@ -1,0 +1,82 @@
+"""Activations (one result per element) and the row-wise Softmax family.
+
+Each special-function evaluation (exp, log, tanh, erf, sigmoid) is one FLOP and one
+transcendental; the arithmetic around it is counted op by op.
+"""
+
+from __future__ import annotations
+
+from ..ir import NodeInfo
+from .base import Cost, register
+from .common import along_axis, pointwise
+
+# op_type: (FLOPs, transcendental) per output element, with the derivation.
+_ACTIVATIONS: dict[str, tuple[int, int]] = {
+    "Relu": (1, 0),  # max(x, 0)
+    "LeakyRelu": (2, 0),  # x < 0 ? alpha*x : x: compare, multiply
+    "PRelu": (2, 0),  # x < 0 ? slope*x : x: compare, multiply
+    "ThresholdedRelu": (1, 0),  # x > alpha ? x : 0: compare
+    "Sigmoid": (1, 1),  # one sigmoid evaluation
+    "HardSigmoid": (4, 0),  # max(0, min(1, alpha*x + beta)): mul, add, min, max
+    "HardSwish": (5, 0),  # x * HardSigmoid(x): HardSigmoid's 4, then mul
+    "Swish": (3, 1),  # x * sigmoid(alpha*x): mul, sigmoid, mul
+    "Elu": (4, 1),  # x < 0 ? alpha*(exp(x) - 1) : x: compare, exp, sub, mul
+    "Selu": (5, 1),  # gamma * Elu_alpha(x): compare, exp, sub, mul, mul
+    # max(0, x) + min(0, alpha*(exp(x/alpha) - 1)): div, exp, sub, mul, min, max, add
+    "Celu": (7, 1),
+    "Softplus": (3, 2),  # log(exp(x) + 1): exp, add, log
+    "Softsign": (3, 0),  # x / (1 + |x|): abs, add, div
+    "Mish": (5, 3),  # x * tanh(log(1 + exp(x))): exp, add, log, tanh, mul
+}
+
+for _op, (_flops, _transcendental) in _ACTIVATIONS.items():
+    register(_op, family="activation")(pointwise(_flops, _transcendental))
+
+
+@register("Gelu", family="activation")
+def gelu(node: NodeInfo) -> Cost:
+    n = node.outputs[0].size
+    if node.attr("approximate", "none") == "tanh":
+        # 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))): x^3 2 mul, 1 mul, 1 add, 1 mul, tanh,
+        # 1 add, 2 mul = 9 FLOPs, 1 transcendental.
+        return Cost(other_flops=9 * n, transcendental=n)
+    # 0.5x(1 + erf(x/sqrt(2))): div, erf, add, mul, mul = 5 FLOPs, 1 transcendental (the same as
+    # the Div, Erf, Add, Mul, Mul that opset < 20 exporters spell it with).
+    return Cost(other_flops=5 * n, transcendental=n)
+
+
+def softmax_rows(rows: int, n: int) -> Cost:
+    """Numerically stable softmax of `rows` rows of length `n`.
+
+    Per row: max (n-1 compares), x - max (n subs), exp (n), sum (n-1 adds), divide (n):
+    5n - 2 FLOPs, n transcendental.
+    """
+    return Cost(other_flops=rows * (5 * n - 2), transcendental=rows * n)
+
+
+def _rows(node: NodeInfo) -> tuple[int, int]:
+    """(number of rows, row length) along the `axis` attribute (opset >= 13 semantics)."""
+    # approximation: opset < 13 Softmax flattens dims[axis:] into one row (default axis 1); the
+    # formula does not see the opset and reads `axis` as opset 13 does, a single axis (default
+    # -1). The totals differ only in the per-row constant.
+    return along_axis(node.inputs[0].dims, node.attr("axis", -1))
+
+
+@register("Softmax", family="activation")
+def softmax(node: NodeInfo) -> Cost:
+    return softmax_rows(*_rows(node))
+
+
+@register("LogSoftmax", family="activation")
+def log_softmax(node: NodeInfo) -> Cost:
+    rows, n = _rows(node)
+    # x - max - log(sum(exp(x - max))): max n-1, sub n, exp n, sum n-1, log 1, sub n = 5n - 1
+    # FLOPs per row; n + 1 transcendental.
+    return Cost(other_flops=rows * (5 * n - 1), transcendental=rows * (n + 1))
+
+
+@register("Hardmax", family="activation")
+def hardmax(node: NodeInfo) -> Cost:
+    rows, n = _rows(node)
+    # argmax per row (n-1 compares), then a one-hot write.
+    return Cost(other_flops=rows * (n - 1))
