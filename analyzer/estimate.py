@@ -64,6 +64,7 @@ class GroupEstimate:
 @dataclass(frozen=True)
 class ModelEstimate:
     hardware: str
+    profile: HardwareProfile
     precision: str
     calibrated: bool
     groups: dict[int, GroupEstimate | None]  # None where the group's cost is unknown
@@ -150,7 +151,7 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
         out[g.id] = None if cost is None else estimate_group(
             cost, op_class(mg, g, node_costs), hw, precision, eff)
     known = [e for e in out.values() if e is not None]
-    return ModelEstimate(hw.key, precision, hw.calibrated, out,
+    return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,
                          sum(e.latency_s for e in known), sum(e.energy_j for e in known))
 
 

@@ -49,6 +49,8 @@ def analysis_to_dict(result: AnalysisResult) -> dict[str, Any]:
         "pattern": g.pattern,
         "nodes": list(g.nodes),
         **_cost_fields(result.group_costs[g.id], result.flops_per_mac),
+        "output_shapes": [list(t.shape) if t.shape is not None else None
+                          for t in mg.info(g.nodes[-1]).outputs],
         **({"estimates": {hw: _group_estimate(est.groups[g.id])
                           for hw, est in result.estimates.items()}} if result.estimates else {}),
     } for g in result.groups]
@@ -72,11 +74,25 @@ def analysis_to_dict(result: AnalysisResult) -> dict[str, Any]:
                                "complete": est.complete}
                           for hw, est in result.estimates.items()}}
            if result.estimates else {}),
+        **({"hardware": {hw: _profile_summary(est) for hw, est in result.estimates.items()}}
+           if result.estimates else {}),
+        "group_edges": sorted({(group_of[a], group_of[b]) for a, b in mg.graph.edges
+                               if group_of[a] != group_of[b]}),
         **({"sweep": result.sweep} if result.sweep else {}),
         **({"whatif": result.whatif} if result.whatif else {}),
         "unsupported_ops": {op: names for op, names in result.unsupported_ops.items()},
         "warnings": list(result.warnings),
     }
+
+
+def _profile_summary(est: Any) -> dict[str, Any]:
+    """What a reader (or the HTML roofline) needs of the profile an estimate used."""
+    hw = est.profile
+    return {"name": hw.name, "kind": hw.kind, "calibrated": hw.calibrated,
+            "precision": est.precision, "peak_flops": hw.peak_flops(est.precision),
+            "memory": [{"name": m.name, "size_bytes": m.size_bytes,
+                        "bandwidth_gbps": m.bandwidth_gbps} for m in hw.memory],
+            "kernel_launch_us": hw.kernel_launch_us, "source": hw.source}
 
 
 def _group_estimate(e: Any) -> dict[str, Any] | None:

@@ -65,7 +65,8 @@ def _int_list(text: str | None, flag: str) -> list[int]:
     return values
 
 
-def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None, batch: str | None,
+def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
+             html_path: Path | None, batch: str | None,
              input_shape: list[str] | None, image_size: int | None, keep_batchnorm: bool,
              opset: int | None, top: int, precision: str, **options: object) -> None:
     from .analyzer.loader import parse_shape_spec
@@ -86,6 +87,10 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None, batch
         result.to_csv(csv_path)
         result.to_csv(csv_path.with_name(csv_path.stem + "_groups" + csv_path.suffix),
                       level="groups")
+    if html_path:
+        from .reports.html import write_html
+
+        write_html(result.to_dict(), html_path)
 
 
 def analyze_command(
@@ -94,6 +99,8 @@ def analyze_command(
                          ] = None,
     csv_path: Annotated[Path | None, typer.Option(
         "--csv", help="Write per-node CSV (and NAME_groups.csv per group).")] = None,
+    html_path: Annotated[Path | None, typer.Option(
+        "--html", help="Write the self-contained HTML report.")] = None,
     batch: Annotated[str | None, typer.Option(
         "--batch", "-b", help="Pin the batch (first) dim of every input; a list (1,8,32) "
         "sweeps the estimates over it.")] = None,
@@ -126,7 +133,8 @@ def analyze_command(
     debug: DebugOpt = False,
 ) -> None:
     """Costs, fused groups and memory of a model; estimates on hardware; what-if."""
-    _run(debug, _analyze, model, json_path=json_path, csv_path=csv_path, batch=batch,
+    _run(debug, _analyze, model, json_path=json_path, csv_path=csv_path, html_path=html_path,
+         batch=batch,
          input_shape=input_shape, image_size=image_size, keep_batchnorm=keep_batchnorm,
          opset=opset, top=top, precision=precision, hardware=hardware or [], threads=threads,
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,
@@ -153,6 +161,19 @@ def export_command(
     path = _run(debug, export_model, model, output, batch=batch, image_size=image_size,
                 keep_batchnorm=keep_batchnorm, opset=opset, dynamic_batch=dynamic_batch)
     Console(highlight=False).print(f"wrote {path}")
+
+
+@app.command("report")
+def report_command(
+    analysis: Annotated[Path, typer.Argument(help="A JSON file written by `analyze --json`.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="The .html file to write.")],
+    debug: DebugOpt = False,
+) -> None:
+    """Render the HTML report of a saved analysis."""
+    from .reports.html import load_analysis_json, write_html
+
+    _run(debug, lambda: write_html(load_analysis_json(analysis), output))
+    Console(highlight=False).print(f"wrote {output}")
 
 
 @app.command("hardware")

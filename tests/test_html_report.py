@@ -1,0 +1,177 @@
+"""The HTML report, opened in real headless Chromium: no console errors, no request leaves the
+page, the sections are there, hostile names stay text, and it is interactive quickly.
+
+Needs Debian's chromium (installed by .ci/run) and the playwright package (its driver only;
+it uses /usr/bin/chromium, downloads nothing). Screenshots go to the test's output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxlens
+from onnxlens.reports.html import esc, load_analysis_json, render_html, write_html
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+XSS = "<img src=x onerror=alert(1)>"
+HW = Path(__file__).parent / "data" / "test_gpu.toml"
+
+
+def _open(page_path: Path, screenshot: Path) -> dict:
+    """Load the page; return console errors, requests, timings and the visible text."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        requests: list[str] = []
+        dialogs: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        start = time.perf_counter()
+        page.goto(page_path.as_uri(), wait_until="load")
+        page.wait_for_selector("#groups-table th")
+        ready_s = time.perf_counter() - start
+        # Interactive: sorting by FLOPs puts the largest group first.
+        page.click("#groups-table th:nth-child(6)")
+        page.click("#groups-table th:nth-child(6)")
+        first_flops = page.eval_on_selector("#groups-table tbody tr td:nth-child(6)",
+                                            "c => parseFloat(c.getAttribute('data-v'))")
+        page.fill("#filter", "zzz-no-such-group")
+        visible = page.eval_on_selector_all("#groups-table tbody tr",
+                                            "rs => rs.filter(r => r.style.display !== 'none')"
+                                            ".length")
+        page.fill("#filter", "")
+        page.screenshot(path=str(screenshot), full_page=False)
+        text = page.inner_text("body")
+        images = page.eval_on_selector_all("main img", "is => is.length")
+        browser.close()
+    return {"errors": errors, "requests": requests, "ready_s": ready_s, "text": text,
+            "first_flops": first_flops, "visible_after_filter": visible, "dialogs": dialogs,
+            "images": images}
+
+
+def _check(result: dict, page_path: Path, d: dict) -> None:
+    assert result["errors"] == []
+    assert result["requests"] == [page_path.as_uri()]  # the page itself, nothing else
+    assert result["dialogs"] == []
+    for section in ("At a glance", "Fused groups", "Graph of groups"):
+        assert section in result["text"]
+    assert result["first_flops"] == max(g["flops"] for g in d["groups"])
+    assert result["visible_after_filter"] == 0
+
+
+@pytest.fixture(scope="module")
+def resnet18_report(resnet18_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    out = tmp_path_factory.mktemp("report")
+    d = onnxlens.analyze(resnet18_path, hardware=[str(HW)], batch=[1, 8],
+                         precision=["fp32", "fp16"]).to_dict()
+    return write_html(d, out / "resnet18.html"), d
+
+
+def test_report_is_self_contained(resnet18_report: tuple) -> None:
+    path, d = resnet18_report
+    text = path.read_text()
+    assert "http://" not in text and "https://" not in text
+    assert "<script src" not in text and "<link" not in text
+    assert "Roofline: test_gpu" in text and "Hardware comparison" in text
+    assert text.count("<circle") >= len(d["groups"]) - 5  # one estimated point per group
+
+
+@needs_chromium
+def test_resnet18_report_in_chromium(resnet18_report: tuple) -> None:
+    path, d = resnet18_report
+    result = _open(path, path.with_suffix(".png"))
+    _check(result, path, d)
+    assert "Roofline: test_gpu" in result["text"]
+    assert path.with_suffix(".png").stat().st_size > 10_000
+
+
+def _transformer(tmp: Path) -> Path:
+    import torch
+
+    from onnxlens.exporters.torch_export import export_module
+
+    layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128,
+                                             batch_first=True)
+    return export_module(layer, (torch.randn(1, 16, 64),), tmp / "block.onnx")
+
+
+@needs_chromium
+def test_transformer_report_in_chromium(tmp_path: Path) -> None:
+    d = onnxlens.analyze(_transformer(tmp_path), hardware=[str(HW)]).to_dict()
+    path = write_html(d, tmp_path / "block.html")
+    _check(_open(path, tmp_path / "block.png"), path, d)
+
+
+def _hostile_model() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info(XSS, TensorProto.FLOAT, [2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])
+    nodes = [helper.make_node("Relu", [XSS], ["r"], name=XSS),
+             helper.make_node("Relu", ["r"], ["y"], name="</script><script>alert(2)</script>")]
+    graph = helper.make_graph(nodes, "<b>g</b>", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_hostile_strings_are_escaped_in_the_source() -> None:
+    text = render_html(onnxlens.analyze(_hostile_model()).to_dict())
+    assert XSS not in text and "<script>alert(2)" not in text
+    assert esc(XSS) in text
+
+
+@needs_chromium
+def test_hostile_names_show_as_text_in_chromium(tmp_path: Path) -> None:
+    d = onnxlens.analyze(_hostile_model()).to_dict()
+    path = write_html(d, tmp_path / "xss.html")
+    result = _open(path, tmp_path / "xss.png")
+    assert result["dialogs"] == [] and result["images"] == 0
+    assert XSS in result["text"]  # shown, as text
+    assert result["errors"] == []
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_vit_report_opens_fast(tmp_path: Path) -> None:
+    import torch
+    import torchvision
+
+    from onnxlens.exporters.torch_export import export_module
+
+    model = export_module(torchvision.models.vit_b_16(weights=None),
+                          (torch.randn(1, 3, 224, 224),), tmp_path / "vit.onnx")
+    d = onnxlens.analyze(model, hardware=[str(HW)]).to_dict()
+    assert len(d["nodes"]) > 1000
+    path = write_html(d, tmp_path / "vit.html")
+    assert path.stat().st_size < 5 * 1024 * 1024
+    result = _open(path, tmp_path / "vit.png")
+    assert result["errors"] == []
+    assert result["ready_s"] < 2.0
+
+
+def test_report_command_from_saved_json(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from onnxlens.cli import app
+
+    saved = tmp_path / "a.json"
+    saved.write_text(json.dumps(onnxlens.analyze(_hostile_model()).to_dict()))
+    out = CliRunner().invoke(app, ["report", str(saved), "-o", str(tmp_path / "a.html")])
+    assert out.exit_code == 0, out.output
+    assert load_analysis_json(saved)["schema"] == "onnxlens/1"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    out = CliRunner().invoke(app, ["report", str(bad), "-o", str(tmp_path / "b.html")])
+    assert out.exit_code != 0 and "not an onnxlens analysis" in out.output
