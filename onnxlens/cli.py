@@ -66,7 +66,7 @@ def _int_list(text: str | None, flag: str) -> list[int]:
 
 
 def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
-             html_path: Path | None, batch: str | None,
+             html_path: Path | None, netron_path: Path | None, batch: str | None,
              input_shape: list[str] | None, image_size: int | None, keep_batchnorm: bool,
              opset: int | None, top: int, precision: str, **options: object) -> None:
     from .analyzer.loader import parse_shape_spec
@@ -91,6 +91,10 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
         from .reports.html import write_html
 
         write_html(result.to_dict(), html_path)
+    if netron_path:
+        from .reports.netron import write_netron_attachment
+
+        write_netron_attachment(result.to_dict(), netron_path)
 
 
 def analyze_command(
@@ -101,6 +105,9 @@ def analyze_command(
         "--csv", help="Write per-node CSV (and NAME_groups.csv per group).")] = None,
     html_path: Annotated[Path | None, typer.Option(
         "--html", help="Write the self-contained HTML report.")] = None,
+    netron_path: Annotated[Path | None, typer.Option(
+        "--netron", help="Write per-node metrics as a Netron attachment (drop it on the "
+        "model open in Netron).")] = None,
     batch: Annotated[str | None, typer.Option(
         "--batch", "-b", help="Pin the batch (first) dim of every input; a list (1,8,32) "
         "sweeps the estimates over it.")] = None,
@@ -134,7 +141,7 @@ def analyze_command(
 ) -> None:
     """Costs, fused groups and memory of a model; estimates on hardware; what-if."""
     _run(debug, _analyze, model, json_path=json_path, csv_path=csv_path, html_path=html_path,
-         batch=batch,
+         netron_path=netron_path, batch=batch,
          input_shape=input_shape, image_size=image_size, keep_batchnorm=keep_batchnorm,
          opset=opset, top=top, precision=precision, hardware=hardware or [], threads=threads,
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,

@@ -17,6 +17,7 @@ def resnet18_path(export_dir: Path) -> Path:
     """ResNet-18 (random weights), 1x3x224x224, BatchNorm folded."""
     import torch
     import torchvision
+
     from onnxlens.exporters.torch_export import export_module
 
     model = torchvision.models.resnet18(weights=None)
@@ -28,6 +29,7 @@ def resnet18_bn_path(export_dir: Path) -> Path:
     """ResNet-18 (random weights), 1x3x224x224, BatchNorm kept."""
     import torch
     import torchvision
+
     from onnxlens.exporters.torch_export import export_module
 
     model = torchvision.models.resnet18(weights=None)

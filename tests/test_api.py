@@ -17,13 +17,13 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+import onnxlens
 from onnxlens.analyzer.fusion import Group
 from onnxlens.analyzer.graph import build_graph
 from onnxlens.analyzer.loader import load_model
 from onnxlens.analyzer.memory import activation_peak_bytes
 from onnxlens.analyzer.serialize import safe_cell
-
-import onnxlens
 
 CONV_MACS = 1 * 4 * 8 * 8 * 3 * 3 * 3  # N*M*H*W outputs x (C/group * kh * kw) = 6912
 GEMM_MACS = 1 * 10 * 4  # M*N*K = 40

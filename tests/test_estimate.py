@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from onnx import TensorProto, helper
+
+import onnxlens
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import constant_efficiency, estimate_group, memory_level
 from onnxlens.analyzer.hardware import (
@@ -12,8 +14,6 @@ from onnxlens.analyzer.hardware import (
     load_profile,
     profile_from_dict,
 )
-
-import onnxlens
 
 TEST_GPU = {
     "name": "Test GPU", "kind": "gpu", "source": "made up for the test",

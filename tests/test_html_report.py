@@ -175,3 +175,18 @@ def test_report_command_from_saved_json(tmp_path: Path) -> None:
     bad.write_text("{}")
     out = CliRunner().invoke(app, ["report", str(bad), "-o", str(tmp_path / "b.html")])
     assert out.exit_code != 0 and "not an onnxlens analysis" in out.output
+
+
+def test_netron_attachment(resnet18_path: Path, tmp_path: Path) -> None:
+    from onnxlens.reports.netron import write_netron_attachment
+
+    d = onnxlens.analyze(resnet18_path, hardware=[str(HW)]).to_dict()
+    data = json.loads(write_netron_attachment(d, tmp_path / "r.attachment.json").read_text())
+    assert data["signature"] == "netron:attachment"
+    conv = {e["name"]: e["value"] for e in data["metrics"]
+            if e["kind"] == "node" and e["target"] == "/conv1/Conv"}
+    assert conv["macs"] == 64 * 112 * 112 * 3 * 7 * 7
+    names = {n.name for n in onnx.load(resnet18_path).graph.node}
+    assert {e["target"] for e in data["metrics"] if e["kind"] == "node"} <= names
+    model = {e["name"]: e["value"] for e in data["metrics"] if e["kind"] == "model"}
+    assert model["macs"] == d["totals"]["macs"]

@@ -6,9 +6,9 @@ from fractions import Fraction
 
 import onnx
 from onnx import TensorProto, helper
-from onnxlens.analyzer.symbolic import fit_polynomial, format_polynomial, formulas, sample_points
 
 import onnxlens
+from onnxlens.analyzer.symbolic import fit_polynomial, format_polynomial, formulas, sample_points
 
 
 def test_fit_recovers_polynomials_exactly() -> None:

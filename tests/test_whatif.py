@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from onnxlens.analyzer.errors import UsageError
-from onnxlens.analyzer.whatif import caching_scenario, module_path, resolve_node, subgraph
 
 import onnxlens
+from onnxlens.analyzer.errors import UsageError
+from onnxlens.analyzer.whatif import caching_scenario, module_path, resolve_node, subgraph
 
 # Conv MACs of ResNet-18 at 224 (N*M*H*W outputs x C*kh*kw), derived by hand:
 STEM = 64 * 112 * 112 * 3 * 7 * 7  # 118,013,952
