@@ -38,7 +38,12 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     ...
     source = "..."
 
-Peaks are per precision; int8 is in TOP/s under `peak_int8_tops`.
+    [extra]                            # optional facts behind the numbers (cores, clocks, ...)
+
+Peaks are per precision; int8 is in TOP/s under `peak_int8_tops`. A memory level is listed
+only if data stays in it from one fused group to the next (a GPU's L1/shared memory does not
+outlive a kernel, so GPU profiles start at L2). `--hardware file.yaml` reads the same layout
+as YAML when PyYAML is installed. `profile_to_toml` writes a profile back in this layout.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ PRECISION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normalization",
               "pool", "reduce", "data_movement")
 PROFILES_DIR = Path(__file__).parent / "profiles"
+KINDS = ("cpu", "gpu", "tpu", "npu")
 
 
 class HardwareProfileError(OnnxLensError):
@@ -116,6 +122,17 @@ class HardwareProfile:
 
 _FALLBACK = {"fp32": ("fp32",), "tf32": ("tf32", "fp32"), "fp16": ("fp16", "fp32"),
              "bf16": ("bf16", "fp16", "fp32"), "int8": ("int8", "fp16", "fp32")}
+PEAK_FIELDS = {p: "peak_int8_tops" if p == "int8" else f"peak_{p}_tflops" for p in PRECISIONS}
+_SECTIONS = ("compute", "overhead", "power", "efficiency")
+# The fields each part of a file may hold: anything else is a typo, reported by name.
+_FIELDS = {
+    "": {"name", "kind", "source", "calibrated", "memory", "extra", *_SECTIONS},
+    "compute": {"source", *PEAK_FIELDS.values()},
+    "memory": {"name", "size_bytes", "bandwidth_gbps", "energy_pj_per_byte", "source"},
+    "overhead": {"kernel_launch_us", "source"},
+    "power": {"static_w", "tdp_w", "source", *(f"compute_pj_per_flop_{p}" for p in PRECISIONS)},
+    "efficiency": {"source", *OP_CLASSES},
+}
 
 
 def available_profiles() -> list[str]:
@@ -123,7 +140,7 @@ def available_profiles() -> list[str]:
 
 
 def load_profile(name_or_path: str | Path) -> HardwareProfile:
-    """A shipped profile by key (`h100`), `host` (detected and calibrated), or a TOML file."""
+    """A shipped profile by key (`h100`), `host` (detected), or a TOML (or YAML) file."""
     text = str(name_or_path)
     if text == "host":
         from .host import host_profile
@@ -132,53 +149,60 @@ def load_profile(name_or_path: str | Path) -> HardwareProfile:
     path = Path(text)
     if not path.suffix and (PROFILES_DIR / f"{text}.toml").exists():
         path = PROFILES_DIR / f"{text}.toml"
-    elif not path.exists():
+    elif not path.is_file():
         raise HardwareProfileError(f"hardware {text!r}: no such profile or file (profiles: "
                                    f"host, {', '.join(available_profiles())})")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise HardwareProfileError(f"{path}: cannot read ({e})") from None
+    data = _parse_yaml(raw, path) if path.suffix in (".yaml", ".yml") else _parse_toml(raw, path)
+    return profile_from_dict(data, key=path.stem, where=str(path))
+
+
+def _parse_toml(text: str, path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise HardwareProfileError(f"{path}: not valid TOML ({e})") from None
-    return profile_from_dict(data, key=path.stem, where=str(path))
+
+
+def _parse_yaml(text: str, path: Path) -> dict[str, Any]:
+    try:
+        import yaml
+    except ImportError:
+        raise HardwareProfileError(f"{path}: reading YAML needs PyYAML (pip install pyyaml); "
+                                   "TOML needs nothing") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise HardwareProfileError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise HardwareProfileError(f"{path}: expected a mapping at the top of the file")
+    return data
 
 
 def profile_from_dict(data: dict[str, Any], *, key: str, where: str) -> HardwareProfile:
     """Validate and build a profile; errors name the file and the field."""
     r = _Reader(data, where)
+    r.known(data, "")
     compute = r.table("compute")
-    peaks = {}
-    for p in PRECISIONS:
-        field_name = "peak_int8_tops" if p == "int8" else f"peak_{p}_tflops"
-        if field_name in compute:
-            peaks[p] = r.positive(compute, field_name, "compute")
+    peaks = {p: r.positive(compute, f, "compute") for p, f in PEAK_FIELDS.items()
+             if f in compute}
     if "fp32" not in peaks:
         raise HardwareProfileError(f"{where}: compute.peak_fp32_tflops is required")
-    levels = []
-    memory = data.get("memory")
-    if not isinstance(memory, list) or not memory:
-        raise HardwareProfileError(f"{where}: [[memory]] needs at least one level")
-    for i, level in enumerate(memory):
-        section = f"memory[{i}]"
-        if not isinstance(level, dict):
-            raise HardwareProfileError(f"{where}: {section} must be a table")
-        last = i == len(memory) - 1
-        size = None if last and "size_bytes" not in level else int(
-            r.positive(level, "size_bytes", section))
-        levels.append(MemoryLevel(r.string(level, "name", section),
-                                  r.positive(level, "bandwidth_gbps", section), size,
-                                  r.non_negative(level, "energy_pj_per_byte", section, 0.0),
-                                  str(level.get("source", ""))))
-    sizes = [lv.size_bytes for lv in levels[:-1]]
-    if any(a >= b for a, b in zip(sizes, sizes[1:])):  # type: ignore[operator]
-        raise HardwareProfileError(f"{where}: memory levels must grow in size_bytes")
+    levels = _memory_levels(r, data.get("memory"))
     overhead = r.table("overhead")
     power = r.table("power")
     energy = {p: r.non_negative(power, f"compute_pj_per_flop_{p}", "power")
               for p in PRECISIONS if f"compute_pj_per_flop_{p}" in power}
     if "fp32" not in energy:
         raise HardwareProfileError(f"{where}: power.compute_pj_per_flop_fp32 is required")
+    static_w = r.non_negative(power, "static_w", "power")
+    tdp_w = r.positive(power, "tdp_w", "power")
+    if static_w > tdp_w:
+        raise HardwareProfileError(f"{where}: power.static_w = {static_w} is more than "
+                                   f"power.tdp_w = {tdp_w}")
     eff_table = r.table("efficiency")
     efficiency = {}
     for cls in OP_CLASSES:
@@ -186,17 +210,124 @@ def profile_from_dict(data: dict[str, Any], *, key: str, where: str) -> Hardware
         if value > 1:
             raise HardwareProfileError(f"{where}: efficiency.{cls} = {value} is over 1")
         efficiency[cls] = value
-    sources = {name: str(data[name].get("source", "")) for name in
-               ("compute", "overhead", "power", "efficiency") if isinstance(data.get(name), dict)}
+    extra = data.get("extra", {})
+    if not isinstance(extra, dict):
+        raise HardwareProfileError(f"{where}: extra must be a table")
+    calibrated = data.get("calibrated", False)
+    if not isinstance(calibrated, bool):
+        raise HardwareProfileError(f"{where}: calibrated = {calibrated!r} must be true or false")
     return HardwareProfile(
-        key=key, name=r.string(data, "name", ""), kind=r.choice(data, "kind", ("cpu", "gpu",
-                                                                               "tpu", "npu")),
-        source=r.string(data, "source", ""), peak_tflops=peaks, memory=tuple(levels),
+        key=key, name=r.string(data, "name", ""), kind=r.choice(data, "kind", KINDS),
+        source=r.string(data, "source", ""), peak_tflops=peaks, memory=levels,
         kernel_launch_us=r.non_negative(overhead, "kernel_launch_us", "overhead"),
-        static_w=r.non_negative(power, "static_w", "power"),
-        tdp_w=r.positive(power, "tdp_w", "power"), compute_pj_per_flop=energy,
-        efficiency=efficiency, calibrated=bool(data.get("calibrated", False)),
-        sources=sources, extra=dict(data.get("extra", {})))
+        static_w=static_w, tdp_w=tdp_w, compute_pj_per_flop=energy, efficiency=efficiency,
+        calibrated=calibrated,
+        sources={name: r.optional_string(data[name], "source", name) for name in _SECTIONS},
+        extra=dict(extra))
+
+
+def _memory_levels(r: _Reader, memory: Any) -> tuple[MemoryLevel, ...]:
+    if not isinstance(memory, list) or not memory:
+        raise HardwareProfileError(f"{r.where}: [[memory]] needs at least one level")
+    levels: list[MemoryLevel] = []
+    for i, level in enumerate(memory):
+        section = f"memory[{i}]"
+        if not isinstance(level, dict):
+            raise HardwareProfileError(f"{r.where}: {section} must be a table")
+        r.known(level, "memory", section)
+        last = i == len(memory) - 1
+        size = None if last and "size_bytes" not in level else r.whole(level, "size_bytes",
+                                                                        section)
+        previous = levels[-1].size_bytes if levels else None
+        if previous is not None and size is not None and size <= previous:
+            raise HardwareProfileError(
+                f"{r.where}: {section}.size_bytes = {size} must be larger than "
+                f"memory[{i - 1}].size_bytes = {previous} (fastest level first)")
+        levels.append(MemoryLevel(r.string(level, "name", section),
+                                  r.positive(level, "bandwidth_gbps", section), size,
+                                  r.non_negative(level, "energy_pj_per_byte", section, 0.0),
+                                  r.optional_string(level, "source", section)))
+    return tuple(levels)
+
+
+def profile_to_dict(hw: HardwareProfile) -> dict[str, Any]:
+    """The file layout of a profile, as plain data (`profile_from_dict` reads it back)."""
+    levels = []
+    for lv in hw.memory:
+        level: dict[str, Any] = {"name": lv.name}
+        if lv.size_bytes is not None:
+            level["size_bytes"] = lv.size_bytes
+        levels.append({**level, "bandwidth_gbps": lv.bandwidth_gbps,
+                       "energy_pj_per_byte": lv.energy_pj_per_byte, "source": lv.source})
+    power: dict[str, Any] = {"static_w": hw.static_w, "tdp_w": hw.tdp_w}
+    power.update({f"compute_pj_per_flop_{p}": v for p, v in hw.compute_pj_per_flop.items()})
+    data: dict[str, Any] = {
+        "name": hw.name, "kind": hw.kind, "source": hw.source, "calibrated": hw.calibrated,
+        "compute": {PEAK_FIELDS[p]: v for p, v in hw.peak_tflops.items()},
+        "memory": levels,
+        "overhead": {"kernel_launch_us": hw.kernel_launch_us},
+        "power": power,
+        "efficiency": dict(hw.efficiency),
+    }
+    for name in _SECTIONS:
+        data[name]["source"] = hw.sources.get(name, "")
+    if hw.extra:
+        data["extra"] = dict(hw.extra)
+    return data
+
+
+def profile_to_toml(hw: HardwareProfile) -> str:
+    """The profile as TOML text in the file layout; `load_profile` reads it back equal."""
+    data = profile_to_dict(hw)
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items()
+             if not isinstance(v, dict | list)]
+    for name in _SECTIONS:
+        lines += ["", f"[{name}]", *_toml_pairs(data[name])]
+    for level in data["memory"]:
+        lines += ["", "[[memory]]", *_toml_pairs(level)]
+    if "extra" in data:
+        lines += ["", "[extra]", *_toml_pairs(data["extra"])]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_pairs(table: dict[str, Any]) -> list[str]:
+    return [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items()]
+
+
+def _toml_key(key: str) -> str:
+    bare = bool(key) and all(c.isascii() and (c.isalnum() or c in "_-") for c in key)
+    return key if bare else _toml_string(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return repr(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}"
+                               for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise HardwareProfileError(f"cannot write {type(value).__name__} {value!r} as TOML")
+
+
+def _toml_string(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 @dataclass(frozen=True)
@@ -207,10 +338,20 @@ class _Reader:
     def _name(self, section: str, key: str) -> str:
         return f"{section}.{key}" if section else key
 
+    def known(self, table: dict[str, Any], part: str, section: str | None = None) -> None:
+        """Every key of `table` is a field `part` may hold (a typo names itself)."""
+        unknown = sorted(set(map(str, table)) - _FIELDS[part])
+        if unknown:
+            where = section if section is not None else part
+            raise HardwareProfileError(
+                f"{self.where}: unknown field {self._name(where, unknown[0])} (expected one "
+                f"of {', '.join(sorted(_FIELDS[part]))})")
+
     def table(self, name: str) -> dict[str, Any]:
         value = self.data.get(name)
         if not isinstance(value, dict):
             raise HardwareProfileError(f"{self.where}: missing table [{name}]")
+        self.known(value, name)
         return value
 
     def string(self, table: dict[str, Any], key: str, section: str) -> str:
@@ -218,6 +359,13 @@ class _Reader:
         if not isinstance(value, str) or not value:
             raise HardwareProfileError(f"{self.where}: {self._name(section, key)} must be a "
                                        "non-empty string")
+        return value
+
+    def optional_string(self, table: dict[str, Any], key: str, section: str) -> str:
+        value = table.get(key, "")
+        if not isinstance(value, str):
+            raise HardwareProfileError(f"{self.where}: {self._name(section, key)} = {value!r} "
+                                       "must be a string")
         return value
 
     def choice(self, table: dict[str, Any], key: str, options: tuple[str, ...]) -> str:
@@ -246,6 +394,13 @@ class _Reader:
             raise HardwareProfileError(f"{self.where}: {self._name(section, key)} = {value} "
                                        "must be positive")
         return value
+
+    def whole(self, table: dict[str, Any], key: str, section: str) -> int:
+        value = self.positive(table, key, section)
+        if not value.is_integer():
+            raise HardwareProfileError(f"{self.where}: {self._name(section, key)} = {value} "
+                                       "must be a whole number")
+        return int(value)
 
     def non_negative(self, table: dict[str, Any], key: str, section: str,
                      default: float | None = None) -> float:
