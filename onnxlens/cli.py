@@ -18,7 +18,7 @@ from .analyzer.errors import OnnxLensError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="onnxlens: where does the time go in a neural network.")
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ModelArg = Annotated[str, typer.Argument(
     help="An .onnx file, a torchvision model name (resnet18) or module:factory.")]

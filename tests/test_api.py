@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -155,8 +156,9 @@ def test_unknown_op_is_reported_not_zero(tmp_path: Path) -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     code = "from onnxlens.cli import analyze_main; analyze_main()"
+    env = {**os.environ, "COLUMNS": "250"}  # wide enough that no cell wraps
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env=env)
 
 
 def test_cli_writes_json_and_csv(tiny_path: Path, tmp_path: Path) -> None:
