@@ -1,0 +1,248 @@
+"""Map a backend's kernel times back to our nodes and fusion groups.
+
+ORT rewrites the graph before it runs it (see shared/notes/ort-profiling.md): at ORT_ENABLE_ALL
+ResNet-18's 49 nodes become 25 kernels, most of them NCHWc convolutions named after the ONNX
+tensor of the last node they absorbed plus ``_nchwc``, whose outputs are renamed
+``reorder_token_N``; transformer graphs get ORT's own Reshape/Gemm/Reshape triples and
+SkipLayerNormalization. The optimized graph (saved by the profiled session) lists every
+kernel's inputs and outputs, and the mapping goes through tensor names:
+
+1. Resolve each tensor of the optimized graph to the original tensor holding the same value:
+   the same name; the output of an ``<T>_nchwc`` kernel is T in another layout, or for a Conv
+   that fused a residual Add and an activation after T, the output of those; the output of
+   ReorderInput is its input in another layout. Other tensors are ORT's own (unresolved).
+2. Kernels joined by an unresolved tensor form one unit (gemm_input_reshape -> Gemm ->
+   gemm_output_reshape); a unit covers the original producers of the resolved tensors it
+   writes, walking back through the original graph until a tensor that exists in the optimized
+   graph (a kernel's output, a graph input, a weight). Nodes computed from constants alone
+   (Constant, shape arithmetic on known shapes) are folded by ORT when the session loads and
+   are never reached by the walk past the unit's own outputs, so they get no time.
+3. A unit that covers nothing is a layout change with no ONNX counterpart (ReorderOutput,
+   ReorderInput of a graph input): its time is reported as unmapped, not hidden.
+
+Time: each kernel's share of the kernels' total in a profiled run (medians over the runs) is
+applied to the latency measured with profiling off. Profiling slows a run, most of all between
+kernel events (ORT records each event's arguments: a 30-kernel transformer block spends a third
+of a profiled run between events, and runs 2.5x faster unprofiled), so the time between events
+cannot be told apart from profiler overhead; it is reported (`outside_kernel_share`), not
+charged, and the executor's real time between kernels is spread with the kernels' shares. A
+kernel's time is split over the nodes it covers in proportion to their estimated FLOPs (all
+equal when none has any), so a kernel spanning several of our groups is split across them in
+proportion to the FLOPs of its nodes in each. A group's time is the sum over its nodes, and
+the groups add up to the latency less the unmapped kernels' share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import onnx
+
+from ..analyzer.analysis import AnalysisResult
+from ..analyzer.graph import ModelGraph
+from .base import Profile
+
+_NCHWC_SUFFIX = "_nchwc"
+_LAYOUT_OPS = frozenset({"ReorderInput", "ReorderOutput"})
+_SHAPE_OPS = frozenset({"Shape", "Size"})
+
+
+@dataclass(frozen=True, slots=True)
+class KernelShare:
+    name: str
+    op_type: str
+    duration_s: float  # median in the profiled runs
+    nodes: tuple[str, ...]  # our node keys it covers, execution order; () = unmapped
+
+
+@dataclass(frozen=True)
+class MeasuredTimes:
+    """Per-node and per-group seconds at the scale of the measured latency."""
+
+    kernels: tuple[KernelShare, ...]
+    node_s: dict[str, float]
+    group_s: dict[int, float]
+    latency_s: float  # the model time the shares are applied to
+    unmapped_share: float  # of the kernels' time: kernels with no ONNX counterpart
+    outside_kernel_share: float  # of a profiled run: between kernel events (not charged)
+
+    @property
+    def mapped_kernels(self) -> int:
+        return sum(1 for k in self.kernels if k.nodes)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kernels": len(self.kernels), "mapped_kernels": self.mapped_kernels,
+            "unmapped_share": self.unmapped_share,
+            "outside_kernel_share": self.outside_kernel_share,
+            "unmapped_kernels": [{"name": k.name, "op_type": k.op_type,
+                                  "duration_s": k.duration_s} for k in self.kernels
+                                 if not k.nodes],
+        }
+
+
+def map_profile(profile: Profile, analysis: AnalysisResult,
+                latency_s: float | None = None) -> MeasuredTimes:
+    """Kernel times mapped to `analysis`'s nodes and groups, scaled so that all kernels add up
+    to `latency_s` (default: the profiled run time)."""
+    mg = analysis.graph
+    covers = (kernel_covers(mg, profile.optimized) if profile.optimized is not None else {})
+    # Kernels named after our nodes (a backend that runs our graph as is) cover those nodes.
+    kernels = tuple(KernelShare(k.name, k.op_type, k.duration_s,
+                                covers.get(k.name, (k.name,) if k.name in mg.graph else ()))
+                    for k in profile.kernels)
+    latency = latency_s if latency_s is not None else profile.run_s
+    in_kernels = sum(k.duration_s for k in kernels)
+    scale = latency / in_kernels if in_kernels else 0.0
+    flops = {key: _flops(analysis, key) for key in mg.order}
+    node_s = dict.fromkeys(mg.order, 0.0)
+    for k in kernels:
+        for key, part in _split(k.duration_s * scale, k.nodes, flops):
+            node_s[key] += part
+    group_s = {g.id: sum(node_s[key] for key in g.nodes) for g in analysis.groups}
+    unmapped = sum(k.duration_s for k in kernels if not k.nodes) / (in_kernels or 1.0)
+    outside = max(0.0, 1.0 - in_kernels / profile.run_s) if profile.run_s else 0.0
+    return MeasuredTimes(kernels, node_s, group_s, latency, unmapped, outside)
+
+
+def _flops(analysis: AnalysisResult, key: str) -> float:
+    cost = analysis.node_costs[key].cost
+    return float(cost.flops(analysis.flops_per_mac)) if cost is not None else 0.0
+
+
+def _split(seconds: float, nodes: tuple[str, ...], flops: dict[str, float]
+           ) -> Iterable[tuple[str, float]]:
+    total = sum(flops[n] for n in nodes)
+    for n in nodes:
+        yield n, seconds * (flops[n] / total if total else 1 / len(nodes))
+
+
+# ---- kernels to nodes -------------------------------------------------------------------------
+
+def kernel_covers(mg: ModelGraph, optimized: onnx.GraphProto) -> dict[str, tuple[str, ...]]:
+    """Kernel (optimized node) name -> the keys of our nodes it covers, in execution order."""
+    original = _original_tensors(mg)
+    alias = resolve_tensors(optimized, mg)
+    present = ({a for a in alias.values() if a is not None} | set(mg.graph_inputs)
+               | set(mg.initializers)
+               | {t.name for t in optimized.initializer if t.name in original})
+    static = static_nodes(mg)
+    rank = {key: i for i, key in enumerate(mg.order)}
+    covers: dict[str, tuple[str, ...]] = {}
+    for unit in _units(optimized, alias):
+        written = {alias[t] for n in unit for t in n.output if t and alias.get(t)}
+        read = {alias.get(t) or t for n in unit for t in n.input if t}
+        nodes = _walk_back(mg, written - read, present, static)
+        ordered = tuple(sorted(nodes, key=rank.__getitem__))
+        for n in unit:
+            covers[n.name] = tuple(sorted(set(covers.get(n.name, ())) | set(ordered),
+                                          key=rank.__getitem__))
+    return covers
+
+
+def resolve_tensors(optimized: onnx.GraphProto, mg: ModelGraph) -> dict[str, str | None]:
+    """Optimized-graph tensor name -> the original tensor with the same value (None: ORT's own)."""
+    original = _original_tensors(mg)
+    alias: dict[str, str | None] = {}
+    for node in optimized.node:
+        for i, out in enumerate(node.output):
+            if not out:
+                continue
+            named = node.name.removesuffix(_NCHWC_SUFFIX)
+            if out in original:
+                alias[out] = out
+            elif node.name.endswith(_NCHWC_SUFFIX) and i == 0 and named in original:
+                alias[out] = _nchwc_result(mg, named, node, alias)
+            elif node.op_type in _LAYOUT_OPS and node.input:
+                source = node.input[0]
+                alias[out] = alias.get(source) or (source if source in original else None)
+            else:
+                alias[out] = None
+    return alias
+
+
+def _original_tensors(mg: ModelGraph) -> set[str]:
+    return set(mg.producer) | set(mg.graph_inputs) | set(mg.initializers)
+
+
+def _nchwc_result(mg: ModelGraph, named: str, node: onnx.NodeProto,
+                  alias: dict[str, str | None]) -> str:
+    """The original tensor an NCHWc kernel computes. ORT names it after the tensor of the Conv
+    (or Conv+BN, Conv+activation) it converted, then fuses in place, without renaming, the
+    residual Add (as the kernel's 4th input, `Sum`) and the activation after it (attribute
+    `activation`): follow those from the named tensor."""
+    if node.op_type != "Conv":
+        return named
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    pending = set()
+    if len(node.input) > 3 and node.input[3]:
+        pending.add("Add")
+    if "activation" in attrs:
+        pending.add(attrs["activation"].decode())
+    total = named
+    while pending:
+        users = mg.consumers.get(total, [])
+        if len(users) != 1 or mg.info(users[0]).op_type not in pending:
+            break
+        info = mg.info(users[0])
+        operands = {t.name for t in info.inputs if t is not None}
+        if info.op_type == "Add" and alias.get(node.input[3]) not in operands:
+            break  # an Add of something other than the kernel's Sum input
+        pending.discard(info.op_type)
+        total = info.outputs[0].name
+    return total
+
+
+def _units(optimized: onnx.GraphProto, alias: dict[str, str | None]
+           ) -> list[list[onnx.NodeProto]]:
+    """Optimized nodes joined through tensors of ORT's own (union-find), in graph order."""
+    parent = list(range(len(optimized.node)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    producer = {out: i for i, node in enumerate(optimized.node) for out in node.output if out}
+    for i, node in enumerate(optimized.node):
+        for t in node.input:
+            if t in producer and alias.get(t) is None:
+                parent[find(i)] = find(producer[t])
+    units: dict[int, list[onnx.NodeProto]] = {}
+    for i, node in enumerate(optimized.node):
+        units.setdefault(find(i), []).append(node)
+    return list(units.values())
+
+
+def _walk_back(mg: ModelGraph, start: set[str], present: set[str], static: set[str]
+               ) -> set[str]:
+    """The producers of `start` and, through tensors absent from the optimized graph, theirs."""
+    found: set[str] = set()
+    stack = [mg.producer[t] for t in start if t in mg.producer]
+    first = set(stack)
+    while stack:
+        key = stack.pop()
+        if key in found or (key in static and key not in first):
+            continue
+        found.add(key)
+        for t in mg.info(key).inputs:
+            if t is not None and t.name not in present and t.name in mg.producer:
+                stack.append(mg.producer[t.name])
+    return found
+
+
+def static_nodes(mg: ModelGraph) -> set[str]:
+    """Nodes whose outputs are known when the session loads: constants, arithmetic on
+    constants, and Shape/Size of tensors whose shape is known. ORT folds them."""
+    static: set[str] = set()
+    constant = set(mg.initializers)
+    for key in mg.order:
+        info = mg.info(key)
+        inputs = [t for t in info.inputs if t is not None]
+        if (all(t.name in constant for t in inputs)
+                or (info.op_type in _SHAPE_OPS and inputs and inputs[0].known)):
+            static.add(key)
+            constant.update(t.name for t in info.outputs)
+    return static
