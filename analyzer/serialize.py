@@ -104,7 +104,12 @@ def _group_estimate(e: Any) -> dict[str, Any] | None:
 
 
 def write_json(result: AnalysisResult, path: str | os.PathLike | None = None) -> str:
-    text = json.dumps(analysis_to_dict(result), indent=1)
+    return dump_json(analysis_to_dict(result), path)
+
+
+def dump_json(d: dict[str, Any], path: str | os.PathLike | None = None) -> str:
+    """An analysis dict (measurements merged or not) as JSON text, written to `path` if given."""
+    text = json.dumps(d, indent=1)
     if path is not None:
         Path(path).write_text(text + "\n", encoding="utf-8")
     return text

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from .analyzer.errors import OnnxLensError, UsageError
+
+if TYPE_CHECKING:
+    from .backends.compare import ModelSpec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="onnxlens: where does the time go in a neural network.")
@@ -68,8 +71,10 @@ def _int_list(text: str | None, flag: str) -> list[int]:
 def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
              html_path: Path | None, netron_path: Path | None, batch: str | None,
              input_shape: list[str] | None, image_size: int | None, keep_batchnorm: bool,
-             opset: int | None, top: int, precision: str, **options: object) -> None:
+             opset: int | None, top: int, precision: str, measure: str | None, runs: int,
+             **options: object) -> None:
     from .analyzer.loader import parse_shape_spec
+    from .analyzer.serialize import dump_json
     from .api import analyze, resolve_model
     from .reports.terminal import render
 
@@ -80,9 +85,24 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
     precisions = [p.strip() for p in precision.split(",") if p.strip()]
     result = analyze(source, batch=batches, precision=precisions, input_shapes=shapes,
                      **options)
-    render(result, Console(highlight=False), top=top)
+    d = result.to_dict()
+    console = Console(highlight=False)
+    render(d, console, top=top)
+    if measure:
+        from .backends.compare import attach_measurements, compare
+        from .reports.compare_terminal import measuring, render_comparison
+
+        spec = _model_spec(model, source, image_size=image_size, keep_batchnorm=keep_batchnorm,
+                           opset=opset)
+        with measuring(err_console) as progress:
+            comparison = compare(spec, _names(measure), analysis=result, runs=runs,
+                                 batches=batches[:1], threads=options["threads"] or 1,
+                                 hardware={"ort-cuda": options["hardware"][0]}
+                                 if options["hardware"] else None, progress=progress)
+        render_comparison(comparison.to_dict(), console, top=top)
+        d = attach_measurements(d, comparison.to_dict())
     if json_path:
-        result.to_json(json_path)
+        dump_json(d, json_path)
     if csv_path:
         result.to_csv(csv_path)
         result.to_csv(csv_path.with_name(csv_path.stem + "_groups" + csv_path.suffix),
@@ -90,11 +110,38 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
     if html_path:
         from .reports.html import write_html
 
-        write_html(result.to_dict(), html_path)
+        write_html(d, html_path)
     if netron_path:
         from .reports.netron import write_netron_attachment
 
-        write_netron_attachment(result.to_dict(), netron_path)
+        write_netron_attachment(d, netron_path)
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError("name at least one backend (onnxlens backends lists them)")
+    return names
+
+
+def _model_spec(model: str, source: Path, *, image_size: int | None, keep_batchnorm: bool,
+                opset: int | None) -> ModelSpec:
+    """What to measure: the file, and for a model onnxlens exports, how to rebuild the torch
+    module (the torch backend) and how to export it at another batch."""
+    from functools import partial
+
+    from .backends.compare import ModelSpec
+
+    if source.exists() and str(source) == model:
+        return ModelSpec(source)
+    from .exporters.torch_export import build_module, cached_export
+
+    def at_batch(b: int) -> Path:
+        return cached_export(model, batch=b, image_size=image_size,
+                             keep_batchnorm=keep_batchnorm, opset=opset)
+
+    return ModelSpec(source, torch_factory=partial(build_module, model, image_size),
+                     at_batch=at_batch)
 
 
 def analyze_command(
@@ -128,6 +175,10 @@ def analyze_command(
     to_node: Annotated[str | None, typer.Option("--to", help="... to this one.")] = None,
     plus: Annotated[Path | None, typer.Option(
         help="Add another model's cost (e.g. a student model) to the what-if.")] = None,
+    measure: Annotated[str | None, typer.Option(
+        help="Also measure on backends (ort-cpu,...): per-group measured vs estimated.")
+                       ] = None,
+    runs: Annotated[int, typer.Option(min=1, help="Timed runs per backend (--measure).")] = 50,
     strict: Annotated[bool, typer.Option(help="Fail on ops with no cost formula.")] = False,
     top: Annotated[int, typer.Option(min=1, help="Groups to list.")] = 10,
     flops_per_mac: Annotated[int, typer.Option(
@@ -143,7 +194,8 @@ def analyze_command(
     _run(debug, _analyze, model, json_path=json_path, csv_path=csv_path, html_path=html_path,
          netron_path=netron_path, batch=batch,
          input_shape=input_shape, image_size=image_size, keep_batchnorm=keep_batchnorm,
-         opset=opset, top=top, precision=precision, hardware=hardware or [], threads=threads,
+         opset=opset, top=top, precision=precision, measure=measure, runs=runs,
+         hardware=hardware or [], threads=threads,
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,
          strict=strict, flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes)
 
@@ -168,6 +220,74 @@ def export_command(
     path = _run(debug, export_model, model, output, batch=batch, image_size=image_size,
                 keep_batchnorm=keep_batchnorm, opset=opset, dynamic_batch=dynamic_batch)
     Console(highlight=False).print(f"wrote {path}")
+
+
+@app.command("compare")
+def compare_command(
+    model: ModelArg,
+    backends: Annotated[str, typer.Option(help="Backends to run, comma separated.")
+                        ] = "ort-cpu",
+    threads: Annotated[int, typer.Option(min=1, help="Threads per backend (pinned).")] = 1,
+    runs: Annotated[int, typer.Option(min=1, help="Timed runs.")] = 50,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 5,
+    batch: Annotated[str | None, typer.Option(
+        "--batch", "-b", help="Batch sizes for latency and throughput, e.g. 1,8,32.")] = None,
+    inputs: Annotated[list[Path] | None, typer.Option(
+        "--inputs", help="Input files (.npy/.npz/.pb) for the agreement check (repeatable).")
+                      ] = None,
+    samples: Annotated[int, typer.Option(min=1, help="Random input sets otherwise.")] = 20,
+    dump_diff: Annotated[bool, typer.Option(
+        help="Compare every intermediate tensor; name the first node that diverges.")] = False,
+    gpu_profile: Annotated[str | None, typer.Option(
+        help="Hardware profile to set beside ort-cuda's measurement (e.g. h100).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the comparison.")
+                         ] = None,
+    image_size: ImageSizeOpt = None,
+    keep_batchnorm: KeepBnOpt = False,
+    opset: OpsetOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Measure a model on several backends: latency, throughput, per-group time, agreement."""
+    _run(debug, _compare, model, backends=backends, threads=threads, runs=runs, warmup=warmup,
+         batch=batch, inputs=inputs or [], samples=samples, dump_diff=dump_diff,
+         gpu_profile=gpu_profile, json_path=json_path, image_size=image_size,
+         keep_batchnorm=keep_batchnorm, opset=opset)
+
+
+def _compare(model: str, *, backends: str, threads: int, runs: int, warmup: int,
+             batch: str | None, inputs: list[Path], samples: int, dump_diff: bool,
+             gpu_profile: str | None, json_path: Path | None, image_size: int | None,
+             keep_batchnorm: bool, opset: int | None) -> None:
+    from .analyzer.serialize import dump_json
+    from .api import resolve_model
+    from .backends.compare import compare
+    from .reports.compare_terminal import measuring, render_comparison
+
+    batches = _int_list(batch, "--batch")
+    source = resolve_model(model, batch=batches[0] if batches else 1, image_size=image_size,
+                           keep_batchnorm=keep_batchnorm, opset=opset)
+    spec = _model_spec(model, source, image_size=image_size, keep_batchnorm=keep_batchnorm,
+                       opset=opset)
+    with measuring(err_console) as progress:
+        result = compare(spec, _names(backends), threads=threads, runs=runs, warmup=warmup,
+                         batches=batches, inputs=inputs, samples=samples, dump_diff=dump_diff,
+                         hardware={"ort-cuda": gpu_profile} if gpu_profile else None,
+                         progress=progress)
+    d = result.to_dict()
+    render_comparison(d, Console(highlight=False))
+    if json_path:
+        dump_json(d, json_path)
+    if result.nothing_ran:
+        raise typer.Exit(3)
+
+
+@app.command("backends")
+def backends_command() -> None:
+    """List the measured backends, whether each runs here, and why not."""
+    from .backends.registry import list_backends
+    from .reports.compare_terminal import render_backends
+
+    render_backends([b.to_dict() for b in list_backends()], Console(highlight=False))
 
 
 @app.command("report")

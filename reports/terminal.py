@@ -7,14 +7,10 @@ and into `rich.text.Text`, never into markup, so a node named ``[red]x`` prints 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-
-if TYPE_CHECKING:
-    from ..analyzer.analysis import AnalysisResult
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 MAX_NAME = 60
@@ -144,8 +140,8 @@ def _shape(shape: object) -> str:
     return "x".join("?" if d is None else str(d) for d in shape)  # type: ignore[attr-defined]
 
 
-def render(result: AnalysisResult, console: Console, *, top: int = 10) -> None:
-    d = result.to_dict()
+def render(d: dict, console: Console, *, top: int = 10) -> None:
+    """The summary of an analysis dict (`AnalysisResult.to_dict()`, measurements merged)."""
     model, totals = d["model"], d["totals"]
     console.print(Text.assemble(("onnxlens ", "bold cyan"), (plain(model["name"]), "bold"),
                                 f"  opset {model['opset']}",
@@ -156,7 +152,7 @@ def render(result: AnalysisResult, console: Console, *, top: int = 10) -> None:
             io.add_row(kind[:-1], Text(plain(t["name"])), t["dtype"], _shape(t["shape"]))
     console.print(io)
 
-    fpm = result.flops_per_mac
+    fpm = d["conventions"]["flops_per_mac"]
     summary = Table(title="Totals", title_justify="left", show_header=False, box=None)
     summary.add_row("MACs (Conv, Gemm, MatMul, Einsum)", si(totals["macs"]))
     summary.add_row(f"FLOPs ({fpm} per MAC + other work)", si(totals["flops"]))
