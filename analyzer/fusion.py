@@ -1,14 +1,40 @@
 """Fusion passes: partition the graph into the groups a fusing runtime would run as one kernel.
 
-Every node belongs to exactly one group; a node no pattern claims is a group of its own.
-Groups come out in execution order.
+Every node belongs to exactly one group; a node no pattern claims is a group of its own, named
+by its op_type. Groups come out in execution order, ids 0..n-1.
+
+The passes are one table, `PATTERNS`. A pattern is a tree matched backwards from the group's
+last node (its *sink*) through the producers of its inputs, like tinygrad's `UPat`:
+
+- `op("Div|Mul", a, b)`: a node of one of those ops whose first output is the tensor, whose
+  first inputs match `a`, `b`; Add and Mul also match with their two inputs swapped;
+- `ANY` / `CONST`: a tensor from outside the group (`CONST`: an initializer or a Constant's
+  output); `Leaf("x")` binds the name, so every other `x` must be that same tensor;
+- `Alt((p, q))`: `p`, or else `q`; `optional(op(...))` is that op or its first input;
+- `bind("x", p)`: `p`, and every other `x` must be the same tensor.
+
+Matching walks `mg.order` backwards once. At each unclaimed node the table's entries whose
+sink op fits are tried in order (larger patterns first) and the first match that is *safe*
+wins: no node of it is claimed already, and no value computed inside it is read outside it
+(or is a graph output) except the sink's. That makes every group convex and every group's
+externally read tensors its sink's, so ordering groups by their sink is a topological order.
+Constant nodes read only by a matched group are baked into it, as a fusing runtime would.
+
+Naming: a pattern's name is shown to users with its `{slots}` filled by the match, e.g.
+``"{conv}+BN+{act}"`` gives ``"Conv+BN+Relu"`` or ``"DwConv+BN+Clip"``. ``DwConv`` is a
+depthwise Conv (``group`` == input channels > 1); activations are named by ONNX op
+(``Clip`` is ReLU6 as torch exports it) or, when spelled in primitives, by what they compute
+(``SiLU``, ``HardSwish``, ``Gelu``). A lone depthwise Conv stays a singleton named ``Conv``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from .graph import ModelGraph
+from .ir import NodeInfo, TensorInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,5 +44,399 @@ class Group:
     nodes: tuple[str, ...]  # node keys in execution order
 
 
+# ---- the pattern language ---------------------------------------------------------------------
+
+Fill = tuple[str, str | Callable[[NodeInfo], str]]  # (slot, value or value of the matched node)
+
+
+@dataclass(frozen=True, eq=False)
+class Leaf:
+    """A tensor read from outside the group; `const`: an initializer or a Constant's output."""
+
+    name: str | None = None
+    const: bool = False
+    first: None = field(default=None, init=False)  # matches whatever produced the tensor
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    """A node of one of `ops` producing the tensor (as its first output); `srcs` match its
+    first inputs in order (either order for a commutative binary op)."""
+
+    ops: frozenset[str]
+    srcs: tuple[Pat, ...] = ()
+    fills: Fill | None = None
+    where: Callable[[NodeInfo], bool] | None = None
+    name: str | None = None
+
+    # Positions of `srcs` that constrain anything (not a bare ANY), computed once.
+    checked: tuple[int, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checked", tuple(i for i, s in enumerate(self.srcs)
+                                                  if s is not ANY))
+
+    @property
+    def first(self) -> frozenset[str]:
+        return self.ops
+
+
+@dataclass(frozen=True, eq=False)
+class Alt:
+    """The first of `alts` that leads to a safe match of the whole pattern."""
+
+    alts: tuple[Pat, ...]
+    name: str | None = None
+    # Precomputed dispatch: the producer's op_type -> the alternatives that may match it, in
+    # order; `first` is None when some alternative may match any tensor.
+    first: frozenset[str] | None = field(default=None, init=False)
+    by_op: dict[str | None, tuple[Pat, ...]] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        firsts = [a.first for a in self.alts]
+        ops = frozenset().union(*(f for f in firsts if f is not None))
+        object.__setattr__(self, "first", None if None in firsts else ops)
+        for key in (*ops, None):
+            self.by_op[key] = tuple(a for a, f in zip(self.alts, firsts, strict=True)
+                                    if f is None or key in f)
+
+
+Pat = Leaf | Op | Alt
+ANY = Leaf()
+CONST = Leaf(const=True)
+_COMMUTATIVE = frozenset({"Add", "Mul"})
+
+
+def op(ops: str, *srcs: Pat, fills: Fill | None = None,
+       where: Callable[[NodeInfo], bool] | None = None) -> Op:
+    return Op(frozenset(ops.split("|")), srcs, fills, where)
+
+
+def optional(wrapper: Op) -> Alt:
+    """`wrapper` applied to its first input, or that input alone."""
+    return Alt((wrapper, wrapper.srcs[0]))
+
+
+def bind(name: str, pat: Pat) -> Pat:
+    return dataclasses.replace(pat, name=name)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One entry of the table: the name users see, what it matches, who spells it so."""
+
+    name: str
+    drawing: str
+    exporter: str
+    tree: Pat
+
+    @property
+    def sink_ops(self) -> frozenset[str]:
+        assert self.tree.first is not None, f"{self.name}: a pattern must end in an op"
+        return self.tree.first
+
+
+# ---- predicates and building blocks -----------------------------------------------------------
+
+def _conv_kind(info: NodeInfo) -> str:
+    """``DwConv`` when each group sees one input channel (weight ``[M, C/group, ...]``)."""
+    weight = info.input(1)
+    depthwise = (info.attr("group", 1) > 1 and weight is not None and weight.shape is not None
+                 and len(weight.shape) > 1 and weight.shape[1] == 1)
+    return "DwConv" if depthwise else "Conv"
+
+
+def _has_scalar_input(info: NodeInfo) -> bool:
+    """One operand holds a single element (an attention scale)."""
+    return any(t is not None and t.shape is not None and all(d == 1 for d in t.shape)
+               for t in info.inputs)
+
+
+def _half_x_times(x: Pat, gate: Pat, label: str) -> tuple[Op, ...]:
+    """``0.5 * x * gate`` in the three association orders exporters write it."""
+    fills = ("act", label)
+    return (op("Mul", op("Mul", x, gate), CONST, fills=fills),  # torch: (x * g) * 0.5
+            op("Mul", op("Mul", x, CONST), gate, fills=fills),  # keras, ORT: (x * 0.5) * g
+            op("Mul", x, op("Mul", gate, CONST), fills=fills))  # x * (g * 0.5)
+
+
+def _spelled_activations(x: Pat) -> tuple[Op, ...]:
+    """Activations written in primitive ops; `x` must be named (it is read twice)."""
+    erf_gate = op("Add", op("Erf", op("Div|Mul", x, CONST)), CONST)  # 1 + erf(x / sqrt2)
+    cube = Alt((op("Pow", x, CONST), op("Mul", x, op("Mul", x, x))))
+    tanh_gate = op("Add", op("Tanh", op("Mul", op("Add", x, op("Mul", cube, CONST)), CONST)),
+                   CONST)  # 1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))
+    return (op("Mul", x, op("Sigmoid", x), fills=("act", "SiLU")),
+            op("Mul", x, op("HardSigmoid", x), fills=("act", "HardSwish")),
+            op("Div", op("Mul", x, op("Clip", op("Add", x, CONST))), CONST,
+               fills=("act", "HardSwish")),  # x * relu6(x + 3) / 6
+            *_half_x_times(x, erf_gate, "Gelu"),
+            *_half_x_times(x, tanh_gate, "Gelu"))
+
+
+_ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "HardSwish", "Sigmoid", "HardSigmoid", "Gelu",
+                   "Tanh", "Elu", "Selu", "Softplus", "Mish")
+
+
+def activation(x: Pat) -> Alt:
+    """Any activation of `x`: one op (named by its op_type) or a spelled-out one."""
+    single = tuple(op(name, x, fills=("act", name)) for name in _ACTIVATION_OPS)
+    return Alt((*_spelled_activations(x), *single))
+
+
+def _conv_chain(bn: bool) -> Pat:
+    conv = op("Conv", ANY, fills=("conv", _conv_kind))
+    return op("BatchNormalization", conv) if bn else conv
+
+
+def _conv_residual(bn: bool) -> Pat:
+    return activation(bind("x", op("Add", _conv_chain(bn), ANY)))
+
+
+def _matmul_bias() -> Op:
+    return op("Add", op("MatMul", ANY, ANY), CONST)
+
+
+def _layer_norm() -> Alt:
+    x = Leaf("x")
+    d = bind("d", op("Sub", x, op("ReduceMean", x)))
+    var = op("ReduceMean", Alt((op("Pow", d, CONST), op("Mul", d, d))))
+    std = op("Sqrt", op("Add", var, CONST))
+    normed = Alt((op("Div", d, std), op("Mul", d, op("Reciprocal", std))))
+    return Alt((op("LayerNormalization"), optional(op("Add", optional(op("Mul", normed, CONST)),
+                                                           CONST))))
+
+
+def _attention() -> Op:
+    scaled = {"where": _has_scalar_input}
+    q = optional(op("Mul", ANY, ANY, **scaled))
+    k = optional(op("Mul", optional(op("Transpose", ANY)), ANY, **scaled))
+    scores = optional(op("Div|Mul", op("MatMul", q, k), ANY, **scaled))
+    biased = optional(op("Add", scores, ANY))  # mask or relative position bias
+    # Swin's shifted windows add their mask in a 5-D view of the scores.
+    masked = Alt((op("Reshape", op("Add", op("Reshape", biased, ANY), ANY), ANY), biased))
+    return op("MatMul", op("Softmax", masked), ANY)
+
+
+def _squeeze_excite() -> Op:
+    x = Leaf("x")
+    hidden = bind("h", op("Conv", op("GlobalAveragePool|ReduceMean", x)))
+    return op("Mul", op("Sigmoid|HardSigmoid", op("Conv", activation(hidden))), x)
+
+
+# ---- the table --------------------------------------------------------------------------------
+
+PATTERNS: tuple[Pattern, ...] = (
+    Pattern("Attention", """
+        q ─[Mul s]─────────────┐
+        k ─[Transpose]─[Mul s]─ MatMul ─[Div|Mul s]─[Add mask]─┐
+            ┌─[Reshape ─ Add mask ─ Reshape]───────────────────┘
+            └─ Softmax ─┐
+                  v ─ MatMul ─►
+        ([...]: optional; s: a one-element scale)""",
+            "torch TorchScript: q @ k.transpose(-2, -1) / sqrt(d); F.scaled_dot_product_"
+            "attention and nn.MultiheadAttention scale q and k; torchvision Swin adds a "
+            "relative position bias and, in shifted windows, a mask in a 5-D view",
+            _attention()),
+    Pattern("SqueezeExcite", """
+        x ─┬─ GlobalAveragePool|ReduceMean ─ Conv ─ act ─ Conv ─ Sigmoid|HardSigmoid ─┐
+           └──────────────────────────────────────────────────────────────────── Mul ─►""",
+            "torchvision SqueezeExcitation (MobileNetV3, EfficientNet, RegNet)",
+            _squeeze_excite()),
+    Pattern("LayerNorm", """
+        LayerNormalization ─►    (opset >= 17)
+        x ─┬─ ReduceMean ─┐
+           └──────────── Sub ─┬─ Pow 2 ─ ReduceMean ─ Add eps ─ Sqrt ─┐
+                              └────────────────────────────────── Div ─[Mul γ]─[Add β]─►
+        (Pow 2 may be Mul d,d; Div may be Mul by Reciprocal)""",
+            "torch TorchScript at opset <= 16, TF/keras", _layer_norm()),
+    Pattern("{conv}+BN+Add+{act}", """
+        Conv ─ BatchNormalization ─ Add ─ act ─►      (ResNet block end, BatchNorm kept)
+                           residual ─┘""",
+            "torch TorchScript with --keep-batchnorm", _conv_residual(bn=True)),
+    Pattern("{conv}+Add+{act}", """
+        Conv ─ Add ─ act ─►      (ResNet block end, BatchNorm folded)
+        residual ─┘""",
+            "torch TorchScript (BatchNorm folded)", _conv_residual(bn=False)),
+    Pattern("{conv}+BN+{act}", "Conv ─ BatchNormalization ─ act ─►",
+            "torch TorchScript with --keep-batchnorm",
+            activation(bind("x", _conv_chain(bn=True)))),
+    Pattern("{conv}+{act}", """
+        Conv ─ act ─►        act: one op, or spelled out as in the last entry, e.g. SiLU:
+        Conv ─┬─ Sigmoid ─┐
+              └──────── Mul ─►""",
+            "torch TorchScript (BatchNorm folded)", activation(bind("x", _conv_chain(bn=False)))),
+    Pattern("{conv}+BN", "Conv ─ BatchNormalization ─►   (ResNet downsample)",
+            "torch TorchScript with --keep-batchnorm", _conv_chain(bn=True)),
+    Pattern("Gemm+{act}", "Gemm ─ act ─►", "torch TorchScript (nn.Linear on 2-D input)",
+            activation(bind("x", op("Gemm")))),
+    Pattern("MatMul+Add+{act}", "MatMul ─ Add bias ─ act ─►   (act: Gelu op or spelled out)",
+            "torch TorchScript (nn.Linear on 3-D input, transformer MLP)",
+            activation(bind("x", _matmul_bias()))),
+    Pattern("MatMul+Add", "MatMul ─ Add bias ─►",
+            "torch TorchScript (nn.Linear on 3-D input)", _matmul_bias()),
+    Pattern("{act}", """
+        x ─┬─ Sigmoid ─┐                    SiLU (HardSigmoid in place of Sigmoid: HardSwish)
+           └──────── Mul ─►
+        x ─┬─ Add 3 ─ Clip 0,6 ─┐           HardSwish
+           └───────────────── Mul ─ Div 6 ─►
+        x ─┬─ Div √2 ─ Erf ─ Add 1 ─┐       Gelu; the 0.5 may also scale x or the gate first
+           └───────────────────── Mul ─ Mul 0.5 ─►
+        x ─┬─ Pow 3 ─ Mul 0.0447 ─┐         Gelu, tanh approximation
+           ├──────────────────── Add ─ Mul √(2/π) ─ Tanh ─ Add 1 ─┐
+           └───────────────────────────────────────────────────── Mul ─ Mul 0.5 ─►""",
+            "torch TorchScript (nn.SiLU, nn.GELU at opset < 20, approximate='tanh'), "
+            "keras/HF GELU", Alt(_spelled_activations(Leaf("x")))),
+)
+
+
+# ---- matching ---------------------------------------------------------------------------------
+
+class _Matcher:
+    """One pass over a ModelGraph: plain dicts only, no networkx in the loop."""
+
+    def __init__(self, mg: ModelGraph) -> None:
+        self.infos: dict[str, NodeInfo] = dict(mg.graph.nodes(data="info"))
+        self.producer = mg.producer
+        self.op_of = {t: self.infos[k].op_type for t, k in mg.producer.items()}
+        self.consumers = mg.consumers
+        self.initializers = mg.initializers
+        self.graph_outputs = frozenset(mg.graph_outputs)
+        self.claimed: set[str] = set()
+        self.by_sink: dict[str, list[Pattern]] = {}
+        for pattern in PATTERNS:
+            for sink_op in pattern.sink_ops:
+                self.by_sink.setdefault(sink_op, []).append(pattern)
+        # State of the attempt in progress.
+        self.bound: dict[str, str] = {}
+        self.members: list[tuple[str, Op]] = []
+        self.member_set: set[str] = set()
+
+    def first_match(self, key: str) -> tuple[str, list[str]] | None:
+        """The name and nodes of the first safe match with `key` as sink, if any."""
+        info = self.infos[key]
+        if not info.outputs:
+            return None
+        for pattern in self.by_sink.get(info.op_type, ()):
+            self.bound.clear()
+            self.members.clear()
+            self.member_set.clear()
+            if self._match(pattern.tree, info.outputs[0].name, self._contained):
+                return self._name(pattern), [*self.member_set, *self._baked_constants()]
+        return None
+
+    # Matching is backtracking in continuation-passing style: `_match(pat, tensor, then)`
+    # extends the state by one way of matching `pat` and calls `then()` for the rest of the
+    # pattern, trying the next way when that fails. True: all matched, the state holds the
+    # match. False: the state is as it was.
+    def _match(self, pat: Pat, tensor: str, then: Callable[[], bool]) -> bool:
+        name = pat.name
+        if name is not None:
+            seen = self.bound.get(name)
+            if seen is not None:
+                return seen == tensor and then()
+            self.bound[name] = tensor
+        if isinstance(pat, Op):
+            ok = self._match_op(pat, tensor, then)
+        elif isinstance(pat, Alt):
+            ok = False
+            for alt in pat.by_op.get(self.op_of.get(tensor), pat.by_op[None]):
+                if self._match(alt, tensor, then):
+                    ok = True
+                    break
+        else:
+            ok = (not pat.const or self._is_const(tensor)) and then()
+        if not ok and name is not None:
+            del self.bound[name]
+        return ok
+
+    def _match_op(self, pat: Op, tensor: str, then: Callable[[], bool]) -> bool:
+        key = self.producer.get(tensor)
+        if key is None or key in self.claimed or key in self.member_set:
+            return False
+        info = self.infos[key]
+        inputs = info.inputs
+        n = len(pat.srcs)
+        if (info.op_type not in pat.ops or info.outputs[0].name != tensor or len(inputs) < n
+                or (pat.where is not None and not pat.where(info))):
+            return False
+        self.members.append((key, pat))
+        self.member_set.add(key)
+        if (self._match_srcs(pat, inputs, then)
+                or (n == 2 and info.op_type in _COMMUTATIVE and inputs[0] != inputs[1]
+                    and self._match_srcs(pat, inputs[1::-1], then))):
+            return True
+        self.members.pop()
+        self.member_set.discard(key)
+        return False
+
+    def _match_srcs(self, pat: Op, inputs: tuple[TensorInfo | None, ...],
+                    then: Callable[[], bool]) -> bool:
+        """`pat.srcs` matched to `inputs` together, then `then()`; rejects by op_type first."""
+        op_of = self.op_of
+        for i in pat.checked:
+            t, first = inputs[i], pat.srcs[i].first
+            if t is None or (first is not None and op_of.get(t.name) not in first):
+                return False
+        return self._match_from(pat, inputs, 0, then)
+
+    def _match_from(self, pat: Op, inputs: tuple[TensorInfo | None, ...], j: int,
+                    then: Callable[[], bool]) -> bool:
+        if j == len(pat.checked):
+            return then()
+        i = pat.checked[j]
+        return self._match(pat.srcs[i], inputs[i].name,  # type: ignore[union-attr]
+                           lambda: self._match_from(pat, inputs, j + 1, then))
+
+    def _is_const(self, tensor: str) -> bool:
+        producer_op = self.op_of.get(tensor)
+        return tensor in self.initializers if producer_op is None else producer_op == "Constant"
+
+    def _read_inside_only(self, tensor: str) -> bool:
+        return tensor not in self.graph_outputs and all(
+            user in self.member_set for user in self.consumers.get(tensor, ()))
+
+    def _contained(self) -> bool:
+        """No value computed before the sink (members[0]) is read outside the match."""
+        for key, _ in self.members[1:]:
+            for t in self.infos[key].outputs:
+                if not self._read_inside_only(t.name):
+                    return False
+        return True
+
+    def _baked_constants(self) -> set[str]:
+        """Unclaimed Constant nodes whose output only the matched nodes read."""
+        found = set()
+        for key in self.member_set:
+            for t in self.infos[key].inputs:
+                src = self.producer.get(t.name) if t is not None else None
+                if (src is not None and src not in self.claimed
+                        and self.infos[src].op_type == "Constant"
+                        and self._read_inside_only(t.name)):
+                    found.add(src)
+        return found
+
+    def _name(self, pattern: Pattern) -> str:
+        slots = {}
+        for key, pat in self.members:
+            if pat.fills is not None:
+                slot, value = pat.fills
+                slots[slot] = value if isinstance(value, str) else value(self.infos[key])
+        return pattern.name.format(**slots)
+
+
 def fuse(mg: ModelGraph) -> list[Group]:
-    return [Group(i, mg.info(k).op_type, (k,)) for i, k in enumerate(mg.order)]
+    """Partition `mg` into groups in execution order (see the module docstring)."""
+    position = {key: i for i, key in enumerate(mg.order)}
+    matcher = _Matcher(mg)
+    found: list[tuple[str, list[str]]] = []
+    for key in reversed(mg.order):
+        if key in matcher.claimed:
+            continue
+        match = matcher.first_match(key)
+        name, keys = match if match is not None else (matcher.infos[key].op_type, [key])
+        matcher.claimed.update(keys)
+        found.append((name, keys))
+    found.reverse()
+    return [Group(i, name, tuple(sorted(keys, key=position.__getitem__)))
+            for i, (name, keys) in enumerate(found)]
