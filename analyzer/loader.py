@@ -1,31 +1,61 @@
 """Load an ONNX model safely, pin its dynamic dims and infer every shape.
 
-Order of work: parse (without following external data) -> check every external-data
-reference stays inside the model's folder, then read it ourselves -> pin input dims from the
-caller -> ``onnx.checker`` -> onnx shape inference (with data propagation) -> ONNX Runtime's
-symbolic shape inference only if some tensor is still unknown -> one table of tensor types.
+Order of work: parse (without following external data) -> read external data ourselves, only
+from inside the model's folder -> structure (dangling tensors, tensors produced twice, cycles),
+named in our words -> pin input dims from the caller -> sizes of inputs and initializers ->
+``onnx.checker`` and onnx shape inference (with data propagation) on a light copy that leaves
+the weights out -> ONNX Runtime's symbolic shape inference only if some tensor is still
+unknown -> one table of tensor types, every size checked.
+
+Every problem is an `OnnxLensError` with a one-line message naming the node, tensor or field.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import logging
+import math
+import numbers
 import os
+import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import BinaryIO
 
 import onnx
 from google.protobuf.message import DecodeError
 
-from .errors import ExternalDataError, InvalidModelError, ModelLoadError, ShapeError
+from .errors import ExternalDataError, InvalidModelError, ModelLoadError, ShapeError, UsageError
 from .ir import Dim, Shape, TensorInfo, dtype_bytes
 
 # A tensor bigger than this is taken as a hostile or broken model, not a real one.
 DEFAULT_MAX_TENSOR_BYTES = 1 << 38  # 256 GiB
-_EXTERNAL_KEYS = {"location", "offset", "length", "checksum", "basepath"}
-# Initializers larger than this are swapped for typed graph inputs before shape inference, so
-# that onnx does not serialize the weights; small ones (shape constants) stay for data propagation.
-_INFERENCE_KEEP_ELEMENTS = 4096
+_EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
+# Onnx's checker and shape inference see a light copy of the model: initializers are swapped for
+# typed graph inputs, so that onnx does not serialize the weights, except those that can decide
+# a shape through data propagation: small integer tensors (Reshape's shape, Slice's starts ...)
+# and tiny ones of any type (Resize's float scales).
+_SHAPE_CONSTANT_ELEMENTS = 4096
+_TINY_ELEMENTS = 16
+_INTEGER_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32,
+                            onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+                            onnx.TensorProto.UINT64, onnx.TensorProto.UINT32,
+                            onnx.TensorProto.UINT16, onnx.TensorProto.UINT8})
+# ORT's symbolic shape inference is pure Python (about 0.25 ms a node here): past this size it
+# would cost more than the rest of the analysis, and pinning the dims is the better answer.
+SYMBOLIC_INFERENCE_MAX_NODES = 10_000
+_DATA_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+# A symbolic dim is kept when it is one of the graph inputs' dim names or an expression of them
+# (ORT writes "2*batch", "floor(seq/2)"); names that inference made up ("unk__3", ORT's guesses)
+# say nothing and become unknown.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_EXPRESSION_FUNCTIONS = frozenset({"Min", "Max", "floor", "ceiling", "Mod"})
+_INFERENCE_ERROR = re.compile(r"\(op_type:([^,)]*)(?:, node name: (.*?))?\): (?:\[\w+\] )?(.*)")
+_CHECKER_NODE = re.compile(r"==> Context: Bad node spec for node\. Name: (.*) OpType: (\S*)")
 
 
 @dataclass
@@ -50,8 +80,6 @@ class LoadedModel:
 
 def parse_shape_spec(text: str) -> tuple[str, tuple[int, ...]]:
     """``"input=1x3x224x224"`` -> ``("input", (1, 3, 224, 224))``."""
-    from .errors import UsageError
-
     name, sep, dims = text.rpartition("=")
     if not sep or not name:
         raise UsageError(f"--input-shape {text!r}: expected NAME=DxDx..., e.g. input=1x3x224x224")
@@ -72,52 +100,123 @@ def load_model(
     batch: int | None = None,
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
 ) -> LoadedModel:
+    """Parse, validate and shape-infer a model given as a path, serialized bytes or a proto.
+
+    A proto is copied, never changed. External data is read into the returned proto, from
+    `base_dir` (default: the model file's folder) and never from outside it.
+    """
+    input_shapes = _check_request(input_shapes or {}, batch, max_tensor_bytes)
     path, proto = _parse(source)
     base = Path(base_dir) if base_dir is not None else (path.parent if path else None)
     _load_external_data(proto, base)
+    graph = proto.graph
+    initializers = _initializers(graph)
+    produced = _check_structure(graph)
     warnings: list[str] = []
-    _pin_input_dims(proto, input_shapes or {}, batch, warnings)
-    _check_structure(proto.graph)
-    _check(proto)
-    initializers = {t.name: t for t in proto.graph.initializer}
-    inferred = _infer_shapes(proto, initializers, warnings)
-    tensors = _tensor_table(inferred, initializers)
+    pinned = _pin_input_dims(graph, initializers, input_shapes, batch, warnings)
+    inputs = [i for i in graph.input if i.name not in initializers]
+    for value in inputs:
+        _check_value_dims(value, max_tensor_bytes)
+    light = _light_copy(proto, initializers, max_tensor_bytes)
+    serialized = light.SerializeToString()  # once, for both the checker and inference
+    _check(serialized, light.graph)
+    symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
+    inferred, tensors = _infer_shapes(light, serialized, initializers, symbols, produced, pinned,
+                                      warnings)
     _check_sizes(tensors, max_tensor_bytes)
+    # The returned proto carries the inferred types, for backends and reports.
+    del graph.value_info[:]
+    graph.value_info.extend(inferred.graph.value_info)
+    for out, typed in zip(graph.output, inferred.graph.output, strict=True):
+        out.type.CopyFrom(typed.type)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
-    name = path.stem if path else (proto.graph.name or "model")
+    name = path.stem if path else (graph.name or "model")
     return LoadedModel(proto, path, name, tensors, initializers, opset, warnings)
 
 
-def _parse(source: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[Path | None, onnx.ModelProto]:
+# ---- the request ------------------------------------------------------------------------------
+
+
+def _check_request(input_shapes: Mapping[str, Iterable[int]], batch: int | None,
+                   max_tensor_bytes: int) -> dict[str, tuple[int, ...]]:
+    """The caller's pins, as plain tuples of positive ints."""
+    if batch is not None and not _is_positive(batch):
+        raise UsageError(f"--batch {batch}: the batch must be a positive integer")
+    if not _is_positive(max_tensor_bytes):
+        raise UsageError(f"--max-tensor-bytes {max_tensor_bytes}: must be a positive integer")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, dims in input_shapes.items():
+        wanted = tuple(dims) if isinstance(dims, Iterable) and not isinstance(dims, str) else ()
+        if not wanted or not all(_is_positive(d) for d in wanted):
+            raise UsageError(f"--input-shape {name}: dims must be positive integers, got {dims}")
+        shapes[name] = tuple(int(d) for d in wanted)
+    return shapes
+
+
+def _is_positive(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
+# ---- parsing ----------------------------------------------------------------------------------
+
+
+def _parse(source: str | os.PathLike | bytes | onnx.ModelProto
+           ) -> tuple[Path | None, onnx.ModelProto]:
     if isinstance(source, onnx.ModelProto):
-        return None, source
+        proto = onnx.ModelProto()
+        proto.CopyFrom(source)
+        return None, proto
     if isinstance(source, bytes):
         data, path = source, None
     else:
         path = Path(source)
-        if not path.exists():
-            raise ModelLoadError(f"{path}: no such file")
-        if not path.is_file():
-            raise ModelLoadError(f"{path}: not a regular file")
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise ModelLoadError(f"{path}: cannot read ({e.strerror})") from None
+        data = _read_model_file(path)
     where = str(path) if path else "model bytes"
+    if not data:
+        raise ModelLoadError(f"{where}: empty, not an ONNX model")
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise ModelLoadError(f"{where}: not an ONNX model or truncated ({e})") from None
+    except (DecodeError, RuntimeError, ValueError):
+        if data.startswith(b"PK\x03\x04"):
+            raise ModelLoadError(f"{where}: a zip archive (a PyTorch checkpoint?), "
+                                 "not an ONNX model") from None
+        raise ModelLoadError(f"{where}: not an ONNX model, or truncated "
+                             "(protobuf parsing failed)") from None
     # protobuf accepts many non-ONNX byte strings as an empty or partial message.
-    if not data or proto.ir_version <= 0 or not proto.HasField("graph"):
-        raise ModelLoadError(f"{where}: not an ONNX model (no ir_version or graph)")
+    if proto.ir_version <= 0 or not proto.HasField("graph"):
+        raise ModelLoadError(f"{where}: not an ONNX model (no ir_version or no graph)")
     return path, proto
+
+
+def _read_model_file(path: Path) -> bytes:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path}: no such file") from None
+    except ValueError:  # a NUL in the name
+        raise ModelLoadError(f"{str(path)!r}: not a valid file name") from None
+    except OSError as e:
+        raise ModelLoadError(f"{path}: cannot read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ModelLoadError(f"{path}: a directory, not an ONNX file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelLoadError(f"{path}: not a regular file")
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ModelLoadError(f"{path}: cannot read ({e.strerror})") from None
+
+
+# ---- external data ----------------------------------------------------------------------------
 
 
 def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     """Every TensorProto of a graph: initializers, Constant values, and those of subgraphs."""
     yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
     for node in graph.node:
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.TENSOR:
@@ -129,64 +228,102 @@ def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                     yield from _all_tensors(g)
 
 
+@dataclass
+class _DataFile:
+    file: BinaryIO
+    size: int
+
+
 def _load_external_data(proto: onnx.ModelProto, base: Path | None) -> None:
     """Read external tensor data ourselves, refusing anything outside the model's folder."""
-    for tensor in _all_tensors(proto.graph):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in tensor.external_data}
-        where = f"initializer {tensor.name!r}: external data"
-        unknown = set(info) - _EXTERNAL_KEYS
-        if unknown:
-            raise ExternalDataError(f"{where} has unknown key(s) {sorted(unknown)}")
-        if base is None:
-            raise ExternalDataError(f"{where} needs a base folder (model given as bytes)")
-        file = _safe_external_path(base, info.get("location", ""), where)
-        offset, length = _int_field(info, "offset", where), _int_field(info, "length", where)
-        size = file.stat().st_size
-        if offset > size or (length is not None and offset + length > size):
-            raise ExternalDataError(
-                f"{where}: offset {offset} + length {length} runs past the end of "
-                f"{info['location']!r} ({size} bytes)")
-        with open(file, "rb") as f:
-            f.seek(offset)
-            tensor.raw_data = f.read(length if length is not None else size - offset)
-        del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.DEFAULT
+    files: dict[str, _DataFile] = {}
+    try:
+        for tensor in _all_tensors(proto.graph):
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                tensor.raw_data = _read_external(tensor, base, files)
+                del tensor.external_data[:]
+                tensor.data_location = onnx.TensorProto.DEFAULT
+    finally:
+        for f in files.values():
+            f.file.close()
 
 
-def _safe_external_path(base: Path, location: str, where: str) -> Path:
+def _read_external(tensor: onnx.TensorProto, base: Path | None,
+                   files: dict[str, _DataFile]) -> bytes:
+    where = f"tensor {tensor.name!r}: external data"
+    info: dict[str, str] = {}
+    for entry in tensor.external_data:
+        if entry.key not in _EXTERNAL_KEYS:
+            raise ExternalDataError(f"{where} has unknown key {entry.key!r} (known: "
+                                    f"{', '.join(sorted(_EXTERNAL_KEYS))})")
+        info[entry.key] = entry.value
+    location = info.get("location", "")
+    if base is None:
+        raise ExternalDataError(f"{where} in {location!r}, but the model was given without a "
+                                "folder: pass base_dir")
+    if location not in files:
+        files[location] = _open_inside(base, location, where)
+    data_file = files[location]
+    offset = _int_field(info, "offset", where) or 0
+    length = _int_field(info, "length", where)
+    if offset > data_file.size:
+        raise ExternalDataError(f"{where}: offset {offset} is past the end of {location!r} "
+                                f"({data_file.size} bytes)")
+    if length is None:
+        length = data_file.size - offset
+    elif offset + length > data_file.size:
+        raise ExternalDataError(f"{where}: offset {offset} + length {length} runs past the end "
+                                f"of {location!r} ({data_file.size} bytes)")
+    data_file.file.seek(offset)
+    data = data_file.file.read(length)
+    if len(data) != length:
+        raise ExternalDataError(f"{where}: {location!r} changed while being read")
+    return data
+
+
+def _open_inside(base: Path, location: str, where: str) -> _DataFile:
+    """Open `location` read-only if it names a regular, singly-linked file inside `base`."""
+    refuse = f"{where} location {location!r}"
+    inside = "only files inside the model's folder are read"
     if not location:
         raise ExternalDataError(f"{where} has no location")
-    rel = Path(location)
-    if rel.is_absolute() or location.startswith(("/", "\\")) or ":" in location:
-        raise ExternalDataError(f"{where} location {location!r} is absolute; only paths "
-                                "inside the model's folder are read")
-    if ".." in rel.parts:
-        raise ExternalDataError(f"{where} location {location!r} contains '..'; only paths "
-                                "inside the model's folder are read")
+    if "\0" in location:
+        raise ExternalDataError(f"{refuse} contains a NUL character")
+    if Path(location).is_absolute() or re.match(r"[/\\]|[A-Za-z]:", location):
+        raise ExternalDataError(f"{refuse} is absolute; {inside}")
+    if ".." in re.split(r"[/\\]", location):
+        raise ExternalDataError(f"{refuse} contains '..'; {inside}")
     root = base.resolve()
-    file = root
-    for part in rel.parts:  # no symlink anywhere on the way, not only at the end
-        file = file / part
-        if file.is_symlink():
-            raise ExternalDataError(f"{where} location {location!r} goes through a symlink")
-    if not file.resolve().is_relative_to(root):
-        raise ExternalDataError(f"{where} location {location!r} leaves the model's folder")
+    file = (root / location).resolve()  # follows every symlink on the way
+    if not file.is_relative_to(root):
+        raise ExternalDataError(f"{refuse} leads out of the model's folder through a symlink; "
+                                f"{inside}")
     try:
         st = file.stat()
     except OSError:
-        raise ExternalDataError(f"{where} file {location!r} not found next to the model") from None
+        raise ExternalDataError(f"{where} file {location!r} not found next to the model"
+                                ) from None
     if not stat.S_ISREG(st.st_mode):
-        raise ExternalDataError(f"{where} location {location!r} is not a regular file")
+        raise ExternalDataError(f"{refuse} is not a regular file")
     if st.st_nlink > 1:
-        raise ExternalDataError(f"{where} file {location!r} is hard-linked elsewhere; refused")
-    return file
+        raise ExternalDataError(f"{where} file {location!r} has other hard links (it may be a "
+                                "file from outside the model's folder); refused")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(file, flags)
+    except OSError as e:
+        raise ExternalDataError(f"{where} file {location!r}: cannot read ({e.strerror})"
+                                ) from None
+    opened = os.fstat(fd)  # the file opened is the file checked
+    if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) or opened.st_nlink > 1:
+        os.close(fd)
+        raise ExternalDataError(f"{where} file {location!r} changed while being opened")
+    return _DataFile(os.fdopen(fd, "rb"), opened.st_size)
 
 
 def _int_field(info: dict[str, str], key: str, where: str) -> int | None:
     if key not in info:
-        return 0 if key == "offset" else None
+        return None
     try:
         value = int(info[key])
     except ValueError:
@@ -196,109 +333,183 @@ def _int_field(info: dict[str, str], key: str, where: str) -> int | None:
     return value
 
 
-def _pin_input_dims(proto: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]],
-                    batch: int | None, warnings: list[str]) -> None:
-    initializer_names = {t.name for t in proto.graph.initializer}
-    inputs = {i.name: i for i in proto.graph.input if i.name not in initializer_names}
-    unknown = set(input_shapes) - set(inputs)
-    if unknown:
-        raise ShapeError(f"--input-shape names {sorted(unknown)}, but the model's inputs are "
-                         f"{sorted(inputs)}")
-    if batch is not None and batch <= 0:
-        raise ShapeError(f"--batch {batch}: must be positive")
-    for name, value_info in inputs.items():
-        tensor_type = value_info.type.tensor_type
-        if name in input_shapes:
-            wanted = input_shapes[name]
-            if tensor_type.HasField("shape") and len(tensor_type.shape.dim) != len(wanted):
-                raise ShapeError(f"--input-shape {name}: rank {len(wanted)} given, the model "
-                                 f"says rank {len(tensor_type.shape.dim)}")
-            del tensor_type.shape.dim[:]
-            for d in wanted:
-                tensor_type.shape.dim.add().dim_value = d
-        elif batch is not None and tensor_type.HasField("shape") and tensor_type.shape.dim:
-            first = tensor_type.shape.dim[0]
-            if first.HasField("dim_value") and first.dim_value not in (batch,):
-                warnings.append(f"input {name!r}: batch dim was fixed at {first.dim_value}; "
-                                f"re-inferred at {batch}")
-            first.Clear()
-            first.dim_value = batch
-    # Outputs and value_info may carry the old batch; let inference recompute them.
-    if input_shapes or batch is not None:
-        del proto.graph.value_info[:]
-        for out in proto.graph.output:  # rank stays, dims become unknown
-            for d in out.type.tensor_type.shape.dim:
-                d.Clear()
+# ---- structure --------------------------------------------------------------------------------
 
 
-def _check_structure(graph: onnx.GraphProto) -> None:
-    """Dangling inputs, tensors produced twice and cycles, named in our words.
+def _initializers(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    initializers: dict[str, onnx.TensorProto] = {}
+    for t in graph.initializer:
+        if t.name in initializers:
+            raise InvalidModelError(f"initializer {t.name!r} is defined twice")
+        initializers[t.name] = t
+    return initializers
 
-    onnx's checker reports all three as "not topologically sorted"; these messages say which.
+
+def _check_structure(graph: onnx.GraphProto) -> list[str]:
+    """Dangling inputs, tensors produced twice, cycles and unsorted nodes, named in our words.
+
+    onnx's checker reports all of them as "not topologically sorted"; these messages say which.
+    Returns the names of the tensors the nodes produce.
     """
-    initializers = {t.name for t in graph.initializer}
-    available = {i.name for i in graph.input} | initializers
+    provided: dict[str, str] = {}
+    for t in graph.initializer:
+        provided[t.name] = "an initializer"
+    for t in graph.sparse_initializer:
+        provided[t.values.name] = "a sparse initializer"
+    for value in graph.input:
+        if provided.get(value.name) == "a graph input":
+            raise InvalidModelError(f"graph input {value.name!r} is declared twice")
+        provided.setdefault(value.name, "a graph input")
     producer: dict[str, int] = {}
-    for index, node in enumerate(graph.node):
-        for out in node.output:
-            if out and (out in producer or out in available):
-                raise InvalidModelError(f"tensor {out!r} is produced twice (node "
-                                        f"{_node_label(node, index)})")
-            if out:
-                producer[out] = index
-    edges = []
-    for index, node in enumerate(graph.node):
+    early_reads: list[tuple[str, int]] = []  # (tensor, reader) read before it is produced
+    nodes = graph.node
+    for index, node in enumerate(nodes):
         for name in node.input:
-            if not name or name in available:
+            if name and name not in provided and name not in producer:
+                early_reads.append((name, index))
+        for out in node.output:
+            if not out:
                 continue
-            if name not in producer:
-                raise InvalidModelError(f"node {_node_label(node, index)} reads tensor {name!r}, "
-                                        "which no node, input or initializer provides")
-            edges.append((producer[name], index))
+            if out in producer:
+                raise InvalidModelError(
+                    f"tensor {out!r} is produced twice, by node "
+                    f"{_node_label(nodes[producer[out]], producer[out])} and node "
+                    f"{_node_label(node, index)}")
+            if out in provided:
+                raise InvalidModelError(f"tensor {out!r} is {provided[out]} and is also produced "
+                                        f"by node {_node_label(node, index)}")
+            producer[out] = index
+    for name, index in early_reads:
+        if name not in producer:
+            raise InvalidModelError(f"node {_node_label(nodes[index], index)} reads tensor "
+                                    f"{name!r}, which no node, graph input or initializer "
+                                    "provides")
     for out in graph.output:
-        if out.name not in producer and out.name not in available:
+        if out.name not in producer and out.name not in provided:
             raise InvalidModelError(f"graph output {out.name!r} is produced by no node")
-    if any(a >= b for a, b in edges):  # out of file order: a cycle or merely unsorted
-        import networkx as nx
+    if early_reads:
+        _explain_early_reads(nodes, producer, early_reads)
+    return list(producer)
 
-        g = nx.DiGraph(edges)
-        try:
-            cycle = nx.find_cycle(g)
-        except nx.NetworkXNoCycle:
-            return
-        names = " -> ".join(_node_label(graph.node[a], a) for a, _ in cycle)
-        raise InvalidModelError(f"graph has a cycle: {names} -> "
-                                f"{_node_label(graph.node[cycle[0][0]], cycle[0][0])}")
+
+def _explain_early_reads(nodes: Iterable[onnx.NodeProto], producer: dict[str, int],
+                         early_reads: list[tuple[str, int]]) -> None:
+    """A node reads a tensor produced later in the file: a cycle, or nodes out of order."""
+    import networkx as nx
+
+    node_list = list(nodes)
+    g = nx.DiGraph()
+    for index, node in enumerate(node_list):
+        g.add_edges_from((producer[name], index) for name in node.input if name in producer)
+    try:
+        cycle = [a for a, _ in nx.find_cycle(g)]
+        start = cycle.index(min(cycle))  # from the node that comes first in the file
+        cycle = cycle[start:] + cycle[:start]
+    except nx.NetworkXNoCycle:
+        name, reader = early_reads[0]
+        raise InvalidModelError(
+            f"nodes are not in topological order: node {_node_label(node_list[reader], reader)} "
+            f"reads tensor {name!r} before node "
+            f"{_node_label(node_list[producer[name]], producer[name])} produces it (ONNX "
+            "requires sorted nodes)") from None
+    names = " -> ".join(_node_label(node_list[i], i) for i in [*cycle, cycle[0]])
+    raise InvalidModelError(f"graph has a cycle: nodes {names}")
 
 
 def _node_label(node: onnx.NodeProto, index: int) -> str:
     return repr(node.name) if node.name else f"#{index} ({node.op_type})"
 
 
-def _check(proto: onnx.ModelProto) -> None:
-    try:
-        onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else "invalid model"
-        raise InvalidModelError(f"onnx checker: {first}") from None
-    except ValueError as e:  # e.g. protos over 2 GB
-        raise InvalidModelError(f"onnx checker: {e}") from None
+# ---- pinning and sizes ------------------------------------------------------------------------
 
 
-def _light_copy(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto]) -> onnx.ModelProto:
-    """The model with big initializers replaced by typed inputs: same shapes, far fewer bytes."""
-    light = _copy_without_initializers(proto)
-    declared = {i.name for i in light.graph.input}
-    for t in initializers.values():
-        if _elements(t.dims) <= _INFERENCE_KEEP_ELEMENTS:
-            light.graph.initializer.append(t)
-        elif t.name not in declared:
-            light.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
-    return light
+def _pin_input_dims(graph: onnx.GraphProto, initializers: Mapping[str, onnx.TensorProto],
+                    input_shapes: Mapping[str, tuple[int, ...]], batch: int | None,
+                    warnings: list[str]) -> bool:
+    """Fix input dims as asked; True if anything was asked (stale recorded shapes are dropped).
+
+    `batch` replaces each input's symbolic first dim, wherever that symbol appears; in a model
+    with no symbolic first dim it overrides the fixed ones, with a warning.
+    """
+    inputs = {i.name: i for i in graph.input if i.name not in initializers}
+    for name in input_shapes:
+        if name not in inputs:
+            raise ShapeError(f"--input-shape {name}: the model has no input {name!r}; its "
+                             f"inputs are {', '.join(map(repr, inputs)) or 'none'}")
+    if batch is not None:
+        _pin_batch([v for n, v in inputs.items() if n not in input_shapes], batch, warnings)
+    for name, wanted in input_shapes.items():
+        if not inputs[name].type.HasField("tensor_type"):
+            raise ShapeError(f"--input-shape {name}: input {name!r} is not a tensor")
+        tensor_type = inputs[name].type.tensor_type
+        dims = tensor_type.shape.dim
+        if tensor_type.HasField("shape") and len(dims) != len(wanted):
+            raise ShapeError(f"--input-shape {name}: rank {len(wanted)} given, but input "
+                             f"{name!r} has rank {len(dims)}")
+        fixed = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+        if any(f is not None and f != w for f, w in zip(fixed, wanted, strict=False)):
+            warnings.append(f"input {name!r}: fixed shape {_show(fixed)} replaced by "
+                            f"{_show(wanted)}")
+        del dims[:]
+        for d in wanted:
+            tensor_type.shape.dim.add().dim_value = d
+    if not input_shapes and batch is None:
+        return False
+    # Recorded shapes may carry the old dims: inference recomputes them (ranks stay for the
+    # checker, which wants a shape on every graph output).
+    del graph.value_info[:]
+    for out in graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            d.Clear()
+    return True
 
 
-def _copy_without_initializers(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of everything but the initializers (copying those would copy the weights)."""
+def _pin_batch(inputs: list[onnx.ValueInfoProto], batch: int, warnings: list[str]) -> None:
+    firsts = {v.name: v.type.tensor_type.shape.dim[0] for v in inputs
+              if v.type.tensor_type.shape.dim}
+    symbols = {d.dim_param for d in firsts.values() if d.dim_param}
+    if symbols:
+        for value in inputs:
+            for d in value.type.tensor_type.shape.dim:
+                if d.dim_param in symbols:
+                    d.dim_value = batch
+        return
+    for name, first in firsts.items():
+        if first.HasField("dim_value") and first.dim_value != batch:
+            warnings.append(f"input {name!r}: batch dim was fixed at {first.dim_value}; "
+                            f"analyzed at {batch}")
+        first.dim_value = batch
+
+
+def _show(dims: Iterable[Dim]) -> str:
+    return "x".join("?" if d is None else str(d) for d in dims)
+
+
+def _check_value_dims(value: onnx.ValueInfoProto, max_tensor_bytes: int) -> None:
+    _check_dims(f"input {value.name!r}", _dims_of(value), value.type.tensor_type.elem_type,
+                max_tensor_bytes)
+
+
+def _check_dims(what: str, shape: Sequence[Dim], elem_type: int, max_tensor_bytes: int) -> None:
+    """Known dims must be >= 0 and what they hold within the byte budget (a lower bound when
+    some dims are symbolic)."""
+    dims = [d for d in shape if isinstance(d, int)]
+    negative = [d for d in dims if d < 0]
+    if negative:
+        raise ShapeError(f"{what}: negative dimension {negative[0]} in shape {_show(shape)}")
+    nbytes = math.prod(dims) * dtype_bytes(elem_type)
+    if nbytes > max_tensor_bytes:
+        raise ShapeError(f"{what}: shape {_show(shape)} needs {nbytes:,} bytes, over the "
+                         f"{max_tensor_bytes:,}-byte limit (--max-tensor-bytes)")
+
+
+def _light_copy(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto],
+                max_tensor_bytes: int) -> onnx.ModelProto:
+    """The model with its weights replaced by typed inputs: same shapes, far fewer bytes.
+
+    Every initializer is checked here (the checker sees only those kept in the copy; the others
+    get its tensor checks one by one).
+    """
     light = onnx.ModelProto(ir_version=proto.ir_version)
     light.opset_import.extend(proto.opset_import)
     light.functions.extend(proto.functions)
@@ -306,108 +517,266 @@ def _copy_without_initializers(proto: onnx.ModelProto) -> onnx.ModelProto:
     light_graph.name = graph.name
     for field_name in ("node", "input", "output", "value_info", "sparse_initializer"):
         getattr(light_graph, field_name).extend(getattr(graph, field_name))
+    declared = {i.name for i in graph.input}
+    types: dict[tuple[int, tuple[int, ...]], onnx.TypeProto] = {}
+    for t in initializers.values():
+        key = (t.data_type, tuple(t.dims))
+        if key not in types:
+            types[key] = _initializer_type(t, max_tensor_bytes)
+        elements = math.prod(key[1])
+        if elements <= _TINY_ELEMENTS or (elements <= _SHAPE_CONSTANT_ELEMENTS
+                                          and t.data_type in _INTEGER_TYPES):
+            light_graph.initializer.append(t)
+            continue
+        try:
+            onnx.checker.check_tensor(t)
+        except onnx.checker.ValidationError as e:
+            raise InvalidModelError(f"initializer {t.name!r}: {_first_line(e)}") from None
+        if t.name not in declared:
+            value = light_graph.input.add()
+            value.name = t.name
+            value.type.CopyFrom(types[key])
     return light
 
 
-def _elements(dims: object) -> int:
-    n = 1
-    for d in dims:  # type: ignore[attr-defined]
-        n *= d
-    return n
+def _initializer_type(t: onnx.TensorProto, max_tensor_bytes: int) -> onnx.TypeProto:
+    """The type of an initializer as a graph input, once its dtype and dims are checked."""
+    if t.data_type not in _DATA_TYPES:
+        raise InvalidModelError(f"initializer {t.name!r}: unknown data type {t.data_type}")
+    _check_dims(f"initializer {t.name!r}", list(t.dims), t.data_type, max_tensor_bytes)
+    return onnx.helper.make_tensor_type_proto(t.data_type, t.dims)
 
 
-def _infer_shapes(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto],
-                  warnings: list[str]) -> onnx.ModelProto:
-    light = _light_copy(proto, initializers)
+def _check(serialized: bytes, graph: onnx.GraphProto) -> None:
     try:
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
-    except onnx.shape_inference.InferenceError as e:
-        raise ShapeError(f"shape inference: {_first_line(e)}") from None
-    except Exception:  # strict mode refuses partial results; retry leniently, then warn
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
-    if _has_unknown(inferred, initializers):
-        inferred = _symbolic_inference(inferred, warnings)
-    # The caller's proto gains the inferred value_info, for backends and reports.
-    proto.graph.ClearField("value_info")
-    proto.graph.value_info.extend(inferred.graph.value_info)
-    return inferred
+        onnx.checker.check_model(serialized)
+    except (onnx.checker.ValidationError, ValueError) as e:
+        raise InvalidModelError(f"onnx checker: {_checker_message(str(e), graph)}") from None
+
+
+def _checker_message(text: str, graph: onnx.GraphProto) -> str:
+    """The checker's first line, with the node or graph input/output it is about."""
+    first = _first_line_of(text) or "invalid model"
+    node = _CHECKER_NODE.search(text)
+    if node:
+        return f"node {node.group(1)!r} ({node.group(2)}): {first}"
+    if "Field 'shape' of 'type'" in first:
+        for kind, values in (("input", graph.input), ("output", graph.output)):
+            for v in values:
+                if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape"):
+                    return f"graph {kind} {v.name!r} has no shape ({first})"
+    return first
+
+
+def _infer_shapes(light: onnx.ModelProto, serialized: bytes,
+                  initializers: Mapping[str, onnx.TensorProto], symbols: set[str],
+                  produced: list[str], pinned: bool, warnings: list[str]
+                  ) -> tuple[onnx.ModelProto, dict[str, TensorInfo]]:
+    """onnx's inference (strict), then ORT's symbolic inference for what is still unknown.
+
+    Strict mode fails on a node whose own inference fails (ORT refuses such a model too): that
+    is a `ShapeError` naming the node. It also fails when the shapes recorded in the model
+    disagree with the inferred ones; then the recorded ones are dropped and inference retried.
+    """
+    try:
+        inferred = _onnx_inference(serialized)
+    except Exception as e:
+        if pinned:  # nothing recorded is left to drop
+            raise ShapeError(_inference_failure(e, light)) from None
+        bare = _without_recorded_shapes(light)
+        try:
+            inferred = _onnx_inference(bare)
+        except Exception as e2:
+            raise ShapeError(_inference_failure(e2, bare)) from None
+        warnings.append(_disagreement(light, inferred, e))
+    tensors = _tensor_table(inferred.graph, initializers, symbols)
+    if not _has_unknown(produced, tensors):
+        return inferred, tensors
+    if len(inferred.graph.node) > SYMBOLIC_INFERENCE_MAX_NODES:
+        warnings.append(f"some shapes are unknown; ONNX Runtime's symbolic shape inference is "
+                        f"skipped on models over {SYMBOLIC_INFERENCE_MAX_NODES:,} nodes (slow): "
+                        "pin the dims with --batch or --input-shape")
+        return inferred, tensors
+    inferred = _symbolic_inference(inferred, warnings)
+    tensors = _tensor_table(inferred.graph, initializers, symbols)
+    return inferred, tensors
+
+
+def _onnx_inference(model: onnx.ModelProto | bytes) -> onnx.ModelProto:
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+
+
+def _without_recorded_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    del bare.graph.value_info[:]
+    for out in bare.graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            d.Clear()
+    return bare
+
+
+def _inference_failure(e: Exception, model: onnx.ModelProto) -> str:
+    """"...at node 'mm' (MatMul): Incompatible dimensions ... (inputs 'a' 2x3, 'b' 4x5)"."""
+    match = _INFERENCE_ERROR.search(str(e))
+    if match is None:
+        return f"shape inference failed: {_first_line(e)}"
+    op_type, name, reason = match.group(1), match.group(2) or "", match.group(3)
+    graph = model.graph
+    if not name:  # onnx names no unnamed node: name them by index and ask again
+        named = onnx.ModelProto()
+        named.CopyFrom(model)
+        for index, node in enumerate(named.graph.node):
+            node.name = node.name or f"#{index}"
+        try:
+            _onnx_inference(named)
+        except Exception as again:
+            match = _INFERENCE_ERROR.search(str(again)) or match
+            op_type, name, reason = match.group(1), match.group(2) or "", match.group(3)
+        graph = named.graph
+    index = next((i for i, n in enumerate(graph.node) if n.name == name and n.op_type == op_type),
+                 None)
+    if index is None:
+        return f"shape inference failed at a {op_type} node: {reason}"
+    node = model.graph.node[index]
+    label = f"{node.name!r} ({op_type})" if node.name else _node_label(node, index)
+    return f"shape inference failed at node {label}: {reason}{_input_shapes(model, node)}"
+
+
+def _input_shapes(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
+    """" (inputs 'a' 2x3, 'b' 4x5)": what reaches a node, from a lenient inference run."""
+    try:
+        lenient = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        return ""
+    known = {v.name: _dims_of(v) for g in (lenient.graph.input, lenient.graph.value_info)
+             for v in g if v.type.tensor_type.HasField("shape")}
+    known.update((t.name, list(t.dims)) for t in model.graph.initializer)
+    shapes = [f"{n!r} {_show(known[n])}" for n in node.input if n in known]
+    return f" (inputs {', '.join(shapes)})" if shapes else ""
+
+
+def _disagreement(recorded: onnx.ModelProto, inferred: onnx.ModelProto, e: Exception) -> str:
+    """A warning naming the tensors whose recorded shape inference contradicted."""
+    found = {v.name: _dims_of(v) for g in (inferred.graph.value_info, inferred.graph.output)
+             for v in g}
+    stale = []
+    for v in (*recorded.graph.value_info, *recorded.graph.output):
+        old, new = _dims_of(v), found.get(v.name)
+        if new is not None and v.type.tensor_type.HasField("shape") and (
+                len(old) != len(new) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                            for a, b in zip(old, new, strict=False))):
+            stale.append(f"tensor {v.name!r} recorded as {_show(old)}, inferred {_show(new)}")
+    if not stale:
+        return f"onnx's shape inference disagreed with the model ({_first_line(e)}); retried"
+    more = f" and {len(stale) - 1} more" if len(stale) > 1 else ""
+    return f"shapes recorded in the model are stale: {stale[0]}{more}; inferred shapes used"
+
+
+def _dims_of(v: onnx.ValueInfoProto) -> list[Dim]:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in v.type.tensor_type.shape.dim]
 
 
 def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    return _first_line_of(str(e)) or type(e).__name__
 
 
-def _has_unknown(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto]) -> bool:
-    typed = {v.name for v in proto.graph.value_info if _is_fully_known(v)}
-    typed |= {v.name for v in proto.graph.input if _is_fully_known(v)}
-    typed |= {v.name for v in proto.graph.output if _is_fully_known(v)}
-    typed |= set(initializers)
-    return any(o and o not in typed for n in proto.graph.node for o in n.output)
+def _first_line_of(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
 
 
-def _is_fully_known(v: onnx.ValueInfoProto) -> bool:
-    """Every dim a number or a symbol: nothing left for symbolic inference to add."""
-    t = v.type.tensor_type
-    return t.HasField("shape") and all(d.HasField("dim_value") or d.HasField("dim_param")
-                                       for d in t.shape.dim)
+def _has_unknown(produced: Iterable[str], tensors: Mapping[str, TensorInfo]) -> bool:
+    """Some node output has no type, an unknown rank or an unknown dim."""
+    for name in produced:
+        info = tensors.get(name)
+        if info is None or info.shape is None or None in info.shape:
+            return True
+    return False
 
 
-def _symbolic_inference(proto: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
+def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference fills what onnx's could not (needs sympy)."""
     try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+        inference = _ort_symbolic_shape_infer()
     except Exception as e:  # onnxruntime or sympy missing: keep onnx's answer
-        warnings.append(f"symbolic shape inference unavailable ({type(e).__name__})")
-        return proto
+        warnings.append(f"ONNX Runtime's symbolic shape inference unavailable ({_first_line(e)})")
+        return model
     try:
-        result = SymbolicShapeInference.infer_shapes(proto, auto_merge=True, guess_output_rank=True)
+        result = inference.SymbolicShapeInference.infer_shapes(model, auto_merge=True,
+                                                               guess_output_rank=True)
     except Exception as e:  # its failures are many and unhelpful; onnx's partial answer stands
-        warnings.append(f"symbolic shape inference gave up: {_first_line(e)}")
-        return proto
-    return result if result is not None else proto
+        warnings.append(f"ONNX Runtime's symbolic shape inference gave up: {_first_line(e)}")
+        return model
+    return result if result is not None else model
 
 
-def _shape_of(v: onnx.ValueInfoProto) -> Shape | None:
-    t = v.type.tensor_type
-    if not t.HasField("shape"):
-        return None
+@functools.cache
+def _ort_symbolic_shape_infer() -> ModuleType:
+    """ORT's symbolic_shape_infer.py, loaded from its file.
+
+    Importing it as ``onnxruntime.tools.symbolic_shape_infer`` would run
+    ``onnxruntime/tools/__init__.py``, which imports torch when installed (seconds); the module
+    itself needs only numpy, onnx, sympy and packaging.
+    """
+    ort = importlib.util.find_spec("onnxruntime")
+    if ort is None or ort.origin is None:
+        raise ModuleNotFoundError("onnxruntime is not installed")
+    file = Path(ort.origin).parent / "tools" / "symbolic_shape_infer.py"
+    spec = importlib.util.spec_from_file_location("onnxlens_ort_symbolic_shape_infer", file)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"{file} not found")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # Its warnings ("unsafe merge", ...) would print to stderr: keep them quiet.
+    logger = logging.getLogger(module.__name__)
+    logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+    return module
+
+
+# ---- the tensor table -------------------------------------------------------------------------
+
+
+def _type_of(t: onnx.TypeProto, symbols: set[str]) -> tuple[int, Shape | None]:
+    if not t.HasField("tensor_type"):
+        return 0, None
+    tensor_type = t.tensor_type
+    if not tensor_type.HasField("shape"):
+        return tensor_type.elem_type, None
     dims: list[Dim] = []
-    for d in t.shape.dim:
+    for d in tensor_type.shape.dim:
         if d.HasField("dim_value"):
             dims.append(d.dim_value)
-        elif d.HasField("dim_param") and d.dim_param:
+        elif d.dim_param and all(name in symbols or name in _EXPRESSION_FUNCTIONS
+                                 for name in _IDENTIFIER.findall(d.dim_param)):
             dims.append(d.dim_param)
         else:
             dims.append(None)
-    return tuple(dims)
+    if dims and all(d is None for d in dims):
+        return tensor_type.elem_type, None  # nothing known; the rank may be ORT's guess
+    return tensor_type.elem_type, tuple(dims)
 
 
-def _tensor_table(proto: onnx.ModelProto,
-                  initializers: dict[str, onnx.TensorProto]) -> dict[str, TensorInfo]:
+def _tensor_table(graph: onnx.GraphProto, initializers: Mapping[str, onnx.TensorProto],
+                  symbols: set[str]) -> dict[str, TensorInfo]:
     table: dict[str, TensorInfo] = {}
-    graph = proto.graph
+    types: dict[bytes, tuple[int, Shape | None]] = {}  # most tensors share a few types
     for v in (*graph.value_info, *graph.input, *graph.output):
-        if v.type.HasField("tensor_type"):
-            table[v.name] = TensorInfo(v.name, v.type.tensor_type.elem_type, _shape_of(v))
-        else:
-            table[v.name] = TensorInfo(v.name)
+        key = v.type.SerializeToString()
+        found = types.get(key)
+        if found is None:
+            found = types[key] = _type_of(v.type, symbols)
+        table[v.name] = TensorInfo(v.name, *found)
     for t in initializers.values():
-        table[t.name] = TensorInfo(t.name, t.data_type, tuple(int(d) for d in t.dims))
+        table[t.name] = TensorInfo(t.name, t.data_type, tuple(t.dims))
     return table
 
 
-def _check_sizes(tensors: dict[str, TensorInfo], max_tensor_bytes: int) -> None:
+def _check_sizes(tensors: Mapping[str, TensorInfo], max_tensor_bytes: int) -> None:
+    seen: set[tuple[int, Shape]] = set()
     for t in tensors.values():
-        if t.shape is None:
-            continue
-        n = 1
-        for d in t.shape:
-            if isinstance(d, int):
-                if d < 0:
-                    raise ShapeError(f"tensor {t.name!r}: negative dimension {d} in {list(t.shape)}")
-                n *= d
-        if n * dtype_bytes(t.elem_type) > max_tensor_bytes:
-            raise ShapeError(
-                f"tensor {t.name!r}: shape {list(t.shape)} needs {n * dtype_bytes(t.elem_type):,} "
-                f"bytes, over the {max_tensor_bytes:,}-byte limit (--max-tensor-bytes)")
+        if t.shape is not None and (t.elem_type, t.shape) not in seen:
+            seen.add((t.elem_type, t.shape))
+            _check_dims(f"tensor {t.name!r}", t.shape, t.elem_type, max_tensor_bytes)

@@ -1,0 +1,277 @@
+"""Loading: external data, pinned and symbolic dims, the two shape inferences, unknown shapes.
+
+Models are built here with onnx.helper, tiny. Bad input is in tests/bad_inputs/.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxlens
+from onnxlens.analyzer import loader
+from onnxlens.analyzer.errors import ExternalDataError, ShapeError, UsageError
+from onnxlens.analyzer.loader import load_model, parse_shape_spec
+
+vi = helper.make_tensor_value_info
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def _init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+    data = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    return numpy_helper.from_array(data, name)
+
+
+def conv_model(channels: int = 16) -> onnx.ModelProto:
+    """x[1,3,8,8] -> Conv(w[C,3,3,3], b[C]) -> Relu -> y[1,C,6,6]; w is over 1 KB (external)."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "conv", [vi("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [vi("y", TensorProto.FLOAT, [1, channels, 6, 6])],
+                              [_init("w", (channels, 3, 3, 3)), _init("b", (channels,))])
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def dynamic_model() -> onnx.ModelProto:
+    """x[batch,3,32,32] -> Conv -> Relu -> Reshape to [batch, -1] (by Shape/Gather/Concat) ->
+    MatMul[7200,10] -> y[batch,10]."""
+    inits = [_init("w", (8, 3, 3, 3)), _init("fw", (7200, 10)),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Shape", ["r"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+             helper.make_node("Concat", ["n", "minus_one"], ["target"], name="concat", axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["flat"], name="reshape"),
+             helper.make_node("MatMul", ["flat", "fw"], ["y"], name="fc")]
+    graph = helper.make_graph(nodes, "dynamic",
+                              [vi("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
+                              [vi("y", TensorProto.FLOAT, ["batch", 10])], inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def one_op_then_conv(op_type: str, domain: str) -> onnx.ModelProto:
+    """x[1,3,8,8] -> domain::op_type -> c -> Conv(w[4,3,3,3]) -> y."""
+    nodes = [helper.make_node(op_type, ["x"], ["c"], name="custom", domain=domain),
+             helper.make_node("Conv", ["c", "w"], ["y"], name="conv")]
+    graph = helper.make_graph(nodes, "custom", [vi("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [vi("y", TensorProto.FLOAT, [None] * 4)], [_init("w", (4, 3, 3, 3))])
+    return helper.make_model(graph, opset_imports=[*OPSET, helper.make_opsetid(domain, 1)])
+
+
+def shapes(model: loader.LoadedModel, *names: str) -> dict[str, object]:
+    return {n: model.tensors[n].shape for n in names}
+
+
+# ---- external data ----------------------------------------------------------------------------
+
+
+def _node_costs(result: onnxlens.AnalysisResult) -> dict[str, object]:
+    return {k: v.cost for k, v in result.node_costs.items()}
+
+
+def test_external_data_gives_the_embedded_costs(tmp_path: Path) -> None:
+    model = conv_model()
+    embedded = tmp_path / "embedded.onnx"
+    onnx.save(model, embedded)
+    (tmp_path / "ext").mkdir()
+    path = tmp_path / "ext" / "model.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="weights.bin")
+    assert (tmp_path / "ext" / "weights.bin").stat().st_size >= 16 * 27 * 4
+    assert path.stat().st_size < embedded.stat().st_size
+
+    ext, emb = onnxlens.analyze(path), onnxlens.analyze(embedded)
+    assert ext.totals == emb.totals
+    assert _node_costs(ext) == _node_costs(emb)
+    assert ext.totals["params"] == 16 * 27 + 16
+    w = ext.model.initializers["w"]
+    assert w.data_location == TensorProto.DEFAULT and not w.external_data
+    assert w.raw_data == conv_model().graph.initializer[0].raw_data
+
+
+def test_external_data_in_a_subfolder_and_through_an_inner_symlink(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    onnx.save(conv_model(), tmp_path / "model.onnx", save_as_external_data=True,
+              location="data/weights.bin")
+    assert onnxlens.analyze(tmp_path / "model.onnx").totals["params"] == 16 * 27 + 16
+    # A symlink that stays inside the model's folder is followed.
+    (tmp_path / "data" / "weights.bin").rename(tmp_path / "real.bin")
+    (tmp_path / "data" / "weights.bin").symlink_to(tmp_path / "real.bin")
+    assert onnxlens.analyze(tmp_path / "model.onnx").totals["params"] == 16 * 27 + 16
+
+
+def test_bytes_and_proto_with_external_data_need_base_dir(tmp_path: Path) -> None:
+    onnx.save(conv_model(), tmp_path / "model.onnx", save_as_external_data=True,
+              location="weights.bin")
+    data = (tmp_path / "model.onnx").read_bytes()
+    proto = onnx.load(tmp_path / "model.onnx", load_external_data=False)
+    expected = onnxlens.analyze(conv_model()).totals
+    assert onnxlens.analyze(data, base_dir=tmp_path).totals == expected
+    assert onnxlens.analyze(proto, base_dir=tmp_path).totals == expected
+    with pytest.raises(ExternalDataError, match="pass base_dir"):
+        onnxlens.analyze(data)
+    assert proto.graph.initializer[0].data_location == TensorProto.EXTERNAL  # not changed
+
+
+# ---- pinned dims ------------------------------------------------------------------------------
+
+
+def test_batch_pins_every_shape() -> None:
+    model = load_model(dynamic_model(), batch=4)
+    assert shapes(model, "c", "flat", "y") == {"c": (4, 8, 30, 30), "flat": (4, 7200),
+                                               "y": (4, 10)}
+    assert all(t.known for t in model.tensors.values())
+    assert model.warnings == []
+
+
+def test_input_shapes_pin_every_shape() -> None:
+    model = load_model(dynamic_model(), input_shapes={"x": (2, 3, 32, 32)})
+    assert shapes(model, "r", "flat", "y") == {"r": (2, 8, 30, 30), "flat": (2, 7200),
+                                               "y": (2, 10)}
+    assert all(t.known for t in model.tensors.values())
+
+
+def test_pinned_costs() -> None:
+    result = onnxlens.analyze(dynamic_model(), batch=4)
+    assert result.node_costs["conv"].cost.macs == 4 * 8 * 30 * 30 * 3 * 3 * 3
+    assert result.node_costs["fc"].cost.macs == 4 * 7200 * 10
+    assert result.totals["complete"] is True
+
+
+def test_batch_replaces_the_batch_symbol_everywhere_and_nothing_else() -> None:
+    nodes = [helper.make_node("Mul", ["x", "mask"], ["m"], name="mul"),
+             helper.make_node("Mul", ["m", "scale"], ["y"], name="scale")]
+    graph = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT, ["n", 5]),
+                                           vi("mask", TensorProto.FLOAT, ["n", 1]),
+                                           vi("scale", TensorProto.FLOAT, [1])],
+                              [vi("y", TensorProto.FLOAT, ["n", 5])])
+    model = load_model(helper.make_model(graph, opset_imports=OPSET), batch=3)
+    assert shapes(model, "x", "mask", "scale", "y") == {"x": (3, 5), "mask": (3, 1),
+                                                        "scale": (1,), "y": (3, 5)}
+    assert model.warnings == []
+
+
+def test_batch_on_a_static_model_overrides_with_a_warning() -> None:
+    model = load_model(conv_model(), batch=2)
+    assert shapes(model, "x", "y") == {"x": (2, 3, 8, 8), "y": (2, 16, 6, 6)}
+    assert model.warnings == ["input 'x': batch dim was fixed at 1; analyzed at 2"]
+
+
+def test_pinning_does_not_change_the_callers_proto() -> None:
+    proto = dynamic_model()
+    before = proto.SerializeToString()
+    load_model(proto, batch=4)
+    assert proto.SerializeToString() == before
+    assert shapes(load_model(proto), "x")["x"] == ("batch", 3, 32, 32)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"batch": 0}, "--batch 0: the batch must be a positive integer"),
+    ({"batch": True}, "--batch True"),
+    ({"input_shapes": {"x": (0, 3, 32, 32)}}, "--input-shape x: dims must be positive"),
+    ({"input_shapes": {"x": "1x3x32x32"}}, "--input-shape x: dims must be positive"),
+    ({"max_tensor_bytes": 0}, "--max-tensor-bytes 0"),
+])
+def test_bad_requests(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        load_model(dynamic_model(), **kwargs)  # type: ignore[arg-type]
+
+
+def test_tensor_budget_names_the_tensor() -> None:
+    with pytest.raises(ShapeError, match=r"tensor 'c': shape 16x8x30x30 needs 460,800 bytes"):
+        load_model(dynamic_model(), batch=16, max_tensor_bytes=300_000)
+
+
+def test_parse_shape_spec() -> None:
+    assert parse_shape_spec("input.1=1x3X224x224") == ("input.1", (1, 3, 224, 224))
+    for bad in ("1x3", "x=", "x=1xa", "x=0x3"):
+        with pytest.raises(UsageError):
+            parse_shape_spec(bad)
+
+
+# ---- shape inference: onnx first, ORT's symbolic inference for the rest ------------------------
+
+
+def test_symbolic_dims_stay_symbolic_and_ort_fills_the_reshape() -> None:
+    # onnx's data propagation leaves Reshape's -1 unknown while batch is symbolic...
+    onnx_only = onnx.shape_inference.infer_shapes(dynamic_model(), data_prop=True)
+    flat = next(v for v in onnx_only.graph.value_info if v.name == "flat")
+    assert not flat.type.tensor_type.shape.dim[1].HasField("dim_value")
+    # ... and ORT's symbolic inference computes it.
+    model = load_model(dynamic_model())
+    assert shapes(model, "x", "c", "flat", "y") == {
+        "x": ("batch", 3, 32, 32), "c": ("batch", 8, 30, 30), "flat": ("batch", 7200),
+        "y": ("batch", 10)}
+
+
+def test_ort_infers_what_onnx_cannot() -> None:
+    model = one_op_then_conv("FastGelu", "com.microsoft")
+    onnx_only = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    assert not any(v.name == "c" for v in onnx_only.graph.value_info)
+    loaded = load_model(model)
+    assert shapes(loaded, "c", "y") == {"c": (1, 3, 8, 8), "y": (1, 4, 6, 6)}
+    assert onnxlens.analyze(model).node_costs["conv"].cost.macs == 4 * 6 * 6 * 3 * 3 * 3
+
+
+def test_shapes_neither_can_infer_are_unknown_and_named() -> None:
+    result = onnxlens.analyze(one_op_then_conv("Mystery", "example.custom"))
+    assert result.model.tensors["c"].shape is None  # not ORT's guessed rank
+    conv = result.node_costs["conv"]
+    assert conv.cost is None and "'y'" in conv.unknown_reason
+    assert result.node_costs["custom"].cost is None
+    assert result.totals["complete"] is False
+    assert any("'y'" in w for w in result.warnings)
+
+
+def test_symbolic_inference_is_skipped_on_big_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader, "SYMBOLIC_INFERENCE_MAX_NODES", 3)
+    model = load_model(dynamic_model())
+    assert shapes(model, "flat")["flat"] == ("batch", None)
+    assert model.warnings == ["some shapes are unknown; ONNX Runtime's symbolic shape inference "
+                              "is skipped on models over 3 nodes (slow): pin the dims with "
+                              "--batch or --input-shape"]
+    assert all(t.known for t in load_model(dynamic_model(), batch=2).tensors.values())
+
+
+def test_a_runtime_shape_input_loads_with_unknown_dims() -> None:
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")]
+    graph = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT, [2, 3]),
+                                           vi("s", TensorProto.INT64, [2])],
+                              [vi("y", TensorProto.FLOAT, [None, None])])
+    model = load_model(helper.make_model(graph, opset_imports=OPSET))
+    assert model.tensors["y"].shape is None  # rank 2 known, no dim: nothing to cost with
+
+
+def test_stale_recorded_shapes_are_replaced_with_a_warning() -> None:
+    model = conv_model()
+    model.graph.value_info.append(vi("c", TensorProto.FLOAT, [1, 16, 7, 7]))
+    loaded = load_model(model)
+    assert shapes(loaded, "c")["c"] == (1, 16, 6, 6)
+    assert loaded.warnings == ["shapes recorded in the model are stale: tensor 'c' recorded as "
+                               "1x16x7x7, inferred 1x16x6x6; inferred shapes used"]
+
+
+def test_inferred_types_are_written_to_the_returned_proto() -> None:
+    loaded = load_model(dynamic_model(), batch=4)
+    recorded = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+                for v in (*loaded.proto.graph.value_info, *loaded.proto.graph.output)}
+    assert recorded["flat"] == [4, 7200] and recorded["y"] == [4, 10]
+
+
+def test_plain_analysis_imports_no_heavy_module(tmp_path: Path) -> None:
+    """`analyze x.onnx` must start fast: no torch, and no sympy/ORT when onnx infers it all."""
+    path = tmp_path / "conv.onnx"
+    onnx.save(conv_model(), path)
+    code = ("import sys, onnxlens; onnxlens.analyze(sys.argv[1]); "
+            "print(sorted(m for m in ('torch', 'sympy', 'onnxruntime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
