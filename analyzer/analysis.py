@@ -7,9 +7,9 @@ subclasses for bad input, never anything else the user could have caused.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import onnx
@@ -71,7 +71,7 @@ class AnalysisResult:
         return self.estimates[hw.key]
 
     # ---- totals -------------------------------------------------------------------------
-    @property
+    @cached_property
     def total(self) -> Cost:
         """Sum over nodes whose cost is known (see `incomplete`)."""
         out = Cost()
@@ -206,7 +206,8 @@ def _analyze_model(model: LoadedModel, strict: bool, flops_per_mac: int) -> Anal
         warnings.append("cost unknown for unsupported op(s) " + _describe_unsupported(unsupported))
     node_costs = {key: node_cost(mg.info(key)) for key in mg.order}
     groups = fuse(mg)
-    group_costs = {g.id: group_cost(mg, g, node_costs) for g in groups}
+    graph_outputs = frozenset(mg.graph_outputs)
+    group_costs = {g.id: group_cost(mg, g, node_costs, graph_outputs) for g in groups}
     unknown = [f"{k} ({nc.unknown_reason})" for k, nc in node_costs.items()
                if nc.cost is None and nc.unknown_reason and not nc.unknown_reason.startswith("no ")]
     if unknown:
@@ -233,7 +234,7 @@ def _describe_unsupported(unsupported: dict[str, list[str]]) -> str:
                                                    else ")") for op, nodes in unsupported.items())
 
 
-def _tensor_bytes(tensors: list[TensorInfo | None]) -> int:
+def _tensor_bytes(tensors: Sequence[TensorInfo | None]) -> int:
     seen: set[str] = set()
     total = 0
     for t in tensors:
@@ -256,8 +257,8 @@ def node_cost(info: NodeInfo) -> NodeCost:
         if spec.is_view:
             read = written = 0
         else:
-            read = _tensor_bytes(list(info.inputs))
-            written = _tensor_bytes(list(info.outputs))
+            read = _tensor_bytes(info.inputs)
+            written = _tensor_bytes(info.outputs)
         weights = [info.inputs[i] for i in sorted(info.const_inputs)]
         params = sum(t.size for t in weights if t is not None)
         param_bytes = _tensor_bytes(weights)  # type: ignore[arg-type]
@@ -267,7 +268,8 @@ def node_cost(info: NodeInfo) -> NodeCost:
                          param_bytes))
 
 
-def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost]) -> NodeCost:
+def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
+               graph_outputs: frozenset[str]) -> NodeCost:
     """Sum of the nodes' arithmetic; bytes only for tensors that cross the group's boundary."""
     members = set(group.nodes)
     total = Cost()
@@ -280,7 +282,6 @@ def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost]) ->
         return NodeCost(total)
     outside_inputs: list[TensorInfo | None] = []
     outputs: list[TensorInfo | None] = []
-    graph_outputs = set(mg.graph_outputs)
     for key in group.nodes:
         info = mg.info(key)
         for t in info.inputs:

@@ -61,21 +61,29 @@ class TensorInfo:
     name: str
     elem_type: int = 0
     shape: Shape | None = None
+    # Element count when every dim is known, else None; computed once (formulas ask often).
+    elements: int | None = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.shape is not None and all(type(d) is int for d in self.shape):
+            object.__setattr__(self, "elements", math.prod(self.shape))  # type: ignore[arg-type]
 
     @property
     def known(self) -> bool:
-        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+        return self.elements is not None
 
     @property
     def dims(self) -> tuple[int, ...]:
         """The shape as ints, or `UnknownShape` naming this tensor."""
-        if not self.known:
+        if self.elements is None:
             raise UnknownShape(self.name)
         return self.shape  # type: ignore[return-value]
 
     @property
     def size(self) -> int:
-        return math.prod(self.dims)
+        if self.elements is None:
+            raise UnknownShape(self.name)
+        return self.elements
 
     @property
     def nbytes(self) -> int:
