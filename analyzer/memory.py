@@ -11,14 +11,19 @@ reported apart (``param_bytes``).
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from .fusion import Group
 from .graph import ModelGraph
 from .ir import TensorInfo, UnknownShape
 
 
-def activation_peak_bytes(mg: ModelGraph, groups: list[Group],
-                          tensors: dict[str, TensorInfo]) -> int | None:
-    """Peak live bytes of boundary tensors; None when some boundary tensor's size is unknown."""
+def boundary_lifetimes(mg: ModelGraph, groups: list[Group]) -> dict[str, tuple[int, int]]:
+    """Each materialized tensor's (first step, last step) of the plan, both inclusive.
+
+    The one liveness rule of the plan: the analyzer's peak and the native executor's arena
+    offsets (backends/native/plan.py) both come from it.
+    """
     step_of_node = {key: step for step, g in enumerate(groups) for key in g.nodes}
     last_step = len(groups) - 1
     born: dict[str, int] = {name: 0 for name in mg.graph_inputs}
@@ -35,20 +40,22 @@ def activation_peak_bytes(mg: ModelGraph, groups: list[Group],
     for name in mg.graph_outputs:
         if name in born:
             dies[name] = last_step
+    return {name: (start, dies[name]) for name, start in born.items()}
+
+
+def activation_peak_bytes(mg: ModelGraph, groups: list[Group],
+                          tensors: dict[str, TensorInfo]) -> int | None:
+    """Peak live bytes of boundary tensors; None when some boundary tensor's size is unknown."""
     # Sweep: +bytes at birth, -bytes after death.
     delta = [0] * (len(groups) + 1)
     try:
-        for name, start in born.items():
+        for name, (start, end) in boundary_lifetimes(mg, groups).items():
             size = tensors[name].nbytes if name in tensors else _unknown(name)
             delta[start] += size
-            delta[dies[name] + 1] -= size
+            delta[end + 1] -= size
     except UnknownShape:
         return None
-    peak = live = 0
-    for d in delta[:-1]:
-        live += d
-        peak = max(peak, live)
-    return peak
+    return max(accumulate(delta[:-1]), default=0)
 
 
 def _unknown(name: str) -> int:

@@ -1,0 +1,70 @@
+// Single-precision GEMM, C = A * B (+ C), with packing, cache blocking and the SIMD table's
+// register-blocked micro-kernel (GotoBLAS / BLIS loop order: jc, pc, ic, jr, ir).
+//
+// A (M x K) is packed once when constant (weights of a Conv) or per block when not; B (K x N)
+// likewise (weights of a MatMul), or packed straight from the input image (implicit im2col).
+// C's columns may be scattered (col_off): a convolution over a batch puts the images side by
+// side as columns. The fused epilogue (an EwProgram) runs on each block of C once its last K
+// block is done, while the block is still in cache.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ewprog.h"
+#include "simd.h"
+
+namespace onnxlens {
+
+struct GemmBlocking {
+  int64_t mc, kc, nc;
+};
+GemmBlocking gemm_blocking(const SimdKernels& s);
+
+// A constant operand packed for `s`: A as mr-row panels, or B as nr-column panels, per
+// K block of `kc` rows.
+struct PackedOperand {
+  std::vector<float> data;
+  int64_t rows = 0, cols = 0;  // M x K (A) or K x N (B)
+  bool is_a = true;
+  int64_t padded = 0;          // M or N rounded up to the panel width
+};
+// A(i, k) = a[i * rs + k * cs]
+PackedOperand pack_a_const(const SimdKernels& s, const float* a, int64_t rs, int64_t cs,
+                           int64_t M, int64_t K);
+// B(k, j) = b[k * rs + j * cs]
+PackedOperand pack_b_const(const SimdKernels& s, const float* b, int64_t rs, int64_t cs,
+                           int64_t K, int64_t N);
+
+struct GemmA {
+  const PackedOperand* packed = nullptr;  // or strided:
+  const float* p = nullptr;
+  int64_t rs = 0, cs = 0;
+};
+
+struct GemmB {
+  const PackedOperand* packed = nullptr;  // or implicit im2col, or strided:
+  const Im2col* im2col = nullptr;
+  const float* p = nullptr;
+  int64_t rs = 0, cs = 0;
+};
+
+// C(i, j) lives at p[i * ldc + (col_off ? col_off[j] : j)].
+struct GemmC {
+  float* p = nullptr;
+  int64_t ldc = 0;
+  const int64_t* col_off = nullptr;
+  const EwProgram* epilogue = nullptr;
+  const float* out_base = nullptr;  // the output tensor, for the epilogue's flat index
+};
+
+// Per-thread workspace floats for gemm() with this epilogue.
+int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue);
+
+// C[m0:m1, n0:n1] of an M x N x K product. m0 must be a multiple of the micro-tile's rows
+// when A is packed, n0 of its columns when B is packed or an im2col.
+void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
+          const GemmB& b, const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+          float* workspace);
+
+}  // namespace onnxlens

@@ -1,0 +1,79 @@
+// A kernel: built once from its spec (validated, weights packed), then run many times.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checked.h"
+#include "plan.h"
+#include "simd.h"
+#include "threadpool.h"
+
+namespace onnxlens {
+
+// Per-thread scratch memory for kernels (packing buffers, register chunks), 64-byte aligned.
+class Workspace {
+ public:
+  void reserve(int threads, int64_t floats_per_thread);
+  float* get(int tid) const { return base_ + static_cast<int64_t>(tid) * stride_; }
+
+ private:
+  std::unique_ptr<float[]> storage_;
+  float* base_ = nullptr;
+  int64_t stride_ = 0;
+};
+
+// What a kernel factory sees: its spec, the plan's tensors and the chosen SIMD table.
+class KernelContext {
+ public:
+  KernelContext(const KernelSpec& spec, const std::vector<Tensor>& tensors,
+                const SimdKernels& simd, int threads)
+      : spec(spec), tensors(tensors), simd(simd), threads(threads) {}
+
+  const KernelSpec& spec;
+  const std::vector<Tensor>& tensors;
+  const SimdKernels& simd;
+  int threads;
+
+  int inputs() const { return static_cast<int>(spec.inputs.size()); }
+  bool has_input(int i) const { return i < inputs() && spec.inputs[i] >= 0; }
+  const Tensor& input(int i) const;
+  const Tensor& output(int i) const;
+  int64_t attr(const std::string& name, int64_t fallback) const;
+  std::vector<int64_t> ints(const std::string& name) const;  // empty if absent
+  double attr_f(const std::string& name, double fallback) const;
+  std::vector<double> floats(const std::string& name) const;
+
+  // Requires exactly these input/output counts (inputs: a range, for optional ones).
+  void expect_arity(int min_in, int max_in, int outs) const;
+  // Requires the dtype of every listed tensor (input index >= 0, output -1 - index).
+  void expect_f32_io() const;
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual void run(ThreadPool& pool, const Workspace& ws) = 0;
+  virtual int64_t workspace_floats() const { return 0; }  // per thread
+};
+
+using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelContext&)>;
+using KernelRegistry = std::map<std::string, KernelFactory>;
+
+// Each kernel family adds its ops; registering an op twice is an error.
+void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f);
+void register_conv(KernelRegistry& r);
+void register_matmul(KernelRegistry& r);
+void register_pool(KernelRegistry& r);
+void register_norm(KernelRegistry& r);
+void register_reduce(KernelRegistry& r);
+void register_data(KernelRegistry& r);
+void register_misc(KernelRegistry& r);
+void register_elementwise(KernelRegistry& r);
+const KernelRegistry& kernel_registry();
+
+}  // namespace onnxlens

@@ -1,0 +1,99 @@
+// The hot loops, compiled once per instruction set (src/simd_kernels.inc) and chosen at run
+// time: a table of function pointers. Everything else in the core is plain C++ that calls
+// through `simd()`.
+#pragma once
+
+#include <cstdint>
+
+namespace onnxlens {
+
+// Elementwise operations of the fused epilogues and elementwise kernels (ewprog.h).
+enum class EwOp : uint8_t {
+  // unary: dst = f(a) [p0, p1 as documented]
+  Identity, Neg, Abs, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Reciprocal, Erf, Floor, Ceil, Round,
+  Sign, Sin, Cos, Gelu, GeluTanh, SiLU, HardSwish, Softplus, Softsign, Mish,
+  LeakyRelu,        // p0 = alpha
+  Clip,             // p0 = min, p1 = max
+  HardSigmoid,      // p0 = alpha, p1 = beta
+  Elu,              // p0 = alpha
+  Selu,             // p0 = alpha, p1 = gamma
+  Celu,             // p0 = alpha
+  ThresholdedRelu,  // p0 = alpha
+  Shrink,           // p0 = bias, p1 = lambd
+  Affine,           // p0 * a + p1
+  // binary: dst = f(a, b)
+  Add, Sub, Mul, Div, Pow, Max, Min, Mod, PRelu,
+  // ternary: dst = a * b + c
+  MulAdd,
+};
+
+// An operand of an elementwise loop: element i is p[i * stride], stride 0 (broadcast) or 1.
+struct Src {
+  const float* p;
+  int64_t stride;
+};
+
+// Implicit im2col: column j of the packed B matrix is output pixel j, row k is (channel,
+// ky, kx); the value is input[col_base[j] + k_delta[k]] where bit t of
+// masks[panel * kpos_count + k_pos[k]] says that lane t of that panel is inside the image.
+struct Im2col {
+  const float* input;
+  int64_t ncols;
+  const int64_t* col_base;
+  const int32_t* col_base32;   // the same as int32 for gathers, or null if they do not fit
+  const uint8_t* panel_contig;  // per NR-panel: col_base rises by 1 from lane to lane
+  const uint64_t* masks;
+  const int64_t* k_delta;
+  const int32_t* k_pos;
+  int64_t kpos_count;
+};
+
+// One channel of a depthwise convolution (2-D; a 1-D one has H = kh = 1).
+struct DepthwiseArgs {
+  const float* in;
+  float* out;
+  const float* w;  // kh * kw
+  int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+struct SimdKernels {
+  const char* name;
+  int mr, nr;  // the GEMM micro-tile
+  // C[mr x nr] (row stride ldc) = (acc ? C : 0) + A_panel[kc x mr]^T B_panel[kc x nr].
+  void (*gemm_ukernel)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                       bool acc);
+  // Pack rows [0, m) x cols [0, k) of A(i, j) = a[i * rs + j * cs] into mr-row panels
+  // [k][mr] (rows past m are zero).
+  void (*pack_a)(const float* a, int64_t rs, int64_t cs, int64_t m, int64_t k, float* dst);
+  // Pack rows [0, k) x cols [0, n) of B(i, j) = b[i * rs + j * cs] into nr-column panels
+  // [k][nr] (columns past n are zero).
+  void (*pack_b)(const float* b, int64_t rs, int64_t cs, int64_t k, int64_t n, float* dst);
+  // Pack rows [k0, k0 + kc) x cols [j0, j0 + nc) of an implicit im2col matrix (j0 % nr == 0).
+  void (*pack_im2col)(const Im2col& g, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                      float* dst);
+  void (*unary)(EwOp op, float* dst, Src a, int64_t n, float p0, float p1);
+  void (*binary)(EwOp op, float* dst, Src a, Src b, int64_t n);
+  void (*ternary)(EwOp op, float* dst, Src a, Src b, Src c, int64_t n);
+  void (*depthwise)(const DepthwiseArgs& args);
+  // dst[i] = exp(src[i] - shift); returns the sum of dst.
+  float (*exp_shift_sum)(float* dst, const float* src, float shift, int64_t n);
+  float (*max)(const float* x, int64_t n);
+  float (*sum)(const float* x, int64_t n);
+  // dst[i] = (x[i] - mean) * rstd * scale[i] + bias[i] (scale, bias may be null: 1, 0).
+  void (*normalize)(float* dst, const float* x, float mean, float rstd, const float* scale,
+                    const float* bias, int64_t n);
+};
+
+// The table for this CPU (or for ONNXLENS_NATIVE_ISA=generic|avx2|avx512 when the CPU has it).
+const SimdKernels& simd();
+// The table of a named instruction set; null if this build or CPU lacks it.
+const SimdKernels* simd_named(const char* name);
+
+namespace generic { const SimdKernels* table(); }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ONNXLENS_X86 1
+namespace avx2 { const SimdKernels* table(); }
+namespace avx512 { const SimdKernels* table(); }
+#endif
+
+}  // namespace onnxlens

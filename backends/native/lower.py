@@ -1,0 +1,570 @@
+"""ONNX nodes to kernels of the C++ core: one registry keyed by op_type.
+
+Three kinds of node:
+
+- *elementwise* (`ELEMENTWISE`): float32 ops that become instructions of an elementwise program
+  (`Instr`), fused after a Conv / Gemm / MatMul as its epilogue or run as an `Elementwise`
+  kernel of their own;
+- *main* (`MAIN_OPS`): Conv, Gemm, MatMul, which take such an epilogue;
+- the rest (`LOWERINGS`): one function per op returning its kernels.
+
+A node the core cannot run (an op missing here, a float64 input, a 3-D convolution) raises
+`Unsupported` with the reason; the planner collects them all before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import onnx
+
+from ...analyzer.ir import NodeInfo, TensorInfo
+
+FLOAT = onnx.TensorProto.FLOAT
+
+
+class Unsupported(Exception):
+    """This node cannot run on the native executor; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Instr:
+    """dst = op(srcs): a source >= 0 is a register, < 0 is operand -1 - src."""
+
+    op: str
+    dst: int
+    srcs: tuple[int, ...]
+    params: tuple[float, ...] = ()
+
+
+@dataclass
+class Kernel:
+    """One kernel of the core; tensors by name (resolved to ids by the planner)."""
+
+    op: str
+    inputs: list[str | None]
+    outputs: list[str]
+    ints: dict[str, list[int]] = field(default_factory=dict)
+    floats: dict[str, list[float]] = field(default_factory=dict)
+    operands: list[tuple[str, tuple[int, ...] | None]] = field(default_factory=list)
+    program: list[Instr] = field(default_factory=list)
+
+    def operand(self, name: str, view: tuple[int, ...] | None = None) -> int:
+        """The source code of operand `name` seen as `view`, added once."""
+        entry = (name, view)
+        if entry not in self.operands:
+            self.operands.append(entry)
+        return -1 - self.operands.index(entry)
+
+
+class Lowering:
+    """What a lowering function may ask: tensor facts, constant values, new constants."""
+
+    def __init__(self, tensors: dict[str, TensorInfo], values: dict[str, np.ndarray],
+                 opset: int) -> None:
+        self.tensors = tensors
+        self.values = values
+        self.opset = opset
+        self.derived: dict[str, np.ndarray] = {}
+
+    def info(self, name: str) -> TensorInfo:
+        t = self.tensors.get(name)
+        if t is None or not t.known:
+            raise Unsupported(f"tensor {name!r} has no static shape")
+        return t
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.info(name).dims
+
+    def const(self, name: str | None) -> np.ndarray | None:
+        return None if name is None else self.values.get(name)
+
+    def need_const(self, node: NodeInfo, i: int, what: str) -> np.ndarray | None:
+        """Input `i` of `node` as a value (None if omitted); Unsupported if computed at run time."""
+        t = node.input(i)
+        if t is None:
+            return None
+        value = self.const(t.name)
+        if value is None:
+            raise Unsupported(f"{what} must be a constant")
+        return value
+
+    def add_const(self, name: str, value: np.ndarray) -> str:
+        self.derived[name] = value
+        self.values[name] = value
+        return name
+
+
+# ---- elementwise ------------------------------------------------------------------------------
+
+_UNARY = {op: op for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Neg",
+                            "Abs", "Erf", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
+                            "Softplus", "Softsign", "Mish", "HardSwish", "Identity")}
+_UNARY["Dropout"] = "Identity"
+# op -> (core op, ((attribute, default), ...))
+_PARAM_UNARY: dict[str, tuple[str, tuple[tuple[str, float], ...]]] = {
+    "LeakyRelu": ("LeakyRelu", (("alpha", 0.01),)),
+    "Elu": ("Elu", (("alpha", 1.0),)),
+    "Selu": ("Selu", (("alpha", 1.67326319217681884765625),
+                      ("gamma", 1.05070102214813232421875))),
+    "Celu": ("Celu", (("alpha", 1.0),)),
+    "HardSigmoid": ("HardSigmoid", (("alpha", 0.2), ("beta", 0.5))),
+    "ThresholdedRelu": ("ThresholdedRelu", (("alpha", 1.0),)),
+    "Shrink": ("Shrink", (("bias", 0.0), ("lambd", 0.5))),
+}
+_BINARY = {op: op for op in ("Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Mod")}
+_VARIADIC = {"Max": "Max", "Min": "Min", "Sum": "Add", "Mean": "Add"}
+ELEMENTWISE = frozenset({*_UNARY, *_PARAM_UNARY, *_BINARY, *_VARIADIC, "Clip", "Gelu",
+                         "BatchNormalization"})
+MAIN_OPS = frozenset({"Conv", "Gemm", "MatMul"})
+
+class Source(Protocol):
+    """Source codes of tensors within the program being built."""
+
+    def __call__(self, name: str) -> int: ...  # a value of the program, or an operand
+    def view(self, name: str, view: tuple[int, ...]) -> int: ...  # an operand seen as `view`
+
+
+NewReg = Callable[[], int]
+
+
+def is_elementwise(node: NodeInfo, low: Lowering) -> bool:
+    """An elementwise node this executor can fuse: float32 in and out, one output."""
+    if node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx"):
+        return False
+    outs = [t for t in node.outputs if t.name]
+    if len(outs) != 1 or (node.op_type == "Dropout" and len(node.outputs) > 1):
+        return False
+    if node.op_type == "BatchNormalization" and (node.attr("training_mode", 0)
+                                                 or len(node.outputs) > 1):
+        return False
+    if node.op_type == "Mod" and not node.attr("fmod", 0):
+        return False
+    return all(t.elem_type == FLOAT for t in [*outs, *data_inputs(node)])
+
+
+def data_inputs(node: NodeInfo) -> list[TensorInfo]:
+    """The inputs that carry float data (not Clip's bounds, not BatchNorm's parameters)."""
+    if node.op_type in ("Clip", "Dropout", "BatchNormalization"):
+        return [node.inputs[0]] if node.inputs and node.inputs[0] is not None else []
+    return [t for t in node.inputs if t is not None]
+
+
+def elementwise_instrs(node: NodeInfo, low: Lowering, src: Source, new_reg: NewReg
+                       ) -> tuple[list[Instr], int]:
+    """The instructions computing `node`'s output from its inputs, and its register."""
+    op = node.op_type
+    ins = [t.name if t is not None else None for t in node.inputs]
+    if op in _UNARY or op in _PARAM_UNARY or op == "Gelu":
+        core, params = _unary(node)
+        dst = new_reg()
+        return [Instr(core, dst, (src(ins[0]),), params)], dst
+    if op in _BINARY:
+        dst = new_reg()
+        return [Instr(_BINARY[op], dst, (src(ins[0]), src(ins[1])))], dst
+    if op in _VARIADIC:
+        return _variadic(node, ins, src, new_reg)
+    if op == "Clip":
+        return _clip(node, low, ins, src, new_reg)
+    return _batch_norm(node, low, src, new_reg)
+
+
+def _unary(node: NodeInfo) -> tuple[str, tuple[float, ...]]:
+    op = node.op_type
+    if op == "Gelu":
+        return ("GeluTanh" if node.attr("approximate", "none") == "tanh" else "Gelu"), ()
+    if op in _UNARY:
+        return _UNARY[op], ()
+    core, attrs = _PARAM_UNARY[op]
+    return core, tuple(float(node.attr(a, d)) for a, d in attrs)
+
+
+def _variadic(node: NodeInfo, ins: list[str | None], src: Source, new_reg: NewReg
+              ) -> tuple[list[Instr], int]:
+    core = _VARIADIC[node.op_type]
+    names = [n for n in ins if n]
+    code: list[Instr] = []
+    acc = src(names[0])
+    for name in names[1:]:
+        dst = new_reg()
+        code.append(Instr(core, dst, (acc, src(name))))
+        acc = dst
+    if node.op_type == "Mean" or len(names) == 1:
+        dst = new_reg()
+        code.append(Instr("Affine", dst, (acc,), (1.0 / len(names), 0.0)))
+        acc = dst
+    return code, acc
+
+
+def _clip(node: NodeInfo, low: Lowering, ins: list[str | None], src: Source, new_reg: NewReg
+          ) -> tuple[list[Instr], int]:
+    if low.opset < 11:
+        lo, hi = float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))
+        dst = new_reg()
+        return [Instr("Clip", dst, (src(ins[0]),), (lo, hi))], dst
+    bounds = [ins[i] if i < len(ins) else None for i in (1, 2)]
+    values = [low.const(b) for b in bounds]
+    if all(b is None or v is not None for b, v in zip(bounds, values, strict=True)):
+        lo = float(values[0]) if values[0] is not None else -np.inf
+        hi = float(values[1]) if values[1] is not None else np.inf
+        dst = new_reg()
+        return [Instr("Clip", dst, (src(ins[0]),), (lo, hi))], dst
+    code: list[Instr] = []
+    acc = src(ins[0])
+    for bound, core in zip(bounds, ("Max", "Min"), strict=True):
+        if bound:
+            dst = new_reg()
+            code.append(Instr(core, dst, (acc, src(bound))))
+            acc = dst
+    return code, acc
+
+
+def _batch_norm(node: NodeInfo, low: Lowering, src: Source, new_reg: NewReg
+                ) -> tuple[list[Instr], int]:
+    """Inference BatchNorm as x * scale + shift per channel (axis 1)."""
+    params = [low.need_const(node, i, "BatchNormalization's parameters") for i in range(1, 5)]
+    gamma, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
+    scale = gamma / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
+    shift = beta - mean * scale
+    x = node.inputs[0]
+    rank = len(low.shape(x.name))
+    view = (scale.size,) + (1,) * max(rank - 2, 0)
+    s = low.add_const(f"{node.name}::scale", scale.astype(np.float32))
+    b = low.add_const(f"{node.name}::shift", shift.astype(np.float32))
+    dst = new_reg()
+    return [Instr("MulAdd", dst, (src(x.name), src.view(s, view), src.view(b, view)))], dst
+
+
+# ---- main ops (with an epilogue) --------------------------------------------------------------
+
+def _pads(node: NodeInfo, in_spatial: tuple[int, ...], kernel: tuple[int, ...],
+          strides: list[int], dilations: list[int]) -> list[int]:
+    """Explicit pads (begins, then ends) from `pads` or `auto_pad`."""
+    n = len(in_spatial)
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        return list(node.attr("pads", [0] * 2 * n))
+    if auto == "VALID":
+        return [0] * 2 * n
+    begins, ends = [], []
+    for size, k, s, d in zip(in_spatial, kernel, strides, dilations, strict=True):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        begins.append(big if auto == "SAME_LOWER" else small)
+        ends.append(small if auto == "SAME_LOWER" else big)
+    return begins + ends
+
+
+def _window_ints(node: NodeInfo, x_shape: tuple[int, ...], kernel: tuple[int, ...]
+                 ) -> dict[str, list[int]]:
+    n = len(kernel)
+    if n not in (1, 2):
+        raise Unsupported(f"{n}-D windows (only 1-D and 2-D)")
+    strides = list(node.attr("strides", [1] * n))
+    dilations = list(node.attr("dilations", [1] * n))
+    pads = _pads(node, x_shape[2:], kernel, strides, dilations)
+    return {"strides": strides, "dilations": dilations, "pads": pads,
+            "kernel_shape": list(kernel)}
+
+
+def _require_float(node: NodeInfo, *tensors: TensorInfo | None) -> None:
+    for t in tensors:
+        if t is not None and t.elem_type != FLOAT:
+            raise Unsupported(f"{onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)} tensors "
+                              f"(only float32)")
+
+
+def main_kernel(node: NodeInfo, low: Lowering) -> Kernel:
+    """The kernel of a Conv, Gemm or MatMul, its bias already in the epilogue."""
+    x, w = node.inputs[0], node.inputs[1]
+    out = node.outputs[0]
+    _require_float(node, x, w, out, node.input(2))
+    if node.op_type == "MatMul":
+        return Kernel("MatMul", [x.name, w.name], [out.name])
+    if node.op_type == "Gemm":
+        return _gemm(node, x.name, w.name, out.name)
+    kernel = low.shape(w.name)[2:]
+    ints = _window_ints(node, low.shape(x.name), kernel)
+    ints["group"] = [int(node.attr("group", 1))]
+    k = Kernel("Conv", [x.name, w.name], [out.name], ints)
+    bias = node.input(2)
+    if bias is not None:
+        view = (low.shape(bias.name)[0],) + (1,) * len(kernel)
+        k.program.append(Instr("Add", 0, (0, k.operand(bias.name, view))))
+    return k
+
+
+def _gemm(node: NodeInfo, a: str, b: str, out: str) -> Kernel:
+    k = Kernel("Gemm", [a, b], [out], {"transA": [int(node.attr("transA", 0))],
+                                       "transB": [int(node.attr("transB", 0))]})
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    if alpha != 1.0:
+        k.program.append(Instr("Affine", 0, (0,), (alpha, 0.0)))
+    c = node.input(2)
+    if c is not None and beta != 0.0:
+        source = k.operand(c.name)
+        if beta != 1.0:
+            k.program.append(Instr("Affine", 1, (source,), (beta, 0.0)))
+            source = 1
+        k.program.append(Instr("Add", 0, (0, source)))
+    return k
+
+
+# ---- everything else --------------------------------------------------------------------------
+
+Lower = Callable[[NodeInfo, Lowering], list[Kernel]]
+LOWERINGS: dict[str, Lower] = {}
+
+
+def lowering(*ops: str) -> Callable[[Lower], Lower]:
+    def register(fn: Lower) -> Lower:
+        for op in ops:
+            if op in LOWERINGS:
+                raise ValueError(f"lowering for {op} registered twice")
+            LOWERINGS[op] = fn
+        return fn
+    return register
+
+
+def _io(node: NodeInfo) -> tuple[str, str]:
+    return node.inputs[0].name, node.outputs[0].name
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+@lowering("MaxPool", "AveragePool")
+def _pool(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    if len([o for o in node.outputs if o.name]) > 1:
+        raise Unsupported("MaxPool's Indices output")
+    x, y = _io(node)
+    _require_float(node, node.inputs[0])
+    ints = _window_ints(node, low.shape(x), tuple(node.attr("kernel_shape")))
+    ints["ceil_mode"] = [int(node.attr("ceil_mode", 0))]
+    ints["count_include_pad"] = [int(node.attr("count_include_pad", 0))]
+    if node.op_type == "AveragePool" and any(d != 1 for d in ints["dilations"]):
+        raise Unsupported("AveragePool with dilations")
+    return [Kernel(node.op_type, [x], [y], ints)]
+
+
+@lowering("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    _require_float(node, node.inputs[0])
+    x, y = _io(node)
+    return [Kernel(node.op_type, [x], [y])]
+
+
+@lowering("Softmax", "LogSoftmax")
+def _softmax(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    _require_float(node, node.inputs[0])
+    x, y = _io(node)
+    rank = len(low.shape(x))
+    legacy = low.opset < 13
+    axis = _axis(int(node.attr("axis", 1 if legacy else -1)), rank)
+    return [Kernel(node.op_type, [x], [y], {"axis": [axis], "flatten": [int(legacy)]})]
+
+
+@lowering("LayerNormalization")
+def _layer_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    if len([o for o in node.outputs if o.name]) > 1:
+        raise Unsupported("LayerNormalization's Mean / InvStdDev outputs")
+    _require_float(node, *node.inputs)
+    x, y = _io(node)
+    rank = len(low.shape(x))
+    axis = _axis(int(node.attr("axis", -1)), rank)
+    inner = int(np.prod(low.shape(x)[axis:]))
+    for t in node.inputs[1:]:
+        if t is not None and int(np.prod(low.shape(t.name))) != inner:
+            raise Unsupported("LayerNormalization's scale / bias broadcast")
+    ins = [x] + [t.name if t is not None else None for t in node.inputs[1:3]]
+    return [Kernel("LayerNormalization", ins, [y], {"axis": [axis]},
+                   {"epsilon": [float(node.attr("epsilon", 1e-5))]})]
+
+
+@lowering("InstanceNormalization")
+def _instance_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    _require_float(node, *node.inputs)
+    return [Kernel("InstanceNormalization", [t.name for t in node.inputs],
+                   [node.outputs[0].name], {}, {"epsilon": [float(node.attr("epsilon", 1e-5))]})]
+
+
+_REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
+           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
+
+
+@lowering(*_REDUCE)
+def _reduce(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    _require_float(node, node.inputs[0])
+    x, y = _io(node)
+    rank = len(low.shape(x))
+    axes_in = low.need_const(node, 1, "the axes") if len(node.inputs) > 1 else None
+    axes = (list(axes_in.reshape(-1)) if axes_in is not None else node.attr("axes"))
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return [Kernel("Copy", [x], [y])]
+        axes = list(range(rank))
+    return [Kernel(node.op_type, [x], [y], {"axes": sorted(_axis(int(a), rank) for a in axes)})]
+
+
+@lowering("ArgMax", "ArgMin")
+def _arg(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    _require_float(node, node.inputs[0])
+    x, y = _io(node)
+    return [Kernel(node.op_type, [x], [y], {
+        "axis": [_axis(int(node.attr("axis", 0)), len(low.shape(x)))],
+        "select_last_index": [int(node.attr("select_last_index", 0))]})]
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+def _view(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    return [Kernel("Copy", [x], [y])]
+
+
+@lowering("Transpose")
+def _transpose(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    shape = low.shape(x)
+    perm = node.attr("perm") or list(reversed(range(len(shape))))
+    strides = _strides(shape)
+    return [Kernel("Copy", [x], [y], {"strides": [strides[p] for p in perm], "offset": [0]})]
+
+
+@lowering("Expand")
+def _expand(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    xs, ys = low.shape(x), low.shape(y)
+    strides = [0] * (len(ys) - len(xs)) + [0 if d == 1 else s
+                                           for d, s in zip(xs, _strides(xs), strict=True)]
+    return [Kernel("Copy", [x], [y], {"strides": strides, "offset": [0]})]
+
+
+@lowering("Slice")
+def _slice(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    shape = low.shape(x)
+    if low.opset < 10:
+        starts, axes, steps = node.attr("starts"), node.attr("axes"), None
+    else:
+        starts, _ends, axes, steps = (low.need_const(node, i, "Slice's bounds")
+                                     for i in range(1, 5))
+    rank = len(shape)
+    axes = list(range(len(starts))) if axes is None else [_axis(int(a), rank) for a in axes]
+    steps = [1] * len(axes) if steps is None else [int(s) for s in steps]
+    base = _strides(shape)
+    strides, offset = list(base), 0
+    for axis, start, step in zip(axes, starts, steps, strict=True):
+        dim = shape[axis]
+        start = int(start) + dim if int(start) < 0 else int(start)
+        start = min(max(start, 0), dim - 1 if step < 0 else dim)
+        offset += start * base[axis]
+        strides[axis] = base[axis] * step
+    return [Kernel("Copy", [x], [y], {"strides": strides, "offset": [offset]})]
+
+
+@lowering("Concat")
+def _concat(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    y = node.outputs[0].name
+    axis = _axis(int(node.attr("axis")), len(low.shape(y)))
+    return [Kernel("Concat", [t.name for t in node.inputs if t is not None], [y],
+                   {"axis": [axis]})]
+
+
+@lowering("Split")
+def _split(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x = node.inputs[0].name
+    axis = _axis(int(node.attr("axis", 0)), len(low.shape(x)))
+    return [Kernel("Split", [x], [t.name for t in node.outputs], {"axis": [axis]})]
+
+
+def _fill_value(value: np.ndarray | float | None) -> float:
+    return 0.0 if value is None else float(np.asarray(value).reshape(-1)[0])
+
+
+@lowering("Pad")
+def _pad(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    shape = low.shape(x)
+    rank = len(shape)
+    if low.opset < 11:
+        pads, value = node.attr("pads"), node.attr("value", 0.0)
+    else:
+        pads = low.need_const(node, 1, "Pad's pads")
+        value = _fill_value(low.need_const(node, 2, "Pad's value"))
+        axes = low.need_const(node, 3, "Pad's axes")
+        if axes is not None:
+            full = [0] * 2 * rank
+            axes = [_axis(int(a), rank) for a in axes]
+            for i, a in enumerate(axes):
+                full[a], full[a + rank] = int(pads[i]), int(pads[i + len(axes)])
+            pads = full
+    mode = node.attr("mode", "constant")
+    maps = []
+    for d, size in enumerate(shape):
+        begin, end = int(pads[d]), int(pads[d + rank])
+        maps += [_pad_index(o - begin, size, mode) for o in range(size + begin + end)]
+    return [Kernel("MapCopy", [x], [y], {"map": maps}, {"value": [float(value)]})]
+
+
+def _pad_index(i: int, size: int, mode: str) -> int:
+    if 0 <= i < size:
+        return i
+    if mode == "constant" or size == 0:
+        return -1
+    if mode == "edge":
+        return min(max(i, 0), size - 1)
+    if mode == "wrap":
+        return i % size
+    if size == 1:  # reflect
+        return 0
+    period = 2 * (size - 1)
+    i %= period
+    return i if i < size else period - i
+
+
+@lowering("Tile")
+def _tile(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    maps = [o % size for size, out in zip(low.shape(x), low.shape(y), strict=True)
+            for o in range(out)]
+    return [Kernel("MapCopy", [x], [y], {"map": maps})]
+
+
+@lowering("Gather")
+def _gather(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    axis = _axis(int(node.attr("axis", 0)), len(low.shape(x)))
+    return [Kernel("Gather", [x, node.inputs[1].name], [y], {"axis": [axis]})]
+
+
+@lowering("Cast")
+def _cast(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    return [Kernel("Cast", [x], [y])]
+
+
+@lowering("Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
+          "Xor", "Not")
+def _logic(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    return [Kernel(node.op_type, [t.name for t in node.inputs], [node.outputs[0].name])]
+
+
+@lowering("Resize", "Upsample")
+def _resize(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    from .resize import resize_kernel
+
+    return [resize_kernel(node, low)]
+

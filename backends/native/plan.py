@@ -1,0 +1,380 @@
+"""The plan of the native executor: one step per fused group of the analyzer, in its order.
+
+A step runs its group as one kernel where the core has one: a Conv, Gemm or MatMul with every
+elementwise node after it fused as its epilogue (bias, BatchNorm as scale and shift, residual
+Add, Relu, Clip, HardSwish, SiLU, GELU spelled out in primitives ...), or one elementwise kernel
+for a group of elementwise nodes. Other groups (attention, squeeze-excite) run as a short
+sequence of kernels, each again with what it can fuse; the values passed between them live in a
+scratch area, not in the arena, and the step is still timed as one.
+
+Memory: a tensor is materialized exactly when the analyzer says so (`boundary_lifetimes`, the
+rule behind `activation_peak_bytes`): graph inputs, graph outputs, tensors read by a later
+group. Those live in one arena at offsets that never overlap while both tensors are live, so the
+arena is as large as the analyzer's activation peak whenever the offsets pack perfectly (they do
+on the models tested; `Plan.arena_bytes` says). Nodes computed from constants alone are folded
+(`fold.py`); a folded tensor that crosses a group boundary is copied into the arena by its step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ...analyzer.analysis import AnalysisResult
+from ...analyzer.errors import OnnxLensError
+from ...analyzer.fusion import Group
+from ...analyzer.ir import NodeInfo, dtype_bytes
+from ...analyzer.memory import boundary_lifetimes
+from .fold import static_values
+from .lower import (
+    ELEMENTWISE,
+    LOWERINGS,
+    MAIN_OPS,
+    Instr,
+    Kernel,
+    Lowering,
+    Unsupported,
+    data_inputs,
+    elementwise_instrs,
+    is_elementwise,
+    main_kernel,
+)
+
+ARENA, SCRATCH, CONST = 0, 1, 2
+_MAX_REGISTERS = 60
+_SCRATCH_ALIGN = 64
+
+
+class UnsupportedModel(OnnxLensError):
+    """The native executor has no kernel for some nodes (listed, with the reason)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanTensor:
+    name: str
+    elem_type: int
+    shape: tuple[int, ...]
+    storage: int
+    offset: int  # bytes into the arena or scratch area; index of a constant
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * dtype_bytes(self.elem_type)
+
+
+@dataclass
+class Step:
+    group: int
+    name: str  # the group's last node: the kernel name the profile reports
+    pattern: str
+    kernels: list[Kernel]
+
+
+@dataclass
+class Plan:
+    tensors: list[PlanTensor]
+    constants: list[np.ndarray]
+    steps: list[Step]
+    inputs: list[str]
+    outputs: list[str]
+    arena_bytes: int
+    scratch_bytes: int
+    activation_peak_bytes: int | None  # the analyzer's figure for the same groups
+    ids: dict[str, int] = field(default_factory=dict)
+
+    def tensor(self, name: str) -> PlanTensor:
+        return self.tensors[self.ids[name]]
+
+    def native_args(self) -> tuple[Any, ...]:
+        """The arguments of `_native.Executor` (before threads and isa)."""
+        tensors = [(t.name, t.elem_type, list(t.shape), t.storage, t.offset)
+                   for t in self.tensors]
+        steps = [(s.group, s.name, [self._kernel_args(k) for k in s.kernels])
+                 for s in self.steps]
+        return (tensors, self.constants, [self.ids[n] for n in self.inputs],
+                [self.ids[n] for n in self.outputs], steps, self.arena_bytes, self.scratch_bytes)
+
+    def _kernel_args(self, k: Kernel) -> tuple[Any, ...]:
+        def tid(name: str | None) -> int:
+            return -1 if name is None else self.ids[name]
+
+        return (k.op, [tid(n) for n in k.inputs], [tid(n) for n in k.outputs], k.ints,
+                k.floats, [(tid(n), list(v) if v is not None else []) for n, v in k.operands],
+                [(i.op, i.dst, list(i.srcs), list(i.params)) for i in k.program])
+
+
+# ---- building -----------------------------------------------------------------------------------
+
+def build_plan(result: AnalysisResult) -> Plan:
+    """The plan of `result`'s groups; `UnsupportedModel` lists every node it cannot run."""
+    mg, model = result.graph, result.model
+    values, static = static_values(model, mg)
+    low = Lowering(model.tensors, values, model.opset)
+    lifetimes = boundary_lifetimes(mg, result.groups)
+    problems: dict[str, list[str]] = {}
+    steps = []
+    for group in result.groups:
+        kernels = _lower_group(group, result, low, static, lifetimes, problems)
+        steps.append(Step(group.id, group.nodes[-1], group.pattern, kernels))
+    if problems:
+        raise UnsupportedModel("native-cpu cannot run " + "; ".join(
+            f"{what} (node {nodes[0]!r}" + (f" and {len(nodes) - 1} more)" if len(nodes) > 1
+                                            else ")") for what, nodes in problems.items()))
+    return _assemble(result, steps, values, lifetimes)
+
+
+def _lower_group(group: Group, result: AnalysisResult, low: Lowering, static: set[str],
+                 lifetimes: dict[str, tuple[int, int]], problems: dict[str, list[str]]
+                 ) -> list[Kernel]:
+    mg = result.graph
+    kernels = [Kernel("Copy", [_folded(t.name)], [t.name]) for key in group.nodes
+               if key in static for t in mg.info(key).outputs if t.name in lifetimes]
+    nodes = [mg.info(key) for key in group.nodes if key not in static]
+    for info in nodes:
+        reason = _unsupported_reason(info, low)
+        if reason:
+            problems.setdefault(reason, []).append(info.name)
+    if any(_unsupported_reason(info, low) for info in nodes):
+        return kernels
+    try:
+        return kernels + _GroupLowering(nodes, group, result, low, lifetimes).lower()
+    except Unsupported as e:
+        problems.setdefault(f"{group.pattern}: {e}", []).append(group.nodes[-1])
+        return kernels
+
+
+FOLDED = "::folded"
+
+
+def _folded(name: str) -> str:
+    """The constant holding a folded tensor's value (the tensor itself is an arena copy)."""
+    return name + FOLDED
+
+
+def _unsupported_reason(info: NodeInfo, low: Lowering) -> str | None:
+    if info.domain not in ("", "ai.onnx"):
+        return f"{info.domain}::{info.op_type} (no kernel)"
+    known = info.op_type in LOWERINGS or info.op_type in MAIN_OPS
+    if not known and not is_elementwise(info, low):
+        why = "only float32, one output" if info.op_type in ELEMENTWISE else "no kernel"
+        return f"{info.op_type} ({why})"
+    try:
+        for t in [*info.inputs, *info.outputs]:
+            if t is not None and t.name:
+                low.info(t.name)
+    except Unsupported as e:
+        return f"{info.op_type} ({e})"
+    return None
+
+
+class _Open:
+    """A fused kernel being built: the main kernel (or an Elementwise one) and its values."""
+
+    def __init__(self, kernel: Kernel, shape: tuple[int, ...]) -> None:
+        self.kernel = kernel
+        self.shape = shape
+        self.values: dict[str, int] = {}
+        self.nodes: list[NodeInfo] = []
+        self.next_reg = 1 + max((r for i in kernel.program for r in (i.dst, *i.srcs) if r >= 0),
+                                default=0)
+
+    def new_reg(self) -> int:
+        self.next_reg += 1
+        return self.next_reg - 1
+
+    def __call__(self, name: str) -> int:
+        return self.values[name] if name in self.values else self.kernel.operand(name)
+
+    def view(self, name: str, view: tuple[int, ...]) -> int:
+        return self.kernel.operand(name, view)
+
+
+class _GroupLowering:
+    """Greedy: each main node opens a kernel that absorbs the elementwise nodes after it that
+    read its values and have its output's shape; elementwise nodes left over open an
+    Elementwise kernel the same way. A value made inside a kernel but read outside it cannot
+    stay in registers: the node that buried it is then not absorbed, and the group is lowered
+    again (`barrier`)."""
+
+    def __init__(self, nodes: list[NodeInfo], group: Group, result: AnalysisResult,
+                 low: Lowering, lifetimes: dict[str, tuple[int, int]]) -> None:
+        self.nodes = nodes
+        self.members = set(group.nodes)
+        self.mg = result.graph
+        self.low = low
+        self.lifetimes = lifetimes
+        self.barrier: set[str] = set()
+
+    def lower(self) -> list[Kernel]:
+        while True:
+            kernels, opens = self._attempt()
+            buried = self._buried(opens)
+            if buried is None:
+                return kernels
+            self.barrier.add(buried)
+
+    def _attempt(self) -> tuple[list[Kernel], list[_Open]]:
+        kernels: list[Kernel] = []
+        opens: list[_Open] = []
+        done: set[str] = set()  # tensors written by the kernels closed so far
+        current: _Open | None = None
+        for node in self.nodes:
+            if current is not None and self._absorbs(current, node, done):
+                self._absorb(current, node)
+                continue
+            if current is not None:
+                kernels.append(self._close(current, done))
+                current = None
+            if node.op_type in MAIN_OPS:
+                out = node.outputs[0].name
+                current = _Open(main_kernel(node, self.low), self.low.shape(out))
+                current.values[out] = 0
+                current.nodes.append(node)
+                opens.append(current)
+            elif is_elementwise(node, self.low):
+                out = node.outputs[0].name
+                current = _Open(Kernel("Elementwise", [], [out]), self.low.shape(out))
+                self._absorb(current, node)
+                opens.append(current)
+            else:
+                for k in LOWERINGS[node.op_type](node, self.low):
+                    kernels.append(k)
+                    done.update(k.outputs)
+        if current is not None:
+            kernels.append(self._close(current, done))
+        return kernels, opens
+
+    def _absorbs(self, current: _Open, node: NodeInfo, done: set[str]) -> bool:
+        if node.name in self.barrier or not is_elementwise(node, self.low):
+            return False
+        if self.low.shape(node.outputs[0].name) != current.shape:
+            return False
+        if current.next_reg + 4 > _MAX_REGISTERS:
+            return False
+        inputs = [t for t in node.inputs if t is not None and t.name]
+        if not any(t.name in current.values for t in data_inputs(node)):
+            return False
+        for t in inputs:
+            if t.name in current.values:
+                continue
+            inside = self.mg.producer.get(t.name) in self.members
+            if inside and t.name not in done and t.name not in self.low.values:
+                return False
+            if not _broadcasts(self.low.shape(t.name), current.shape):
+                return False
+        return True
+
+    def _absorb(self, current: _Open, node: NodeInfo) -> None:
+        code, reg = elementwise_instrs(node, self.low, current, current.new_reg)
+        current.kernel.program.extend(code)
+        current.values[node.outputs[0].name] = reg
+        current.nodes.append(node)
+
+    def _close(self, current: _Open, done: set[str]) -> Kernel:
+        k = current.kernel
+        final = current.nodes[-1].outputs[0].name
+        reg = current.values[final]
+        if reg != 0:  # the last instruction writes the output, register 0
+            last = k.program[-1]
+            k.program[-1] = Instr(last.op, 0, last.srcs, last.params)
+        k.outputs = [final]
+        done.add(final)
+        return k
+
+    def _buried(self, opens: list[_Open]) -> str | None:
+        """The node after a value that is read outside its kernel, or None."""
+        outputs = set(self.mg.graph_outputs)
+        for current in opens:
+            keys = {n.name for n in current.nodes}
+            for i, node in enumerate(current.nodes[:-1]):
+                name = node.outputs[0].name
+                readers = self.mg.consumers.get(name, [])
+                if name in outputs or any(r not in keys for r in readers):
+                    return current.nodes[i + 1].name
+        return None
+
+
+def _broadcasts(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    if len(shape) > len(out):
+        return False
+    return all(d in (1, o) for d, o in zip(reversed(shape), reversed(out), strict=False))
+
+
+# ---- tensors, constants, arena ----------------------------------------------------------------
+
+def _assemble(result: AnalysisResult, steps: list[Step], values: dict[str, np.ndarray],
+              lifetimes: dict[str, tuple[int, int]]) -> Plan:
+    model = result.model
+    tensors: list[PlanTensor] = []
+    constants: list[np.ndarray] = []
+    ids: dict[str, int] = {}
+
+    def add(t: PlanTensor) -> None:
+        ids[t.name] = len(tensors)
+        tensors.append(t)
+
+    for name in _referenced(steps):
+        if name in ids:
+            continue
+        if name.endswith(FOLDED) or (name in values and name not in lifetimes):
+            value = np.ascontiguousarray(values[name.removesuffix(FOLDED)])
+            add(PlanTensor(name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype),
+                           value.shape, CONST, len(constants)))
+            constants.append(value)
+    offsets, arena = arena_offsets({n: (span, model.tensors[n].nbytes)
+                                    for n, span in lifetimes.items()},
+                                   {n: dtype_bytes(model.tensors[n].elem_type) for n in lifetimes})
+    for name in lifetimes:
+        info = model.tensors[name]
+        add(PlanTensor(name, info.elem_type, info.dims, ARENA, offsets[name]))
+    scratch = 0
+    for step in steps:
+        at = 0
+        for k in step.kernels:
+            for name in k.outputs:
+                if name in ids:
+                    continue
+                info = model.tensors[name]
+                add(PlanTensor(name, info.elem_type, info.dims, SCRATCH, at))
+                at += -(-info.nbytes // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+        scratch = max(scratch, at)
+    missing = [n for n in _referenced(steps) if n not in ids]
+    if missing:
+        raise UnsupportedModel(f"native-cpu: tensors with no storage: {', '.join(missing[:5])}")
+    return Plan(tensors, constants, steps, list(result.graph.graph_inputs),
+                list(result.graph.graph_outputs), arena, scratch,
+                result.activation_peak_bytes, ids)
+
+
+def _referenced(steps: list[Step]) -> list[str]:
+    names: list[str] = []
+    for step in steps:
+        for k in step.kernels:
+            names += [n for n in k.inputs if n]
+            names += [n for n, _ in k.operands]
+    return names
+
+
+def arena_offsets(tensors: dict[str, tuple[tuple[int, int], int]], align: dict[str, int]
+                  ) -> tuple[dict[str, int], int]:
+    """Offsets for tensors given as name -> ((first step, last step), bytes): greedy by size,
+    each at the lowest aligned offset clear of every placed tensor it is live with."""
+    order = sorted(tensors, key=lambda n: (-tensors[n][1], tensors[n][0]))
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first step, last step)
+    offsets: dict[str, int] = {}
+    for name in order:
+        (first, last), size = tensors[name]
+        clash = sorted((o, e) for o, e, f, z in placed if f <= last and first <= z)
+        step = max(align.get(name, 1), 1)
+        at = 0
+        for o, e in clash:
+            if at + size <= o:
+                break
+            at = max(at, -(-e // step) * step)
+        offsets[name] = at
+        if size:
+            placed.append((at, at + size, first, last))
+    return offsets, max((e for _, e, _, _ in placed), default=0)

@@ -1,0 +1,167 @@
+#include "ewprog.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "checked.h"
+#include "kernel.h"
+
+namespace onnxlens {
+
+namespace {
+
+struct OpInfo {
+  EwOp op;
+  int arity;
+};
+
+const std::map<std::string, OpInfo>& op_table() {
+  static const std::map<std::string, OpInfo> table = {
+      {"Identity", {EwOp::Identity, 1}}, {"Neg", {EwOp::Neg, 1}}, {"Abs", {EwOp::Abs, 1}},
+      {"Relu", {EwOp::Relu, 1}}, {"Sigmoid", {EwOp::Sigmoid, 1}}, {"Tanh", {EwOp::Tanh, 1}},
+      {"Exp", {EwOp::Exp, 1}}, {"Log", {EwOp::Log, 1}}, {"Sqrt", {EwOp::Sqrt, 1}},
+      {"Reciprocal", {EwOp::Reciprocal, 1}}, {"Erf", {EwOp::Erf, 1}},
+      {"Floor", {EwOp::Floor, 1}}, {"Ceil", {EwOp::Ceil, 1}}, {"Round", {EwOp::Round, 1}},
+      {"Sign", {EwOp::Sign, 1}}, {"Sin", {EwOp::Sin, 1}}, {"Cos", {EwOp::Cos, 1}},
+      {"Gelu", {EwOp::Gelu, 1}}, {"GeluTanh", {EwOp::GeluTanh, 1}}, {"SiLU", {EwOp::SiLU, 1}},
+      {"HardSwish", {EwOp::HardSwish, 1}}, {"Softplus", {EwOp::Softplus, 1}},
+      {"Softsign", {EwOp::Softsign, 1}}, {"Mish", {EwOp::Mish, 1}},
+      {"LeakyRelu", {EwOp::LeakyRelu, 1}}, {"Clip", {EwOp::Clip, 1}},
+      {"HardSigmoid", {EwOp::HardSigmoid, 1}}, {"Elu", {EwOp::Elu, 1}},
+      {"Selu", {EwOp::Selu, 1}}, {"Celu", {EwOp::Celu, 1}},
+      {"ThresholdedRelu", {EwOp::ThresholdedRelu, 1}}, {"Shrink", {EwOp::Shrink, 1}},
+      {"Affine", {EwOp::Affine, 1}}, {"Add", {EwOp::Add, 2}}, {"Sub", {EwOp::Sub, 2}},
+      {"Mul", {EwOp::Mul, 2}}, {"Div", {EwOp::Div, 2}}, {"Pow", {EwOp::Pow, 2}},
+      {"Max", {EwOp::Max, 2}}, {"Min", {EwOp::Min, 2}}, {"Mod", {EwOp::Mod, 2}},
+      {"PRelu", {EwOp::PRelu, 2}}, {"MulAdd", {EwOp::MulAdd, 3}},
+  };
+  return table;
+}
+
+// Broadcast strides of `view` (right-aligned) against `out`; PlanError if not broadcastable.
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& view,
+                                       const std::vector<int64_t>& out, const std::string& name) {
+  require(view.size() <= out.size(), "operand ", name, " ", show(view),
+          " has more dims than the output ", show(out));
+  const size_t lead = out.size() - view.size();
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t i = view.size(); i-- > 0;) {
+    const int64_t d = view[i];
+    require(d == out[lead + i] || d == 1, "operand ", name, " ", show(view),
+            " does not broadcast to ", show(out));
+    strides[lead + i] = d == 1 ? 0 : stride;
+    stride = checked_mul(stride, d);
+  }
+  return strides;
+}
+
+// The longest suffix of output dims over which the operand's index rises by a fixed stride
+// (0: broadcast, 1: contiguous) with the flat output index.
+void suffix_block(const std::vector<int64_t>& out, const std::vector<int64_t>& strides,
+                  int64_t& block, int64_t& block_stride) {
+  block = 1;
+  int mode = -1;
+  for (size_t i = out.size(); i-- > 0;) {
+    if (out[i] == 1) continue;
+    const int m = strides[i] == 0 ? 0 : 1;
+    if (mode == -1) mode = m;
+    if (m != mode || (m == 1 && strides[i] != block)) break;
+    block *= out[i];
+  }
+  block_stride = mode == 1 ? 1 : 0;
+}
+
+}  // namespace
+
+EwOp ew_op(const std::string& name, int& arity) {
+  const auto& table = op_table();
+  const auto it = table.find(name);
+  require(it != table.end(), "unknown elementwise op ", name);
+  arity = it->second.arity;
+  return it->second.op;
+}
+
+EwProgram::EwProgram(const KernelContext& ctx, const std::vector<int64_t>& out_shape)
+    : shape_(out_shape) {
+  require(out_shape.size() <= kMaxRank, "elementwise output of rank ", out_shape.size(),
+          " (at most ", kMaxRank, ")");
+  const KernelSpec& spec = ctx.spec;
+  const int64_t numel = checked_product(out_shape);
+  for (const OperandSpec& o : spec.operands) {
+    require(o.tensor >= 0 && o.tensor < static_cast<int>(ctx.tensors.size()),
+            "operand: no tensor #", o.tensor);
+    const Tensor& t = ctx.tensors[static_cast<size_t>(o.tensor)];
+    require(t.dtype == DType::f32, "operand ", t.name, " is ", dtype_name(t.dtype),
+            ", not float32");
+    const std::vector<int64_t>& view = o.view.empty() ? t.shape : o.view;
+    require(checked_product(view) == t.numel, "operand ", t.name, ": view ", show(view),
+            " does not hold its ", t.numel, " elements");
+    Operand op{t.f32(), broadcast_strides(view, out_shape, t.name), 1, 0};
+    suffix_block(out_shape, op.strides, op.block, op.block_stride);
+    operands_.push_back(std::move(op));
+  }
+  const auto nops = static_cast<int>(operands_.size());
+  for (const InstrSpec& in : spec.program) {
+    int arity = 0;
+    Instr instr{ew_op(in.op, arity), in.dst, arity, {0, 0, 0}, 0.0f, 0.0f};
+    require(static_cast<int>(in.srcs.size()) == arity, in.op, " takes ", arity, " sources");
+    require(in.dst >= 0 && in.dst < 64, in.op, ": register ", in.dst, " out of range");
+    require(in.params.size() <= 2, in.op, ": at most 2 parameters");
+    for (int i = 0; i < arity; ++i) {
+      const int s = in.srcs[static_cast<size_t>(i)];
+      require((s >= 0 && s < 64) || (s < 0 && -1 - s < nops), in.op, ": bad source ", s);
+      instr.src[i] = s;
+      if (s >= 0) nregs_ = std::max(nregs_, s + 1);
+    }
+    if (!in.params.empty()) instr.p0 = static_cast<float>(in.params[0]);
+    if (in.params.size() > 1) instr.p1 = static_cast<float>(in.params[1]);
+    nregs_ = std::max(nregs_, in.dst + 1);
+    code_.push_back(instr);
+  }
+  require(code_.empty() || code_.back().dst == 0, "the program's last instruction must write "
+          "register 0");
+  require(numel >= 0, "bad output");
+}
+
+Src EwProgram::source(int src, float* out, float* scratch, const int64_t* at) const {
+  if (src == 0) return {out, 1};
+  if (src > 0) return {scratch + (src - 1) * kChunk, 1};
+  const Operand& o = operands_[static_cast<size_t>(-1 - src)];
+  int64_t index = 0;
+  for (size_t d = 0; d < shape_.size(); ++d) index += at[d] * o.strides[d];
+  return {o.data + index, o.block_stride};
+}
+
+void EwProgram::apply(const SimdKernels& s, float* out, int64_t flat, int64_t n,
+                      float* scratch) const {
+  if (code_.empty()) return;
+  int64_t at[kMaxRank];
+  const int64_t end = flat + n;
+  while (flat < end) {
+    int64_t len = std::min(kChunk, end - flat);
+    for (const Operand& o : operands_) len = std::min(len, o.block - flat % o.block);
+    int64_t rest = flat;
+    for (size_t d = shape_.size(); d-- > 0;) {
+      at[d] = shape_[d] ? rest % shape_[d] : 0;
+      rest = shape_[d] ? rest / shape_[d] : 0;
+    }
+    for (const Instr& in : code_) {
+      float* dst = in.dst == 0 ? out : scratch + (in.dst - 1) * kChunk;
+      const Src a = source(in.src[0], out, scratch, at);
+      if (in.nsrc == 1) {
+        s.unary(in.op, dst, a, len, in.p0, in.p1);
+      } else if (in.nsrc == 2) {
+        s.binary(in.op, dst, a, source(in.src[1], out, scratch, at), len);
+      } else {
+        s.ternary(in.op, dst, a, source(in.src[1], out, scratch, at),
+                  source(in.src[2], out, scratch, at), len);
+      }
+    }
+    flat += len;
+    out += len;
+  }
+}
+
+}  // namespace onnxlens

@@ -1,0 +1,185 @@
+#include "executor.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "checked.h"
+
+namespace onnxlens {
+
+// ---- kernel context and registry -------------------------------------------------------------
+
+const Tensor& KernelContext::input(int i) const {
+  require(has_input(i), spec.op, ": input ", i, " is missing");
+  const int id = spec.inputs[static_cast<size_t>(i)];
+  require(id < static_cast<int>(tensors.size()), spec.op, ": no tensor #", id);
+  return tensors[static_cast<size_t>(id)];
+}
+
+const Tensor& KernelContext::output(int i) const {
+  require(i < static_cast<int>(spec.outputs.size()), spec.op, ": output ", i, " is missing");
+  const int id = spec.outputs[static_cast<size_t>(i)];
+  require(id >= 0 && id < static_cast<int>(tensors.size()), spec.op, ": no tensor #", id);
+  const Tensor& t = tensors[static_cast<size_t>(id)];
+  require(t.storage != Storage::constant, spec.op, ": writes the constant ", t.name);
+  return t;
+}
+
+int64_t KernelContext::attr(const std::string& name, int64_t fallback) const {
+  const auto it = spec.ints.find(name);
+  if (it == spec.ints.end()) return fallback;
+  require(it->second.size() == 1, spec.op, ": attribute ", name, " must be one integer");
+  return it->second[0];
+}
+
+std::vector<int64_t> KernelContext::ints(const std::string& name) const {
+  const auto it = spec.ints.find(name);
+  return it == spec.ints.end() ? std::vector<int64_t>{} : it->second;
+}
+
+double KernelContext::attr_f(const std::string& name, double fallback) const {
+  const auto it = spec.floats.find(name);
+  if (it == spec.floats.end()) return fallback;
+  require(it->second.size() == 1, spec.op, ": attribute ", name, " must be one number");
+  return it->second[0];
+}
+
+std::vector<double> KernelContext::floats(const std::string& name) const {
+  const auto it = spec.floats.find(name);
+  return it == spec.floats.end() ? std::vector<double>{} : it->second;
+}
+
+void KernelContext::expect_arity(int min_in, int max_in, int outs) const {
+  require(inputs() >= min_in && inputs() <= max_in, spec.op, ": ", inputs(),
+          " inputs, expected ", min_in, "..", max_in);
+  require(static_cast<int>(spec.outputs.size()) == outs, spec.op, ": ", spec.outputs.size(),
+          " outputs, expected ", outs);
+  for (int i = 0; i < min_in; ++i) input(i);
+  for (int i = 0; i < outs; ++i) output(i);
+}
+
+void KernelContext::expect_f32_io() const {
+  for (int i = 0; i < inputs(); ++i) {
+    if (has_input(i)) {
+      require(input(i).dtype == DType::f32, spec.op, ": input ", input(i).name, " is ",
+              dtype_name(input(i).dtype), ", only float32 is supported");
+    }
+  }
+  for (size_t i = 0; i < spec.outputs.size(); ++i) {
+    const Tensor& t = output(static_cast<int>(i));
+    require(t.dtype == DType::f32, spec.op, ": output ", t.name, " is ", dtype_name(t.dtype),
+            ", only float32 is supported");
+  }
+}
+
+void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f) {
+  require(r.emplace(op, std::move(f)).second, "kernel ", op, " registered twice");
+}
+
+const KernelRegistry& kernel_registry() {
+  static const KernelRegistry registry = [] {
+    KernelRegistry r;
+    register_conv(r);
+    register_matmul(r);
+    register_pool(r);
+    register_norm(r);
+    register_reduce(r);
+    register_data(r);
+    register_misc(r);
+    register_elementwise(r);
+    return r;
+  }();
+  return registry;
+}
+
+void Workspace::reserve(int threads, int64_t floats_per_thread) {
+  stride_ = (floats_per_thread + 15) / 16 * 16;  // 64-byte rows
+  const int64_t total = checked_add(checked_mul(stride_, threads), 16);
+  storage_.reset(new float[static_cast<size_t>(total)]);
+  const auto addr = reinterpret_cast<uintptr_t>(storage_.get());
+  base_ = storage_.get() + ((64 - addr % 64) % 64) / sizeof(float);
+}
+
+// ---- executor ------------------------------------------------------------------------------
+
+namespace {
+
+std::unique_ptr<char[]> allocate(int64_t bytes) {
+  return std::unique_ptr<char[]>(new char[static_cast<size_t>(bytes > 0 ? bytes : 1)]);
+}
+
+const SimdKernels* pick(const std::string& isa) {
+  if (isa.empty()) return &simd();
+  const SimdKernels* t = simd_named(isa.c_str());
+  require(t != nullptr, "instruction set ", isa, " is not available on this CPU or build");
+  return t;
+}
+
+}  // namespace
+
+Executor::Executor(PlanSpec plan, int threads, const std::string& isa)
+    : plan_(std::move(plan)), simd_(pick(isa)), pool_(threads) {
+  require(threads >= 1 && threads <= 1024, "thread count ", threads);
+  tensors_ = resolve_tensors(plan_, nullptr, nullptr);  // sizes checked before allocating
+  arena_ = allocate(plan_.arena_bytes);
+  scratch_ = allocate(plan_.scratch_bytes);
+  tensors_ = resolve_tensors(plan_, arena_.get(), scratch_.get());
+  check_arena_lifetimes(plan_, tensors_);
+  const KernelRegistry& registry = kernel_registry();
+  for (const StepSpec& step : plan_.steps) {
+    std::vector<std::unique_ptr<Kernel>> kernels;
+    for (const KernelSpec& spec : step.kernels) {
+      const auto it = registry.find(spec.op);
+      require(it != registry.end(), "step ", step.name, ": no kernel for ", spec.op);
+      try {
+        kernels.push_back(it->second(KernelContext(spec, tensors_, *simd_, pool_.size())));
+      } catch (const PlanError& e) {
+        throw PlanError(cat("step ", step.name, ": ", e.what()));
+      }
+      workspace_floats_ = std::max(workspace_floats_, kernels.back()->workspace_floats());
+    }
+    steps_.push_back(std::move(kernels));
+  }
+  workspace_.reserve(pool_.size(), workspace_floats_);
+}
+
+std::vector<int> Executor::producer_steps() const {
+  std::vector<int> step_of(tensors_.size(), -1);
+  for (size_t s = 0; s < plan_.steps.size(); ++s) {
+    for (const KernelSpec& k : plan_.steps[s].kernels) {
+      for (int id : k.outputs) step_of[static_cast<size_t>(id)] = static_cast<int>(s);
+    }
+  }
+  return step_of;
+}
+
+void Executor::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                   std::vector<double>& step_seconds, const std::vector<Capture>& captures) {
+  if (inputs.size() != plan_.inputs.size() || outputs.size() != plan_.outputs.size()) {
+    throw RunError(cat("expected ", plan_.inputs.size(), " inputs and ", plan_.outputs.size(),
+                       " outputs"));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = tensors_[static_cast<size_t>(plan_.inputs[i])];
+    std::memcpy(t.data, inputs[i], static_cast<size_t>(t.nbytes));
+  }
+  step_seconds.assign(steps_.size(), 0.0);
+  size_t next_capture = 0;
+  using clock = std::chrono::steady_clock;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const auto start = clock::now();
+    for (auto& k : steps_[s]) k->run(pool_, workspace_);
+    step_seconds[s] = std::chrono::duration<double>(clock::now() - start).count();
+    for (; next_capture < captures.size() &&
+           captures[next_capture].step == static_cast<int>(s); ++next_capture) {
+      const Tensor& t = tensors_[static_cast<size_t>(captures[next_capture].tensor)];
+      std::memcpy(captures[next_capture].dst, t.data, static_cast<size_t>(t.nbytes));
+    }
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& t = tensors_[static_cast<size_t>(plan_.outputs[i])];
+    std::memcpy(outputs[i], t.data, static_cast<size_t>(t.nbytes));
+  }
+}
+
+}  // namespace onnxlens

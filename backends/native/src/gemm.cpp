@@ -1,0 +1,178 @@
+#include "gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "checked.h"
+
+namespace onnxlens {
+
+namespace {
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Where a K block's panels start in a packed operand, and the panel of row/col `at`.
+const float* packed_block(const PackedOperand& p, int64_t pc, int64_t kc, int64_t at,
+                          int64_t width) {
+  return p.data.data() + p.padded * pc + (at / width) * width * kc;
+}
+
+struct Buffers {
+  float* a;
+  float* b;
+  float* tile;
+  float* epilogue;
+};
+
+Buffers carve(const SimdKernels& s, float* ws) {
+  const GemmBlocking bl = gemm_blocking(s);
+  Buffers buf;
+  buf.a = ws;
+  buf.b = buf.a + bl.mc * bl.kc;
+  buf.tile = buf.b + bl.kc * bl.nc;
+  buf.epilogue = buf.tile + s.mr * s.nr;
+  return buf;
+}
+
+bool contiguous(const GemmC& c, int64_t j, int64_t n) {
+  return c.col_off == nullptr || c.col_off[j + n - 1] - c.col_off[j] == n - 1;
+}
+
+float* c_at(const GemmC& c, int64_t i, int64_t j) {
+  return c.p + i * c.ldc + (c.col_off ? c.col_off[j] : j);
+}
+
+// One micro-tile at C(i, j) of m x n valid elements.
+void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, const GemmC& c,
+          int64_t i, int64_t j, int64_t m, int64_t n, bool acc, float* buf) {
+  if (m == s.mr && n == s.nr && contiguous(c, j, n)) {
+    s.gemm_ukernel(kc, ap, bp, c_at(c, i, j), c.ldc, acc);
+    return;
+  }
+  s.gemm_ukernel(kc, ap, bp, buf, s.nr, false);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t t = 0; t < n; ++t) {
+      float* dst = c_at(c, i + r, j + t);
+      *dst = acc ? *dst + buf[r * s.nr + t] : buf[r * s.nr + t];
+    }
+  }
+}
+
+void epilogue(const SimdKernels& s, const GemmC& c, int64_t i0, int64_t i1, int64_t j0,
+              int64_t j1, float* scratch) {
+  if (c.epilogue == nullptr || c.epilogue->empty()) return;
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t j = j0; j < j1;) {
+      int64_t end = j + 1;
+      if (c.col_off == nullptr) {
+        end = j1;
+      } else {
+        while (end < j1 && c.col_off[end] == c.col_off[end - 1] + 1) ++end;
+      }
+      float* at = c_at(c, i, j);
+      c.epilogue->apply(s, at, at - c.out_base, end - j, scratch);
+      j = end;
+    }
+  }
+}
+
+void zero_fill(const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  for (int64_t i = m0; i < m1; ++i) {
+    for (int64_t j = n0; j < n1; ++j) *c_at(c, i, j) = 0.0f;
+  }
+}
+
+}  // namespace
+
+GemmBlocking gemm_blocking(const SimdKernels& s) {
+  return {round_up(128, s.mr), 256, round_up(2048, s.nr)};
+}
+
+int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue) {
+  const GemmBlocking bl = gemm_blocking(s);
+  return bl.mc * bl.kc + bl.kc * bl.nc + s.mr * s.nr +
+         (epilogue ? epilogue->scratch_floats() : 0);
+}
+
+PackedOperand pack_a_const(const SimdKernels& s, const float* a, int64_t rs, int64_t cs,
+                           int64_t M, int64_t K) {
+  const GemmBlocking bl = gemm_blocking(s);
+  PackedOperand p;
+  p.rows = M;
+  p.cols = K;
+  p.is_a = true;
+  p.padded = round_up(M, s.mr);
+  p.data.resize(static_cast<size_t>(checked_mul(p.padded, std::max<int64_t>(K, 1))));
+  for (int64_t pc = 0; pc < K; pc += bl.kc) {
+    const int64_t kc = std::min(bl.kc, K - pc);
+    s.pack_a(a + pc * cs, rs, cs, M, kc, p.data.data() + p.padded * pc);
+  }
+  return p;
+}
+
+PackedOperand pack_b_const(const SimdKernels& s, const float* b, int64_t rs, int64_t cs,
+                           int64_t K, int64_t N) {
+  const GemmBlocking bl = gemm_blocking(s);
+  PackedOperand p;
+  p.rows = K;
+  p.cols = N;
+  p.is_a = false;
+  p.padded = round_up(N, s.nr);
+  p.data.resize(static_cast<size_t>(checked_mul(p.padded, std::max<int64_t>(K, 1))));
+  for (int64_t pc = 0; pc < K; pc += bl.kc) {
+    const int64_t kc = std::min(bl.kc, K - pc);
+    s.pack_b(b + pc * rs, rs, cs, kc, N, p.data.data() + p.padded * pc);
+  }
+  return p;
+}
+
+void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
+          const GemmB& b, const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+          float* workspace) {
+  (void)M;
+  (void)N;
+  if (m0 >= m1 || n0 >= n1) return;
+  const GemmBlocking bl = gemm_blocking(s);
+  const Buffers buf = carve(s, workspace);
+  if (K == 0) {
+    zero_fill(c, m0, m1, n0, n1);
+    epilogue(s, c, m0, m1, n0, n1, buf.epilogue);
+    return;
+  }
+  for (int64_t jc = n0; jc < n1; jc += bl.nc) {
+    const int64_t nc = std::min(bl.nc, n1 - jc);
+    for (int64_t pc = 0; pc < K; pc += bl.kc) {
+      const int64_t kc = std::min(bl.kc, K - pc);
+      const float* bp = buf.b;
+      if (b.packed) {
+        bp = packed_block(*b.packed, pc, kc, jc, s.nr);
+      } else if (b.im2col) {
+        s.pack_im2col(*b.im2col, pc, kc, jc, nc, buf.b);
+      } else {
+        s.pack_b(b.p + pc * b.rs + jc * b.cs, b.rs, b.cs, kc, nc, buf.b);
+      }
+      const bool last = pc + kc == K;
+      for (int64_t ic = m0; ic < m1; ic += bl.mc) {
+        const int64_t mc = std::min(bl.mc, m1 - ic);
+        const float* ap = buf.a;
+        if (a.packed) {
+          ap = packed_block(*a.packed, pc, kc, ic, s.mr);
+        } else {
+          s.pack_a(a.p + ic * a.rs + pc * a.cs, a.rs, a.cs, mc, kc, buf.a);
+        }
+        for (int64_t jr = 0; jr < nc; jr += s.nr) {
+          const float* bpanel = bp + (jr / s.nr) * s.nr * kc;
+          const int64_t n = std::min<int64_t>(s.nr, nc - jr);
+          for (int64_t ir = 0; ir < mc; ir += s.mr) {
+            const int64_t m = std::min<int64_t>(s.mr, mc - ir);
+            tile(s, kc, ap + (ir / s.mr) * s.mr * kc, bpanel, c, ic + ir, jc + jr, m, n,
+                 pc > 0, buf.tile);
+          }
+        }
+        if (last) epilogue(s, c, ic, ic + mc, jc, jc + nc, buf.epilogue);
+      }
+    }
+  }
+}
+
+}  // namespace onnxlens

@@ -1,0 +1,252 @@
+// Conv: depthwise convolutions run a direct kernel per channel; every other convolution is a
+// GEMM per group, W_g (M/g x C/g*kh*kw, packed once) times an implicit im2col of the input
+// whose columns are the output pixels of all images of the batch.
+#include <algorithm>
+
+#include "conv_geometry.h"
+#include "gemm.h"
+#include "kernel.h"
+
+namespace onnxlens {
+
+Window2d window_2d(const KernelContext& ctx, const Tensor& x, const std::vector<int64_t>& kernel,
+                   const std::vector<int64_t>& y_shape, bool ceil) {
+  const int spatial = x.rank() - 2;
+  require(spatial == 1 || spatial == 2, ctx.spec.op, ": only 1-D and 2-D windows, input is ",
+          show(x.shape));
+  require(static_cast<int>(kernel.size()) == spatial, ctx.spec.op, ": kernel ", show(kernel),
+          " for input ", show(x.shape));
+  auto get = [&](const char* name, size_t n, int64_t fallback) {
+    std::vector<int64_t> v = ctx.ints(name);
+    if (v.empty()) v.assign(n, fallback);
+    require(v.size() == n, ctx.spec.op, ": ", name, " has ", v.size(), " values, expected ", n);
+    return v;
+  };
+  const auto s = static_cast<size_t>(spatial);
+  const std::vector<int64_t> strides = get("strides", s, 1), dil = get("dilations", s, 1);
+  const std::vector<int64_t> pads = get("pads", 2 * s, 0);
+  Window2d g{};
+  g.N = x.dim(0);
+  g.C = x.dim(1);
+  g.H = spatial == 2 ? x.dim(2) : 1;
+  g.W = x.dim(x.rank() - 1);
+  g.kh = spatial == 2 ? kernel[0] : 1;
+  g.kw = kernel.back();
+  g.sh = spatial == 2 ? strides[0] : 1;
+  g.sw = strides.back();
+  g.dh = spatial == 2 ? dil[0] : 1;
+  g.dw = dil.back();
+  g.pt = spatial == 2 ? pads[0] : 0;
+  g.pl = pads[s - 1];
+  g.pb = spatial == 2 ? pads[2] : 0;
+  g.pr = pads[2 * s - 1];
+  for (int64_t v : {g.kh, g.kw, g.sh, g.sw, g.dh, g.dw}) {
+    require(v >= 1 && v <= (int64_t{1} << 20), ctx.spec.op, ": window values must be positive");
+  }
+  for (int64_t v : {g.pt, g.pl, g.pb, g.pr}) {
+    require(v >= 0 && v <= (int64_t{1} << 20), ctx.spec.op, ": pads must be 0..2^20");
+  }
+  auto out = [&](int64_t in, int64_t k, int64_t st, int64_t d, int64_t p0, int64_t p1) {
+    const int64_t span = checked_add(checked_mul(d, k - 1), 1);
+    const int64_t room = checked_add(in, p0 + p1) - span;
+    require(room >= 0, ctx.spec.op, ": window of ", span, " does not fit in ", in,
+            " (+ pads)");
+    return (ceil ? (room + st - 1) / st : room / st) + 1;
+  };
+  g.OH = out(g.H, g.kh, g.sh, g.dh, g.pt, g.pb);
+  g.OW = out(g.W, g.kw, g.sw, g.dw, g.pl, g.pr);
+  if (ceil) {  // the last window must start inside the input or its left padding
+    if ((g.OH - 1) * g.sh >= g.H + g.pt) --g.OH;
+    if ((g.OW - 1) * g.sw >= g.W + g.pl) --g.OW;
+  }
+  std::vector<int64_t> expect = {g.N, -1};
+  if (spatial == 2) expect.push_back(g.OH);
+  expect.push_back(g.OW);
+  require(static_cast<int>(y_shape.size()) == x.rank() && y_shape[0] == g.N &&
+              y_shape.back() == g.OW && (spatial == 1 || y_shape[2] == g.OH),
+          ctx.spec.op, ": output ", show(y_shape), " does not match the window over ",
+          show(x.shape));
+  return g;
+}
+
+namespace {
+
+// The implicit im2col of one group's input channels; see simd.h's Im2col.
+class Im2colTables {
+ public:
+  Im2colTables(const Window2d& g, int64_t channels, int nr) {
+    const int64_t ohw = g.OH * g.OW, ncols = checked_mul(g.N, ohw);
+    const int64_t panels = (ncols + nr - 1) / nr, kpos = g.kh * g.kw;
+    const int64_t image = checked_mul(g.C, checked_mul(g.H, g.W));
+    col_base_.resize(static_cast<size_t>(panels * nr), 0);
+    std::vector<int64_t> oy(col_base_.size(), -1), ox(col_base_.size(), 0);
+    for (int64_t j = 0; j < ncols; ++j) {
+      const int64_t n = j / ohw, p = j % ohw;
+      oy[j] = p / g.OW;
+      ox[j] = p % g.OW;
+      col_base_[j] = n * image + (oy[j] * g.sh - g.pt) * g.W + (ox[j] * g.sw - g.pl);
+    }
+    masks_.assign(static_cast<size_t>(panels * kpos), 0);
+    contig_.assign(static_cast<size_t>(panels), 1);
+    for (int64_t panel = 0; panel < panels; ++panel) {
+      for (int t = 0; t < nr; ++t) {
+        const int64_t j = panel * nr + t;
+        if (j >= ncols) continue;
+        if (t > 0 && col_base_[j] != col_base_[j - 1] + 1) contig_[panel] = 0;
+        for (int64_t ky = 0; ky < g.kh; ++ky) {
+          for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const int64_t iy = oy[j] * g.sh - g.pt + ky * g.dh;
+            const int64_t ix = ox[j] * g.sw - g.pl + kx * g.dw;
+            if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W) {
+              masks_[panel * kpos + ky * g.kw + kx] |= uint64_t{1} << t;
+            }
+          }
+        }
+      }
+    }
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          k_delta_.push_back((c * g.H + ky * g.dh) * g.W + kx * g.dw);
+          k_pos_.push_back(static_cast<int32_t>(ky * g.kw + kx));
+        }
+      }
+    }
+    const int64_t total = checked_mul(g.N, image);
+    if (total < (int64_t{1} << 31)) {
+      col_base32_.assign(col_base_.begin(), col_base_.end());
+    }
+    view_.ncols = ncols;
+    view_.col_base = col_base_.data();
+    view_.col_base32 = col_base32_.empty() ? nullptr : col_base32_.data();
+    view_.panel_contig = contig_.data();
+    view_.masks = masks_.data();
+    view_.k_delta = k_delta_.data();
+    view_.k_pos = k_pos_.data();
+    view_.kpos_count = kpos;
+  }
+
+  Im2col view(const float* input) const {
+    Im2col v = view_;
+    v.input = input;
+    return v;
+  }
+
+ private:
+  std::vector<int64_t> col_base_, k_delta_;
+  std::vector<int32_t> col_base32_, k_pos_;
+  std::vector<uint8_t> contig_;
+  std::vector<uint64_t> masks_;
+  Im2col view_{};
+};
+
+class ConvKernel : public Kernel {
+ public:
+  explicit ConvKernel(const KernelContext& ctx)
+      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)) {
+    ctx.expect_arity(2, 2, 1);
+    ctx.expect_f32_io();
+    const Tensor& w = ctx.input(1);
+    require(w.rank() == x_.rank() && x_.rank() >= 3, "Conv: weight ", show(w.shape),
+            " for input ", show(x_.shape));
+    groups_ = ctx.attr("group", 1);
+    const int64_t C = x_.dim(1), M = w.dim(0);
+    require(groups_ >= 1 && C % groups_ == 0 && M % groups_ == 0 && w.dim(1) == C / groups_,
+            "Conv: ", groups_, " groups do not fit input ", show(x_.shape), " and weight ",
+            show(w.shape));
+    g_ = window_2d(ctx, x_, std::vector<int64_t>(w.shape.begin() + 2, w.shape.end()), y_.shape);
+    require(y_.dim(1) == M, "Conv: output ", show(y_.shape), " for ", M, " filters");
+    M_ = M;
+    epilogue_ = EwProgram(ctx, y_.shape);
+    depthwise_ = groups_ == C && M == C;
+    const int64_t mg = M / groups_, kg = (C / groups_) * g_.kh * g_.kw;
+    if (depthwise_) {
+      weights_.assign(w.f32(), w.f32() + w.numel);
+      return;
+    }
+    for (int64_t gi = 0; gi < groups_; ++gi) {
+      packed_.push_back(pack_a_const(simd_, w.f32() + gi * mg * kg, kg, 1, mg, kg));
+    }
+    tables_ = std::make_unique<Im2colTables>(g_, C / groups_, simd_.nr);
+    if (g_.N > 1) {  // images side by side as columns: column j is pixel j % ohw of image j / ohw
+      const int64_t ohw = g_.OH * g_.OW, ncols = g_.N * ohw;
+      col_off_.resize(static_cast<size_t>(ncols));
+      for (int64_t j = 0; j < ncols; ++j) col_off_[j] = (j / ohw) * M_ * ohw + j % ohw;
+    }
+  }
+
+  int64_t workspace_floats() const override {
+    return depthwise_ ? epilogue_.scratch_floats() : gemm_workspace_floats(simd_, &epilogue_);
+  }
+
+  void run(ThreadPool& pool, const Workspace& ws) override {
+    if (depthwise_) {
+      run_depthwise(pool, ws);
+    } else {
+      run_gemm(pool, ws);
+    }
+  }
+
+ private:
+  void run_depthwise(ThreadPool& pool, const Workspace& ws) {
+    const int64_t planes = g_.N * g_.C, ohw = g_.OH * g_.OW;
+    pool.run([&](int tid, int n) {
+      const Range r = split_range(planes, tid, n);
+      for (int64_t p = r.begin; p < r.end; ++p) {
+        const int64_t c = p % g_.C;
+        DepthwiseArgs a{x_.f32() + p * g_.H * g_.W, y_.f32() + p * ohw,
+                        weights_.data() + c * g_.kh * g_.kw, g_.H, g_.W, g_.OH, g_.OW, g_.kh,
+                        g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw};
+        simd_.depthwise(a);
+        epilogue_.apply(simd_, a.out, p * ohw, ohw, ws.get(tid));
+      }
+    });
+  }
+
+  void run_gemm(ThreadPool& pool, const Workspace& ws) {
+    const int64_t ohw = g_.OH * g_.OW, ncols = g_.N * ohw;
+    const int64_t mg = M_ / groups_, cg = g_.C / groups_;
+    const bool by_cols = ncols >= int64_t{4} * simd_.nr * pool.size();
+    pool.run([&](int tid, int n) {
+      const Range cols = by_cols ? split_range(ncols, tid, n, simd_.nr) : Range{0, ncols};
+      const Range rows = by_cols ? Range{0, mg} : split_range(mg, tid, n, simd_.mr);
+      for (int64_t gi = 0; gi < groups_; ++gi) {
+        const Im2col im = tables_->view(x_.f32() + gi * cg * g_.H * g_.W);
+        GemmA a;
+        a.packed = &packed_[static_cast<size_t>(gi)];
+        GemmB b;
+        b.im2col = &im;
+        GemmC c;
+        c.p = y_.f32() + gi * mg * ohw;
+        c.ldc = ohw;
+        c.col_off = col_off_.empty() ? nullptr : col_off_.data();
+        c.epilogue = &epilogue_;
+        c.out_base = y_.f32();
+        gemm(simd_, mg, ncols, cg * g_.kh * g_.kw, a, b, c, rows.begin, rows.end, cols.begin,
+             cols.end, ws.get(tid));
+      }
+    });
+  }
+
+  const SimdKernels& simd_;
+  const Tensor& x_;
+  const Tensor& y_;
+  Window2d g_{};
+  int64_t groups_ = 1, M_ = 0;
+  bool depthwise_ = false;
+  EwProgram epilogue_;
+  std::vector<float> weights_;
+  std::vector<PackedOperand> packed_;
+  std::unique_ptr<Im2colTables> tables_;
+  std::vector<int64_t> col_off_;
+};
+
+}  // namespace
+
+void register_conv(KernelRegistry& r) {
+  add_kernel(r, "Conv", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new ConvKernel(ctx));
+  });
+}
+
+}  // namespace onnxlens

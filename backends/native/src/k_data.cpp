@@ -1,0 +1,386 @@
+// Data movement, for any element type: strided copies (Reshape, Flatten, Squeeze, Unsqueeze,
+// Identity, Transpose, Slice, Expand, DepthToSpace and constants written into the arena: the
+// planner gives each as output shape + input strides + offset), Concat, Split, index-map copies
+// (Pad, Tile, nearest Resize: one input coordinate per output coordinate and dim, -1 for the
+// fill value), Gather and linear Resize.
+#include <algorithm>
+#include <cstring>
+
+#include "kernel.h"
+
+namespace onnxlens {
+
+namespace {
+
+template <typename T>
+void strided(char* dst, const char* src, int64_t n, int64_t stride) {
+  auto* d = reinterpret_cast<T*>(dst);
+  const auto* s = reinterpret_cast<const T*>(src);
+  for (int64_t i = 0; i < n; ++i) d[i] = s[i * stride];
+}
+
+// n elements of `size` bytes from src (every `stride` elements) to contiguous dst.
+void copy_run(char* dst, const char* src, int64_t n, int64_t stride, int64_t size) {
+  if (stride == 1) {
+    std::memcpy(dst, src, static_cast<size_t>(n * size));
+    return;
+  }
+  switch (size) {
+    case 1: return strided<uint8_t>(dst, src, n, stride);
+    case 2: return strided<uint16_t>(dst, src, n, stride);
+    case 4: return strided<uint32_t>(dst, src, n, stride);
+    default: return strided<uint64_t>(dst, src, n, stride);
+  }
+}
+
+int64_t outer_size(const Tensor& t, int64_t axis) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < axis; ++d) n *= t.dim(static_cast<int>(d));
+  return n;
+}
+
+int64_t inner_size(const Tensor& t, int64_t axis) {
+  int64_t n = 1;
+  for (int64_t d = axis + 1; d < t.rank(); ++d) n *= t.dim(static_cast<int>(d));
+  return n;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
+class CopyKernel : public Kernel {
+ public:
+  explicit CopyKernel(const KernelContext& ctx) : x_(ctx.input(0)), y_(ctx.output(0)) {
+    ctx.expect_arity(1, 1, 1);
+    require(x_.dtype == y_.dtype, "Copy: element types differ");
+    strides_ = ctx.ints("strides");
+    if (strides_.empty() && !ctx.spec.ints.count("strides")) {
+      require(x_.numel == y_.numel, "Copy: ", show(x_.shape), " to ", show(y_.shape));
+      strides_ = contiguous_strides(y_.shape);
+    }
+    offset_ = ctx.attr("offset", 0);
+    require(strides_.size() == y_.shape.size(), "Copy: ", strides_.size(), " strides for ",
+            show(y_.shape));
+    check_bounds();
+    coalesce();
+  }
+
+  void run(ThreadPool& pool, const Workspace&) override {
+    const int64_t size = dtype_size(static_cast<int>(y_.dtype));
+    const int64_t rows = row_count(), len = dims_.empty() ? 1 : dims_.back();
+    const int64_t stride = dims_.empty() ? 1 : strides_.back();
+    auto body = [&](int tid, int n) {
+      const Range r = split_range(rows, tid, n);
+      for (int64_t row = r.begin; row < r.end; ++row) {
+        int64_t off = offset_, rest = row;
+        for (size_t d = dims_.size() - (dims_.empty() ? 0 : 1); d-- > 0;) {
+          off += (rest % dims_[d]) * strides_[d];
+          rest /= dims_[d];
+        }
+        copy_run(y_.as<char>() + row * len * size, x_.as<const char>() + off * size, len,
+                 stride, size);
+      }
+    };
+    if (y_.nbytes < (int64_t{1} << 16)) {
+      body(0, 1);
+    } else {
+      pool.run(body);
+    }
+  }
+
+ private:
+  void check_bounds() {
+    if (y_.numel == 0) return;
+    int64_t lo = offset_, hi = offset_;
+    for (size_t d = 0; d < strides_.size(); ++d) {
+      const int64_t span = checked_mul(y_.shape[d] - 1, std::abs(strides_[d]));
+      (strides_[d] < 0 ? lo : hi) += strides_[d] < 0 ? -span : span;
+    }
+    require(lo >= 0 && hi < x_.numel, "Copy: reads elements [", lo, ", ", hi, "] of ",
+            x_.name, " which has ", x_.numel);
+  }
+
+  // Merges dims that are contiguous in the input too, and drops size-1 dims.
+  void coalesce() {
+    for (size_t d = 0; d < strides_.size(); ++d) {
+      if (y_.shape[d] == 1) continue;
+      if (!dims_.empty() && strides_[d] * y_.shape[d] == kept_stride_) {
+        dims_.back() *= y_.shape[d];
+        kept_stride_ = strides_[d];
+        stride_list_.back() = strides_[d];
+        continue;
+      }
+      dims_.push_back(y_.shape[d]);
+      stride_list_.push_back(strides_[d]);
+      kept_stride_ = strides_[d];
+    }
+    strides_ = stride_list_;
+  }
+
+  int64_t row_count() const {
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < dims_.size(); ++d) rows *= dims_[d];
+    return y_.numel == 0 ? 0 : rows;
+  }
+
+  const Tensor& x_;
+  const Tensor& y_;
+  std::vector<int64_t> strides_, dims_, stride_list_;
+  int64_t offset_ = 0, kept_stride_ = 0;
+};
+
+// Concat (inputs -> one output) and Split (one input -> outputs) along `axis`.
+class ConcatKernel : public Kernel {
+ public:
+  ConcatKernel(const KernelContext& ctx, bool split) : split_(split) {
+    const Tensor& whole = split ? ctx.input(0) : ctx.output(0);
+    const int parts = split ? static_cast<int>(ctx.spec.outputs.size()) : ctx.inputs();
+    require(parts >= 1, ctx.spec.op, ": nothing to join or split");
+    if (split) require(ctx.inputs() == 1, "Split: sizes must be resolved by the planner");
+    int64_t axis = ctx.attr("axis", 0);
+    if (axis < 0) axis += whole.rank();
+    require(axis >= 0 && axis < whole.rank(), ctx.spec.op, ": axis out of range");
+    whole_ = &whole;
+    int64_t total = 0;
+    for (int i = 0; i < parts; ++i) {
+      const Tensor& t = split ? ctx.output(i) : ctx.input(i);
+      require(t.dtype == whole.dtype && t.rank() == whole.rank(), ctx.spec.op, ": part ",
+              t.name, " does not match ", whole.name);
+      for (int d = 0; d < t.rank(); ++d) {
+        require(d == axis || t.dim(d) == whole.dim(d), ctx.spec.op, ": part ", show(t.shape),
+                " of ", show(whole.shape));
+      }
+      total = checked_add(total, t.dim(static_cast<int>(axis)));
+      parts_.push_back(&t);
+    }
+    require(total == whole.dim(static_cast<int>(axis)), ctx.spec.op, ": parts add up to ",
+            total, " along axis ", axis, " of ", show(whole.shape));
+    size_ = dtype_size(static_cast<int>(whole.dtype));
+    outer_ = outer_size(whole, axis);
+    inner_ = inner_size(whole, axis);
+    row_ = whole.dim(static_cast<int>(axis)) * inner_ * size_;
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    int64_t at = 0;
+    for (const Tensor* t : parts_) {
+      const int64_t bytes = t->numel / std::max<int64_t>(outer_, 1) * size_;
+      for (int64_t o = 0; o < outer_; ++o) {
+        char* w = whole_->as<char>() + o * row_ + at;
+        char* p = t->as<char>() + o * bytes;
+        if (split_) {
+          std::memcpy(p, w, static_cast<size_t>(bytes));
+        } else {
+          std::memcpy(w, p, static_cast<size_t>(bytes));
+        }
+      }
+      at += bytes;
+    }
+  }
+
+ private:
+  bool split_;
+  const Tensor* whole_ = nullptr;
+  std::vector<const Tensor*> parts_;
+  int64_t size_ = 1, outer_ = 1, inner_ = 1, row_ = 0;
+};
+
+// Fill value of a MapCopy as the output's element type.
+void fill_bytes(DType t, double v, char* out) {
+  switch (t) {
+    case DType::f32: { const float f = static_cast<float>(v); std::memcpy(out, &f, 4); break; }
+    case DType::f64: std::memcpy(out, &v, 8); break;
+    case DType::i64: { const int64_t i = static_cast<int64_t>(v); std::memcpy(out, &i, 8); break; }
+    case DType::i32: { const int32_t i = static_cast<int32_t>(v); std::memcpy(out, &i, 4); break; }
+    case DType::boolean: case DType::u8: out[0] = static_cast<char>(static_cast<uint8_t>(v)); break;
+    case DType::i8: out[0] = static_cast<char>(static_cast<int8_t>(v)); break;
+    default: std::memset(out, 0, 8); break;
+  }
+}
+
+class MapCopyKernel : public Kernel {
+ public:
+  explicit MapCopyKernel(const KernelContext& ctx) : x_(ctx.input(0)), y_(ctx.output(0)) {
+    ctx.expect_arity(1, 1, 1);
+    require(x_.dtype == y_.dtype && x_.rank() == y_.rank() && y_.rank() >= 1,
+            "MapCopy: input and output differ in type or rank");
+    const std::vector<int64_t> flat = ctx.ints("map");
+    int64_t at = 0;
+    for (int d = 0; d < y_.rank(); ++d) {
+      require(at + y_.dim(d) <= static_cast<int64_t>(flat.size()), "MapCopy: map too short");
+      std::vector<int64_t> m(flat.begin() + at, flat.begin() + at + y_.dim(d));
+      for (int64_t v : m) require(v >= -1 && v < x_.dim(d), "MapCopy: index ", v, " of dim ", d);
+      maps_.push_back(std::move(m));
+      at += y_.dim(d);
+    }
+    require(at == static_cast<int64_t>(flat.size()), "MapCopy: map too long");
+    in_strides_ = contiguous_strides(x_.shape);
+    size_ = dtype_size(static_cast<int>(y_.dtype));
+    fill_bytes(y_.dtype, ctx.attr_f("value", 0.0), fill_);
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    const int64_t len = y_.shape.back(), rows = len ? y_.numel / len : 0;
+    const size_t last = maps_.size() - 1;
+    for (int64_t row = 0; row < rows; ++row) {
+      int64_t base = 0, rest = row;
+      bool fill = false;
+      for (size_t d = last; d-- > 0;) {
+        const int64_t m = maps_[d][static_cast<size_t>(rest % y_.shape[d])];
+        rest /= y_.shape[d];
+        fill = fill || m < 0;
+        base += m * in_strides_[d];
+      }
+      char* out = y_.as<char>() + row * len * size_;
+      for (int64_t t = 0; t < len; ++t) {
+        const int64_t m = maps_[last][static_cast<size_t>(t)];
+        const char* src = (fill || m < 0) ? fill_ : x_.as<const char>() + (base + m) * size_;
+        std::memcpy(out + t * size_, src, static_cast<size_t>(size_));
+      }
+    }
+  }
+
+ private:
+  const Tensor& x_;
+  const Tensor& y_;
+  std::vector<std::vector<int64_t>> maps_;
+  std::vector<int64_t> in_strides_;
+  int64_t size_ = 1;
+  char fill_[8] = {};
+};
+
+class GatherKernel : public Kernel {
+ public:
+  explicit GatherKernel(const KernelContext& ctx)
+      : x_(ctx.input(0)), idx_(ctx.input(1)), y_(ctx.output(0)) {
+    ctx.expect_arity(2, 2, 1);
+    require(idx_.dtype == DType::i64 || idx_.dtype == DType::i32, "Gather: indices must be int");
+    require(x_.dtype == y_.dtype && x_.rank() >= 1, "Gather: element types differ");
+    int64_t axis = ctx.attr("axis", 0);
+    if (axis < 0) axis += x_.rank();
+    require(axis >= 0 && axis < x_.rank(), "Gather: axis out of range");
+    std::vector<int64_t> expect(x_.shape.begin(), x_.shape.begin() + axis);
+    expect.insert(expect.end(), idx_.shape.begin(), idx_.shape.end());
+    expect.insert(expect.end(), x_.shape.begin() + axis + 1, x_.shape.end());
+    require(y_.shape == expect, "Gather: output ", show(y_.shape), ", expected ", show(expect));
+    outer_ = outer_size(x_, axis);
+    inner_ = inner_size(x_, axis);
+    len_ = x_.dim(static_cast<int>(axis));
+    size_ = dtype_size(static_cast<int>(x_.dtype));
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    const int64_t n = idx_.numel, block = inner_ * size_;
+    std::vector<int64_t> at(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = idx_.dtype == DType::i64 ? idx_.as<int64_t>()[i] : idx_.as<int32_t>()[i];
+      if (v < 0) v += len_;
+      if (v < 0 || v >= len_) throw RunError(cat("Gather: index ", v, " out of range ", len_));
+      at[static_cast<size_t>(i)] = v;
+    }
+    for (int64_t o = 0; o < outer_; ++o) {
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(y_.as<char>() + (o * n + i) * block,
+                    x_.as<const char>() + (o * len_ + at[static_cast<size_t>(i)]) * block,
+                    static_cast<size_t>(block));
+      }
+    }
+  }
+
+ private:
+  const Tensor& x_;
+  const Tensor& idx_;
+  const Tensor& y_;
+  int64_t outer_ = 1, inner_ = 1, len_ = 1, size_ = 1;
+};
+
+// Linear Resize: per output dim, the two input coordinates and the weight of the second.
+class LinearResizeKernel : public Kernel {
+ public:
+  explicit LinearResizeKernel(const KernelContext& ctx) : x_(ctx.input(0)), y_(ctx.output(0)) {
+    ctx.expect_arity(1, 1, 1);
+    ctx.expect_f32_io();
+    require(x_.rank() == y_.rank(), "Resize: ranks differ");
+    const std::vector<int64_t> lo = ctx.ints("lo"), hi = ctx.ints("hi");
+    const std::vector<double> w = ctx.floats("w");
+    size_t total = 0;
+    for (int64_t d : y_.shape) total += static_cast<size_t>(d);
+    require(lo.size() == total && hi.size() == total && w.size() == total,
+            "Resize: tables do not match the output");
+    size_t at = 0;
+    for (int d = 0; d < y_.rank(); ++d) {
+      Axis a;
+      for (int64_t o = 0; o < y_.dim(d); ++o, ++at) {
+        require(lo[at] >= 0 && lo[at] < x_.dim(d) && hi[at] >= 0 && hi[at] < x_.dim(d),
+                "Resize: coordinate out of range");
+        a.lo.push_back(lo[at]);
+        a.hi.push_back(hi[at]);
+        a.w.push_back(static_cast<float>(w[at]));
+        a.interp = a.interp || lo[at] != hi[at];
+      }
+      axes_.push_back(std::move(a));
+    }
+    strides_ = contiguous_strides(x_.shape);
+  }
+
+  void run(ThreadPool& pool, const Workspace&) override {
+    pool.run([&](int tid, int n) {
+      const Range r = split_range(y_.numel, tid, n);
+      std::vector<int64_t> at(axes_.size());
+      for (int64_t o = r.begin; o < r.end; ++o) {
+        int64_t rest = o;
+        for (size_t d = axes_.size(); d-- > 0;) {
+          at[d] = rest % y_.shape[d];
+          rest /= y_.shape[d];
+        }
+        y_.f32()[o] = corners(at, 0, 0, 1.0f);
+      }
+    });
+  }
+
+ private:
+  struct Axis {
+    std::vector<int64_t> lo, hi;
+    std::vector<float> w;
+    bool interp = false;
+  };
+
+  float corners(const std::vector<int64_t>& at, size_t d, int64_t off, float weight) const {
+    if (d == axes_.size()) return weight * x_.f32()[off];
+    const Axis& a = axes_[d];
+    const auto o = static_cast<size_t>(at[d]);
+    if (!a.interp) return corners(at, d + 1, off + a.lo[o] * strides_[d], weight);
+    return corners(at, d + 1, off + a.lo[o] * strides_[d], weight * (1.0f - a.w[o])) +
+           corners(at, d + 1, off + a.hi[o] * strides_[d], weight * a.w[o]);
+  }
+
+  const Tensor& x_;
+  const Tensor& y_;
+  std::vector<Axis> axes_;
+  std::vector<int64_t> strides_;
+};
+
+template <typename K>
+KernelFactory make() {
+  return [](const KernelContext& ctx) { return std::unique_ptr<Kernel>(new K(ctx)); };
+}
+
+}  // namespace
+
+void register_data(KernelRegistry& r) {
+  add_kernel(r, "Copy", make<CopyKernel>());
+  add_kernel(r, "Concat", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new ConcatKernel(ctx, false));
+  });
+  add_kernel(r, "Split", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new ConcatKernel(ctx, true));
+  });
+  add_kernel(r, "MapCopy", make<MapCopyKernel>());
+  add_kernel(r, "Gather", make<GatherKernel>());
+  add_kernel(r, "LinearResize", make<LinearResizeKernel>());
+}
+
+}  // namespace onnxlens

@@ -1,0 +1,250 @@
+// Elementwise kernels (an EwProgram over the output, float32), and the small ops of other
+// element types: Cast, Where, comparisons, logical ops. The last broadcast with numpy rules
+// through an odometer: they are rare and small (masks), never on the hot path.
+#include <cstring>
+
+#include "ewprog.h"
+#include "kernel.h"
+
+namespace onnxlens {
+
+namespace {
+
+class ElementwiseKernel : public Kernel {
+ public:
+  explicit ElementwiseKernel(const KernelContext& ctx)
+      : simd_(ctx.simd), y_(ctx.output(0)), program_(ctx, ctx.output(0).shape) {
+    require(ctx.inputs() == 0 && ctx.spec.outputs.size() == 1,
+            "Elementwise: operands only, one output");
+    require(y_.dtype == DType::f32, "Elementwise: output must be float32");
+    require(!program_.empty(), "Elementwise: empty program");
+  }
+
+  int64_t workspace_floats() const override { return program_.scratch_floats(); }
+
+  void run(ThreadPool& pool, const Workspace& ws) override {
+    auto body = [&](int tid, int n) {
+      const Range r = split_range(y_.numel, tid, n, 64);
+      program_.apply(simd_, y_.f32() + r.begin, r.begin, r.end - r.begin, ws.get(tid));
+    };
+    if (y_.numel < 16384) {
+      body(0, 1);
+    } else {
+      pool.run(body);
+    }
+  }
+
+ private:
+  const SimdKernels& simd_;
+  const Tensor& y_;
+  EwProgram program_;
+};
+
+// Broadcast strides of each input against the output (numpy rules).
+std::vector<std::vector<int64_t>> broadcast_all(const KernelContext& ctx, const Tensor& y) {
+  std::vector<std::vector<int64_t>> all;
+  for (int i = 0; i < ctx.inputs(); ++i) {
+    const Tensor& t = ctx.input(i);
+    require(t.rank() <= y.rank(), ctx.spec.op, ": input ", show(t.shape), " vs ",
+            show(y.shape));
+    std::vector<int64_t> s(static_cast<size_t>(y.rank()), 0);
+    int64_t stride = 1;
+    for (int d = t.rank(); d-- > 0;) {
+      const int yd = d + y.rank() - t.rank();
+      require(t.dim(d) == y.dim(yd) || t.dim(d) == 1, ctx.spec.op, ": ", show(t.shape),
+              " does not broadcast to ", show(y.shape));
+      s[static_cast<size_t>(yd)] = t.dim(d) == 1 ? 0 : stride;
+      stride *= t.dim(d);
+    }
+    all.push_back(std::move(s));
+  }
+  return all;
+}
+
+// Calls f(out_index, in_index...) for every output element.
+template <typename F>
+void for_each(const Tensor& y, const std::vector<std::vector<int64_t>>& strides, F f) {
+  std::vector<int64_t> at(static_cast<size_t>(y.rank()), 0), idx(strides.size(), 0);
+  for (int64_t o = 0; o < y.numel; ++o) {
+    f(o, idx);
+    for (int d = y.rank(); d-- > 0;) {
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] += strides[i][d];
+      if (++at[d] < y.dim(d)) break;
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] -= strides[i][d] * y.dim(d);
+      at[d] = 0;
+    }
+  }
+}
+
+double load(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::f32: return t.as<float>()[i];
+    case DType::f64: return t.as<double>()[i];
+    case DType::i64: return static_cast<double>(t.as<int64_t>()[i]);
+    case DType::i32: return t.as<int32_t>()[i];
+    case DType::i16: return t.as<int16_t>()[i];
+    case DType::i8: return t.as<int8_t>()[i];
+    case DType::u8: case DType::boolean: return t.as<uint8_t>()[i];
+    case DType::u16: return t.as<uint16_t>()[i];
+    case DType::u32: return t.as<uint32_t>()[i];
+    default: return 0.0;
+  }
+}
+
+void store(const Tensor& t, int64_t i, double v) {
+  switch (t.dtype) {
+    case DType::f32: t.as<float>()[i] = static_cast<float>(v); break;
+    case DType::f64: t.as<double>()[i] = v; break;
+    case DType::i64: t.as<int64_t>()[i] = static_cast<int64_t>(v); break;
+    case DType::i32: t.as<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DType::i16: t.as<int16_t>()[i] = static_cast<int16_t>(v); break;
+    case DType::i8: t.as<int8_t>()[i] = static_cast<int8_t>(v); break;
+    case DType::u8: t.as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DType::boolean: t.as<uint8_t>()[i] = v != 0.0; break;
+    case DType::u16: t.as<uint16_t>()[i] = static_cast<uint16_t>(v); break;
+    case DType::u32: t.as<uint32_t>()[i] = static_cast<uint32_t>(v); break;
+    default: break;
+  }
+}
+
+bool exact_type(DType t) { return t != DType::f16 && t != DType::u64; }
+
+// Cast between numeric types; int64 <-> int64 and same-size copies stay exact.
+class CastKernel : public Kernel {
+ public:
+  explicit CastKernel(const KernelContext& ctx) : x_(ctx.input(0)), y_(ctx.output(0)) {
+    ctx.expect_arity(1, 1, 1);
+    require(x_.shape == y_.shape, "Cast: shapes differ");
+    require(exact_type(x_.dtype) && exact_type(y_.dtype), "Cast: ", dtype_name(x_.dtype),
+            " to ", dtype_name(y_.dtype), " is not supported");
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    if (x_.dtype == y_.dtype) {
+      std::memcpy(y_.data, x_.data, static_cast<size_t>(x_.nbytes));
+    } else if (x_.dtype == DType::i64 && y_.dtype != DType::f32 && y_.dtype != DType::f64) {
+      for (int64_t i = 0; i < x_.numel; ++i) {  // integer to integer: no trip through double
+        const int64_t v = x_.as<int64_t>()[i];
+        store(y_, i, y_.dtype == DType::boolean ? (v != 0) : static_cast<double>(v));
+      }
+    } else {
+      for (int64_t i = 0; i < x_.numel; ++i) store(y_, i, load(x_, i));
+    }
+  }
+
+ private:
+  const Tensor& x_;
+  const Tensor& y_;
+};
+
+class WhereKernel : public Kernel {
+ public:
+  explicit WhereKernel(const KernelContext& ctx) : y_(ctx.output(0)) {
+    ctx.expect_arity(3, 3, 1);
+    c_ = &ctx.input(0);
+    a_ = &ctx.input(1);
+    b_ = &ctx.input(2);
+    require(c_->dtype == DType::boolean && a_->dtype == y_.dtype && b_->dtype == y_.dtype,
+            "Where: bool condition and matching value types");
+    strides_ = broadcast_all(ctx, y_);
+    size_ = dtype_size(static_cast<int>(y_.dtype));
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    for_each(y_, strides_, [&](int64_t o, const std::vector<int64_t>& i) {
+      const Tensor* src = c_->as<uint8_t>()[i[0]] ? a_ : b_;
+      const int64_t at = src == a_ ? i[1] : i[2];
+      std::memcpy(y_.as<char>() + o * size_, src->as<char>() + at * size_,
+                  static_cast<size_t>(size_));
+    });
+  }
+
+ private:
+  const Tensor& y_;
+  const Tensor* c_;
+  const Tensor* a_;
+  const Tensor* b_;
+  std::vector<std::vector<int64_t>> strides_;
+  int64_t size_ = 1;
+};
+
+enum class Cmp { Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Not };
+
+class CompareKernel : public Kernel {
+ public:
+  CompareKernel(const KernelContext& ctx, Cmp op) : y_(ctx.output(0)), op_(op) {
+    const int arity = op == Cmp::Not ? 1 : 2;
+    ctx.expect_arity(arity, arity, 1);
+    require(y_.dtype == DType::boolean, ctx.spec.op, ": output must be bool");
+    for (int i = 0; i < arity; ++i) {
+      in_.push_back(&ctx.input(i));
+      require(exact_type(in_.back()->dtype) && in_.back()->dtype == ctx.input(0).dtype,
+              ctx.spec.op, ": operand types");
+    }
+    strides_ = broadcast_all(ctx, y_);
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    const bool ints = in_[0]->dtype == DType::i64;
+    for_each(y_, strides_, [&](int64_t o, const std::vector<int64_t>& i) {
+      bool r;
+      if (ints && in_.size() == 2) {
+        r = compare(in_[0]->as<int64_t>()[i[0]], in_[1]->as<int64_t>()[i[1]]);
+      } else {
+        r = compare(load(*in_[0], i[0]), in_.size() == 2 ? load(*in_[1], i[1]) : 0.0);
+      }
+      y_.as<uint8_t>()[o] = r;
+    });
+  }
+
+ private:
+  template <typename T>
+  bool compare(T a, T b) const {
+    switch (op_) {
+      case Cmp::Equal: return a == b;
+      case Cmp::Less: return a < b;
+      case Cmp::Greater: return a > b;
+      case Cmp::LessOrEqual: return a <= b;
+      case Cmp::GreaterOrEqual: return a >= b;
+      case Cmp::And: return a != 0 && b != 0;
+      case Cmp::Or: return a != 0 || b != 0;
+      case Cmp::Xor: return (a != 0) != (b != 0);
+      case Cmp::Not: return a == 0;
+    }
+    return false;
+  }
+
+  const Tensor& y_;
+  Cmp op_;
+  std::vector<const Tensor*> in_;
+  std::vector<std::vector<int64_t>> strides_;
+};
+
+}  // namespace
+
+void register_elementwise(KernelRegistry& r) {
+  add_kernel(r, "Elementwise", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new ElementwiseKernel(ctx));
+  });
+}
+
+void register_misc(KernelRegistry& r) {
+  add_kernel(r, "Cast", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new CastKernel(ctx));
+  });
+  add_kernel(r, "Where", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new WhereKernel(ctx));
+  });
+  const std::pair<const char*, Cmp> cmps[] = {
+      {"Equal", Cmp::Equal}, {"Less", Cmp::Less}, {"Greater", Cmp::Greater},
+      {"LessOrEqual", Cmp::LessOrEqual}, {"GreaterOrEqual", Cmp::GreaterOrEqual},
+      {"And", Cmp::And}, {"Or", Cmp::Or}, {"Xor", Cmp::Xor}, {"Not", Cmp::Not}};
+  for (const auto& [name, op] : cmps) {
+    const Cmp c = op;
+    add_kernel(r, name, [c](const KernelContext& ctx) {
+      return std::unique_ptr<Kernel>(new CompareKernel(ctx, c));
+    });
+  }
+}
+
+}  // namespace onnxlens

@@ -1,0 +1,194 @@
+// Softmax / LogSoftmax along one axis, LayerNormalization over the trailing axes,
+// InstanceNormalization per channel plane.
+#include <algorithm>
+#include <cmath>
+
+#include "kernel.h"
+
+namespace onnxlens {
+
+namespace {
+
+// [outer, len, inner] around `axis`; with `flatten` (opset < 13), len covers axis..end.
+void split_axis(const Tensor& x, int64_t axis, bool flatten, int64_t& outer, int64_t& len,
+                int64_t& inner) {
+  require(axis >= 0 && axis < std::max(x.rank(), 1), "axis ", axis, " out of range for ",
+          show(x.shape));
+  outer = 1;
+  len = 1;
+  inner = 1;
+  for (int d = 0; d < x.rank(); ++d) {
+    int64_t& part = d < axis ? outer : (d == axis || flatten ? len : inner);
+    part *= x.dim(d);
+  }
+}
+
+class SoftmaxKernel : public Kernel {
+ public:
+  SoftmaxKernel(const KernelContext& ctx, bool log)
+      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)), log_(log) {
+    ctx.expect_arity(1, 1, 1);
+    ctx.expect_f32_io();
+    require(x_.shape == y_.shape, ctx.spec.op, ": output shape differs");
+    int64_t axis = ctx.attr("axis", -1);
+    if (axis < 0) axis += x_.rank();
+    split_axis(x_, axis, ctx.attr("flatten", 0) != 0, outer_, len_, inner_);
+  }
+
+  int64_t workspace_floats() const override { return inner_ > 1 ? 2 * len_ : 0; }
+
+  void run(ThreadPool& pool, const Workspace& ws) override {
+    pool.run([&](int tid, int n) {
+      const Range r = split_range(outer_ * inner_, tid, n);
+      float* buf = ws.get(tid);
+      for (int64_t row = r.begin; row < r.end; ++row) {
+        const int64_t o = row / inner_, i = row % inner_;
+        const float* in = x_.f32() + o * len_ * inner_ + i;
+        float* out = y_.f32() + o * len_ * inner_ + i;
+        if (inner_ == 1) {
+          one(in, out);
+          continue;
+        }
+        for (int64_t k = 0; k < len_; ++k) buf[k] = in[k * inner_];
+        one(buf, buf + len_);
+        for (int64_t k = 0; k < len_; ++k) out[k * inner_] = buf[len_ + k];
+      }
+    });
+  }
+
+ private:
+  void one(const float* in, float* out) const {
+    if (len_ == 0) return;
+    const float m = simd_.max(in, len_);
+    const float s = simd_.exp_shift_sum(out, in, m, len_);
+    if (log_) {
+      const float shift = m + std::log(s);
+      for (int64_t k = 0; k < len_; ++k) out[k] = in[k] - shift;
+    } else {
+      simd_.unary(EwOp::Affine, out, {out, 1}, len_, 1.0f / s, 0.0f);
+    }
+  }
+
+  const SimdKernels& simd_;
+  const Tensor& x_;
+  const Tensor& y_;
+  bool log_;
+  int64_t outer_ = 1, len_ = 1, inner_ = 1;
+};
+
+// Mean and 1/sqrt(var + eps) of n values, two passes.
+void moments(const SimdKernels& s, const float* x, int64_t n, float eps, float* buf,
+             float& mean, float& rstd) {
+  mean = s.sum(x, n) / static_cast<float>(n);
+  s.unary(EwOp::Affine, buf, {x, 1}, n, 1.0f, -mean);
+  s.binary(EwOp::Mul, buf, {buf, 1}, {buf, 1}, n);
+  const float var = s.sum(buf, n) / static_cast<float>(n);
+  rstd = 1.0f / std::sqrt(var + eps);
+}
+
+class LayerNormKernel : public Kernel {
+ public:
+  explicit LayerNormKernel(const KernelContext& ctx)
+      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)) {
+    ctx.expect_arity(1, 3, 1);
+    ctx.expect_f32_io();
+    require(x_.shape == y_.shape, "LayerNormalization: output shape differs");
+    int64_t axis = ctx.attr("axis", -1);
+    if (axis < 0) axis += x_.rank();
+    int64_t len = 1;
+    split_axis(x_, axis, true, rows_, len_, len);
+    eps_ = static_cast<float>(ctx.attr_f("epsilon", 1e-5));
+    for (int i = 1; i <= 2; ++i) {
+      if (!ctx.has_input(i)) continue;
+      const Tensor& t = ctx.input(i);
+      require(t.numel == len_, "LayerNormalization: ", t.name, " ", show(t.shape), " for rows of ",
+              len_);
+      (i == 1 ? scale_ : bias_) = t.f32();
+    }
+  }
+
+  int64_t workspace_floats() const override { return len_; }
+
+  void run(ThreadPool& pool, const Workspace& ws) override {
+    pool.run([&](int tid, int n) {
+      const Range r = split_range(rows_, tid, n);
+      for (int64_t row = r.begin; row < r.end; ++row) {
+        const float* x = x_.f32() + row * len_;
+        float mean, rstd;
+        moments(simd_, x, len_, eps_, ws.get(tid), mean, rstd);
+        simd_.normalize(y_.f32() + row * len_, x, mean, rstd, scale_, bias_, len_);
+      }
+    });
+  }
+
+ private:
+  const SimdKernels& simd_;
+  const Tensor& x_;
+  const Tensor& y_;
+  const float* scale_ = nullptr;
+  const float* bias_ = nullptr;
+  int64_t rows_ = 1, len_ = 1;
+  float eps_ = 1e-5f;
+};
+
+class InstanceNormKernel : public Kernel {
+ public:
+  explicit InstanceNormKernel(const KernelContext& ctx)
+      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)) {
+    ctx.expect_arity(3, 3, 1);
+    ctx.expect_f32_io();
+    require(x_.rank() >= 3 && x_.shape == y_.shape, "InstanceNormalization: ", show(x_.shape));
+    channels_ = x_.dim(1);
+    require(ctx.input(1).numel == channels_ && ctx.input(2).numel == channels_,
+            "InstanceNormalization: scale and bias need ", channels_, " values");
+    scale_ = ctx.input(1).f32();
+    bias_ = ctx.input(2).f32();
+    planes_ = x_.dim(0) * channels_;
+    size_ = planes_ ? x_.numel / planes_ : 0;
+    eps_ = static_cast<float>(ctx.attr_f("epsilon", 1e-5));
+  }
+
+  int64_t workspace_floats() const override { return size_; }
+
+  void run(ThreadPool& pool, const Workspace& ws) override {
+    pool.run([&](int tid, int n) {
+      const Range r = split_range(planes_, tid, n);
+      for (int64_t p = r.begin; p < r.end; ++p) {
+        const float* x = x_.f32() + p * size_;
+        float mean, rstd;
+        moments(simd_, x, size_, eps_, ws.get(tid), mean, rstd);
+        const int64_t c = p % channels_;
+        simd_.unary(EwOp::Affine, y_.f32() + p * size_, {x, 1}, size_, rstd * scale_[c],
+                    bias_[c] - mean * rstd * scale_[c]);
+      }
+    });
+  }
+
+ private:
+  const SimdKernels& simd_;
+  const Tensor& x_;
+  const Tensor& y_;
+  const float* scale_ = nullptr;
+  const float* bias_ = nullptr;
+  int64_t channels_ = 1, planes_ = 0, size_ = 0;
+  float eps_ = 1e-5f;
+};
+
+}  // namespace
+
+void register_norm(KernelRegistry& r) {
+  add_kernel(r, "Softmax", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new SoftmaxKernel(ctx, false));
+  });
+  add_kernel(r, "LogSoftmax", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new SoftmaxKernel(ctx, true));
+  });
+  add_kernel(r, "LayerNormalization", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new LayerNormKernel(ctx));
+  });
+  add_kernel(r, "InstanceNormalization", [](const KernelContext& ctx) {
+    return std::unique_ptr<Kernel>(new InstanceNormKernel(ctx));
+  });
+}
+
+}  // namespace onnxlens

@@ -1,0 +1,174 @@
+"""native-cpu: the project's own C++ executor (backends/native), run on the CPU.
+
+`prepare` analyzes the model (the plan needs every shape: a model with symbolic dims is
+planned on the first `run`, at the shapes of its inputs, and again for new shapes), lowers
+the fused groups to the core's kernels (`native.plan`) and builds the executor: every kernel
+is validated and its weights packed before anything runs. `run` copies the inputs into the
+arena, runs the steps and copies the outputs out. Timing is per step, one step per fused group,
+reported as a `Profile` whose kernels are named after each group's last node, so the profile
+maps to our groups with no special case. `intermediates` gives every materialized tensor (the
+group boundaries); tensors inside a fused kernel never exist.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..analyzer.analysis import AnalysisResult, analyze
+from ..analyzer.errors import OnnxLensError
+from .base import Backend, BackendError, Feeds, Profile, load_proto
+from .ort_timing import ModelSource, NodeTime
+
+PROVIDER = "native-cpu"
+
+
+def native_module() -> Any:
+    """The extension, or BackendError with the reason it is missing."""
+    try:
+        from . import _native
+    except ImportError as e:
+        raise BackendError(f"{PROVIDER}: the native extension is not built ({e}); reinstall "
+                           f"with `pip install -e .`") from None
+    return _native
+
+
+class NativeCpuBackend(Backend):
+    name = PROVIDER
+    intermediates_complete = False
+
+    def __init__(self, threads: int = 1, isa: str = "") -> None:
+        super().__init__(threads)
+        self._native = native_module()
+        if isa and isa not in self._native.available_isas():
+            raise BackendError(f"{PROVIDER}: instruction set {isa!r} is not available here "
+                               f"(have {', '.join(self._native.available_isas())})")
+        self.isa = isa
+        self._model: onnx.ModelProto | None = None
+        self._prepared: dict[tuple[tuple[int, ...], ...], _Prepared] = {}
+
+    def prepare(self, model: ModelSource) -> None:
+        self._model = load_proto(model)
+        self._prepared.clear()
+        if not _symbolic(self._model):
+            self._prepare_for(None)
+
+    def _prepare_for(self, inputs: Feeds | None) -> _Prepared:
+        if self._model is None:
+            raise BackendError(f"{PROVIDER}: prepare() a model first")
+        key = () if inputs is None else tuple(np.shape(v) for v in inputs.values())
+        if key in self._prepared:
+            return self._prepared[key]
+        if () in self._prepared and not _symbolic(self._model):
+            return self._prepared[()]
+        shapes = None if inputs is None else {k: tuple(np.shape(v)) for k, v in inputs.items()}
+        result = analyze(self._model, input_shapes=shapes, symbolic=False)
+        prepared = _Prepared(result, self._native, self.threads, self.isa)
+        self._prepared[key] = prepared
+        return prepared
+
+    @property
+    def prepared(self) -> _Prepared:
+        """The plan and executor of the last prepared shapes."""
+        if not self._prepared:
+            raise BackendError(f"{PROVIDER}: prepare() a model first")
+        return next(reversed(self._prepared.values()))
+
+    def run(self, inputs: Feeds) -> dict[str, np.ndarray]:
+        return self._prepare_for(inputs).run(inputs)[0]
+
+    def run_timed(self, inputs: Feeds) -> tuple[dict[str, np.ndarray], list[float]]:
+        """The outputs and each step's seconds."""
+        return self._prepare_for(inputs).run(inputs)
+
+    def profile(self, inputs: Feeds, *, runs: int = 5, warmup: int = 2) -> Profile:
+        """Each step's median seconds over `runs`, named after its group's last node."""
+        prepared = self._prepare_for(inputs)
+        for _ in range(warmup):
+            prepared.run(inputs)
+        per_run = [prepared.run(inputs)[1] for _ in range(runs)]
+        steps = prepared.plan.steps
+        kernels = tuple(NodeTime(step.name, step.pattern,
+                                 statistics.median(r[i] for r in per_run), PROVIDER)
+                        for i, step in enumerate(steps))
+        return Profile(kernels, statistics.median(sum(r) for r in per_run))
+
+    def intermediates(self, inputs: Feeds) -> dict[str, np.ndarray]:
+        return self._prepare_for(inputs).run(inputs, capture=True)[0]
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"threads": self.threads, "provider": PROVIDER}
+        if self._prepared:
+            p = self.prepared
+            info.update(isa=p.executor.isa, arena_bytes=p.plan.arena_bytes,
+                        activation_peak_bytes=p.plan.activation_peak_bytes,
+                        scratch_bytes=p.plan.scratch_bytes,
+                        workspace_bytes=p.executor.workspace_bytes)
+        return info
+
+
+class _Prepared:
+    """One plan and its executor, for one set of input shapes."""
+
+    def __init__(self, result: AnalysisResult, native: Any, threads: int, isa: str) -> None:
+        from .native.plan import build_plan
+
+        self.result = result
+        self.plan = build_plan(result)
+        try:
+            self.executor = native.Executor(*self.plan.native_args(), threads, isa)
+        except (native.PlanError, ValueError, TypeError) as e:
+            raise BackendError(f"{PROVIDER}: invalid plan: {e}") from None
+        self._run_error = native.RunError
+        self._producers = self.executor.producer_steps()
+
+    def run(self, inputs: Feeds, capture: bool = False
+            ) -> tuple[dict[str, np.ndarray], list[float]]:
+        plan = self.plan
+        feeds = [self._input(name, inputs) for name in plan.inputs]
+        outputs = {name: np.empty(plan.tensor(name).shape, _dtype(plan.tensor(name).elem_type))
+                   for name in plan.outputs}
+        captures = []
+        if capture:
+            for t in plan.tensors:
+                step = self._producers[plan.ids[t.name]]
+                if t.storage == 0 and step >= 0 and t.name not in outputs:
+                    captures.append((step, plan.ids[t.name],
+                                     np.empty(t.shape, _dtype(t.elem_type))))
+            captures.sort(key=lambda c: c[0])
+        try:
+            seconds = self.executor.run(feeds, list(outputs.values()), captures)
+        except self._run_error as e:
+            raise BackendError(f"{PROVIDER}: run failed: {e}") from None
+        found = dict(outputs)
+        for _, tid, array in captures:
+            found[plan.tensors[tid].name] = array
+        if capture:
+            found.update({name: np.asarray(inputs[name]) for name in plan.inputs})
+        return found, seconds
+
+    def _input(self, name: str, inputs: Feeds) -> np.ndarray:
+        if name not in inputs:
+            raise BackendError(f"{PROVIDER}: no value for input {name!r}")
+        t = self.plan.tensor(name)
+        value = np.ascontiguousarray(inputs[name], dtype=_dtype(t.elem_type))
+        if value.shape != t.shape:
+            raise BackendError(f"{PROVIDER}: input {name!r} has shape {value.shape}, the plan "
+                               f"was made for {t.shape}")
+        return value
+
+
+def _dtype(elem_type: int) -> np.dtype:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def _symbolic(model: onnx.ModelProto) -> bool:
+    weights = {t.name for t in model.graph.initializer}
+    return any(not d.HasField("dim_value") for i in model.graph.input if i.name not in weights
+               for d in i.type.tensor_type.shape.dim)
+
+
+__all__ = ["NativeCpuBackend", "OnnxLensError"]
