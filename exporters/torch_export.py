@@ -1,78 +1,481 @@
-"""PyTorch modules to ONNX.
+"""PyTorch modules to ONNX: torchvision classification models by name, `module:factory` callables.
 
 We use torch's TorchScript-based exporter (``dynamo=False``): its node names follow the module
 tree (``/layer1/layer1.0/conv1/Conv``), which is what users type in ``--from``/``--to`` and
-read in reports, and its output needs no clean-up of shape plumbing. With
-``keep_batchnorm`` the model is exported with ``TrainingMode.PRESERVE`` and no constant
-folding, so BatchNormalization nodes stay (in eval semantics); otherwise BatchNorm is folded
-into the preceding Conv, as inference runtimes do.
+read in reports. The model is exported in eval semantics with constant folding; the shape
+arithmetic that the exporter leaves in the graph is then folded wherever the shapes are static
+(`_fold_static_shapes`), so that every tensor's shape, and so every cost, is known.
+By default BatchNorm is folded into the preceding Conv (``TrainingMode.EVAL``), as inference
+runtimes do; with ``keep_batchnorm`` the mode is ``TrainingMode.PRESERVE`` on a module in eval
+mode, which keeps BatchNormalization nodes (eval semantics) and folds everything else the
+same way, so the two exports differ only in BN.
+
+Parameter counts are honest: the exporter's initializer de-duplication is switched off (see
+`_export_graph`), so every parameter and buffer the graph reads is an initializer of its own.
+
+torch and torchvision are imported inside the functions that need them: `cached_export` on a
+cache hit, and everything that `analyze x.onnx` imports, must not pay for them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import re
+import sys
+import tempfile
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx
 
 from ..analyzer.errors import ExportError
 
+if TYPE_CHECKING:
+    import torch
+
 DEFAULT_OPSET = 17
+DEFAULT_IMAGE_SIZE = 224  # for module:factory specs and models whose weights name no crop size
+CACHE_FORMAT = 1  # bump when a change here changes what an export of the same spec contains
+# Protobuf refuses messages of 2 GiB; above this many bytes of weights they go to a side file.
+EXTERNAL_DATA_BYTES = 1_800_000_000
+
+# Builders that size their position embeddings (or partitions) from a constructor argument
+# instead of from the input: without it they refuse any image side but 224.
+_SIZE_KWARG = {"vit_": "image_size", "maxvit_": "input_size"}
+# The auxiliary classifiers of these exist only for training (eval forward never runs them,
+# and torchvision drops them when it loads weights), so build the inference network.
+_AUX_LOGITS = ("googlenet", "inception_v3")
 
 
-def export_module(module: Any, example_inputs: tuple, out: str | Path, *,
+def export_module(module: torch.nn.Module, example_inputs: tuple, out: str | Path, *,
                   keep_batchnorm: bool = False, opset: int | None = None,
-                  dynamic_batch: bool = False, input_names: list[str] | None = None) -> Path:
-    """Export `module` (put in eval mode) called on `example_inputs` to the file `out`."""
+                  dynamic_batch: bool = False, input_names: Sequence[str] | None = None,
+                  output_names: Sequence[str] | None = None) -> Path:
+    """Export `module` (put in eval mode) called on `example_inputs` to the file `out`.
+
+    The file is written atomically (a temporary file renamed into place). Without
+    `output_names`, the module is run once to name its outputs (``output``, or ``output_0``,
+    ``output_1``... when it returns a tuple, list, namedtuple or dict of tensors).
+    `dynamic_batch` makes dim 0 of every input and output the symbol ``batch``.
+    """
     import torch
 
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     module = module.eval()
-    names = input_names or (["input"] if len(example_inputs) == 1
-                            else [f"input_{i}" for i in range(len(example_inputs))])
-    dynamic_axes = ({n: {0: "batch"} for n in [*names, "output"]} if dynamic_batch else None)
-    training = (torch.onnx.TrainingMode.PRESERVE if keep_batchnorm
-                else torch.onnx.TrainingMode.EVAL)
+    names = list(input_names or (["input"] if len(example_inputs) == 1
+                                 else [f"input_{i}" for i in range(len(example_inputs))]))
     try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(module, example_inputs, str(out), dynamo=False,
-                              opset_version=opset or DEFAULT_OPSET, input_names=names,
-                              output_names=["output"], dynamic_axes=dynamic_axes,
-                              training=training, do_constant_folding=not keep_batchnorm)
+        if output_names is None:
+            with torch.no_grad(), _no_mha_fastpath():
+                n_out = _count_tensors(module(*example_inputs))
+            output_names = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
+        outputs = list(output_names)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+            raw = Path(tmp) / out.name
+            _export_graph(module, example_inputs, raw, keep_batchnorm=keep_batchnorm,
+                          opset=opset or DEFAULT_OPSET, input_names=names,
+                          output_names=outputs, dynamic_batch=dynamic_batch)
+            model = onnx.load(str(raw))
+            _drop_initializer_inputs(model)
+            _fold_static_shapes(model)
+            _save_atomic(model, out)
+    except ExportError:
+        raise
     except Exception as e:  # torch raises many types; the user needs the one line
-        raise ExportError(f"torch.onnx.export failed for {type(module).__name__}: "
-                          f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
-                          ) from None
-    model = onnx.load(str(out))
-    _materialize_weight_identities(model)
-    onnx.save(model, str(out))
+        raise ExportError(f"exporting {type(module).__name__} to ONNX failed: "
+                          f"{_first_line(e)}") from None
     return out
 
 
-def _materialize_weight_identities(model: onnx.ModelProto) -> None:
-    """Turn each `Identity(initializer)` node into an initializer of its own.
+def _export_graph(module: torch.nn.Module, example_inputs: tuple, out: Path, *,
+                  keep_batchnorm: bool, opset: int, input_names: list[str],
+                  output_names: list[str], dynamic_batch: bool) -> None:
+    """`torch.onnx.export` with the options that keep costs and parameter counts honest.
 
-    The TorchScript exporter stores parameters with equal values once (with random weights,
-    every BatchNorm's running mean is zeros) and gives each other user an Identity of it.
-    Those are distinct parameters of the module, not shared ones, and an Identity between a
-    Conv and its weight is bookkeeping, not work: copy the data under the Identity's name.
+    ``keep_initializers_as_inputs=True`` is what switches off the exporter's de-duplication
+    of initializers: in eval mode it merges parameters and buffers with *equal values* (with
+    random weights every BatchNorm's running mean is zeros and its gamma ones, and every
+    folded Conv bias is zeros) into one initializer plus an Identity per other user. Counted
+    that way ResNet-18 has 11,680,872 elements folded and 11,681,832 with BN kept instead of
+    11,684,712 and 11,699,112. Tied parameters (one tensor used twice) stay one initializer.
+    The initializers are then removed from the graph inputs (`_drop_initializer_inputs`).
+    """
+    import torch
+
+    training = (torch.onnx.TrainingMode.PRESERVE if keep_batchnorm
+                else torch.onnx.TrainingMode.EVAL)
+    dynamic_axes = ({n: {0: "batch"} for n in [*input_names, *output_names]}
+                    if dynamic_batch else None)
+    with warnings.catch_warnings(), torch.no_grad(), _no_mha_fastpath():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, example_inputs, str(out), dynamo=False,
+                          opset_version=opset, input_names=input_names,
+                          output_names=output_names, dynamic_axes=dynamic_axes,
+                          training=training, do_constant_folding=True,
+                          keep_initializers_as_inputs=True)
+
+
+@contextlib.contextmanager
+def _no_mha_fastpath() -> Iterator[None]:
+    """Without grad, nn.MultiheadAttention in eval runs one fused kernel,
+    ``aten::_native_multi_head_attention``, that no ONNX exporter can translate (ViT's export
+    fails on it). Switched off, attention is traced as the MatMul/Softmax ops it is made of.
+    """
+    import torch
+
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+def _drop_initializer_inputs(model: onnx.ModelProto) -> None:
+    """Graph inputs are what the caller feeds; an initializer listed there is a weight."""
+    weights = {t.name for t in model.graph.initializer}
+    kept = [i for i in model.graph.input if i.name not in weights]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+
+
+# Ops whose output is not a function of their inputs: never folded.
+_NOT_FOLDABLE = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                 "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
+FOLD_MAX_ELEMENTS = 1024  # shape plumbing is tiny; anything bigger is left to the runtime
+
+
+def _fold_static_shapes(model: onnx.ModelProto, max_rounds: int = 100) -> None:
+    """Replace `Shape` of tensors whose shape is static by constants, then fold what follows.
+
+    The TorchScript exporter records every ``x.shape[i]`` as runtime shape arithmetic
+    (Swin-T: 472 Shape nodes, 2,600 Constants, 6,100 nodes in all); onnx's shape inference
+    cannot see through most of it (Mod, Where, Range, ScatterND), so the shapes of Pad,
+    Reshape and Expand outputs, and the costs after them, would stay unknown. With the input
+    shape fixed these values are constants; with ``dynamic_batch`` only the shapes that do
+    not involve the batch dim fold. Each round may reveal more static shapes.
+    """
+    for _ in range(max_rounds):
+        shapes = _static_shapes(model)
+        replaced = False
+        for i, node in enumerate(model.graph.node):
+            if node.op_type not in ("Shape", "Size") or node.domain not in ("", "ai.onnx"):
+                continue
+            dims = shapes.get(node.input[0])
+            if dims is None:
+                continue
+            if node.op_type == "Size":
+                value = np.array(int(np.prod(dims)), dtype=np.int64)
+            else:
+                attrs = {a.name: a.i for a in node.attribute}
+                value = np.array(dims[attrs.get("start", 0):attrs.get("end", len(dims))],
+                                 dtype=np.int64)
+            model.graph.node[i].CopyFrom(onnx.helper.make_node(
+                "Constant", [], [node.output[0]], name=node.name,
+                value=onnx.numpy_helper.from_array(value, node.output[0])))
+            replaced = True
+        folded = _fold_small_constants(model)
+        if not (replaced or folded):
+            return
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Fully known shapes of the graph's tensors, from onnx's shape inference.
+
+    Inference runs on a copy in which big initializers are graph inputs of the same type, so
+    that it neither copies the weights nor meets the 2 GiB protobuf limit.
     """
     graph = model.graph
-    initializers = {t.name: t for t in graph.initializer}
-    outputs = {o.name for o in graph.output}
-    copies = [n for n in graph.node if n.op_type == "Identity" and n.input[0] in initializers
-              and n.output[0] not in outputs]
-    if not copies:
-        return
-    for node in copies:
-        tensor = onnx.TensorProto()
-        tensor.CopyFrom(initializers[node.input[0]])
-        tensor.name = node.output[0]
-        graph.initializer.append(tensor)
-    dropped = {id(n) for n in copies}
-    kept = [n for n in graph.node if id(n) not in dropped]
-    del graph.node[:]
-    graph.node.extend(kept)
+    light = onnx.helper.make_graph(list(graph.node), graph.name, list(graph.input),
+                                   list(graph.output), value_info=list(graph.value_info))
+    for t in graph.initializer:
+        if int(np.prod(t.dims)) <= FOLD_MAX_ELEMENTS:
+            light.initializer.append(t)
+        else:
+            light.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+    probe = onnx.helper.make_model(light, opset_imports=list(model.opset_import),
+                                   ir_version=model.ir_version)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True).graph
+    except Exception:  # inference rejects the graph: fold nothing, the loader will say why
+        return {}
+    shapes: dict[str, list[int]] = {t.name: list(t.dims) for t in graph.initializer}
+    for vi in [*inferred.input, *inferred.value_info, *inferred.output]:
+        tensor_type = vi.type.tensor_type
+        if tensor_type.HasField("shape") and all(d.HasField("dim_value")
+                                                 for d in tensor_type.shape.dim):
+            shapes[vi.name] = [d.dim_value for d in tensor_type.shape.dim]
+    return shapes
+
+
+def _fold_small_constants(model: onnx.ModelProto) -> bool:
+    """Evaluate nodes computed only from Constant nodes, when small, into Constant nodes.
+
+    torch's constant folding folds what reads initializers but leaves chains built from
+    Constant nodes, such as the ``ConstantOfShape -> Mul -> Equal -> Where`` that spells
+    ``expand(n, -1, -1)`` (ViT's class token). Left there, the Expand's output shape is
+    unknown to onnx's shape inference and so is the cost of everything after it. Folding
+    them with onnx's reference evaluator gives the shapes, as onnx-simplifier would.
+    """
+    from onnx import helper, numpy_helper
+
+    opsets = {o.domain: o.version for o in model.opset_import}
+    values: dict[str, Any] = {}
+    nodes: list[onnx.NodeProto] = []
+    folded_any = False
+    for node in model.graph.node:
+        outputs = _evaluate_small(node, values, opsets)
+        if outputs is None:
+            nodes.append(node)
+            continue
+        values.update(zip(node.output, outputs, strict=True))
+        if node.op_type == "Constant":
+            nodes.append(node)
+            continue
+        folded_any = True
+        for i, (name, value) in enumerate(zip(node.output, outputs, strict=True)):
+            if name:
+                nodes.append(helper.make_node(
+                    "Constant", [], [name], name=node.name + (f"_{i}" if i else ""),
+                    value=numpy_helper.from_array(value, name)))
+    # Drop what no longer feeds anything (ONNX ops have no side effects): the Constants that
+    # fed folded nodes, and tensors computed only for their (now constant) shape.
+    used = {o.name for o in model.graph.output}
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(nodes):
+        if any(o in used for o in node.output):
+            kept.append(node)
+            used.update(node.input)
+    changed = folded_any or len(kept) != len(nodes)
+    del model.graph.node[:]
+    model.graph.node.extend(reversed(kept))
+    return changed
+
+
+def _evaluate_small(node: onnx.NodeProto, values: dict[str, Any],
+                    opsets: dict[str, int]) -> list[Any] | None:
+    """The outputs of `node` if all its inputs are known constants and its outputs are small."""
+    if (node.domain not in ("", "ai.onnx") or node.op_type in _NOT_FOLDABLE
+            or any(i and i not in values for i in node.input)):
+        return None
+    if node.op_type == "Constant" and node.attribute[0].name == "value":
+        outputs = [onnx.numpy_helper.to_array(node.attribute[0].t)]
+    else:
+        from onnx.reference import ReferenceEvaluator
+
+        try:
+            outputs = list(ReferenceEvaluator(node, opsets=opsets).run(
+                None, {i: values[i] for i in node.input if i}))
+        except Exception:  # an op the reference lacks, or bad values: leave it to the runtime
+            return None
+    if all(getattr(o, "size", FOLD_MAX_ELEMENTS + 1) <= FOLD_MAX_ELEMENTS for o in outputs):
+        return outputs
+    return None
+
+
+def _save_atomic(model: onnx.ModelProto, out: Path) -> None:
+    """Write `out` (and `out.name + ".data"` for weights over 2 GiB) via a rename."""
+    weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staged = Path(tmp) / out.name
+        if weight_bytes > EXTERNAL_DATA_BYTES:
+            data = f"{out.name}.data"
+            onnx.save_model(model, str(staged), save_as_external_data=True,
+                            all_tensors_to_one_file=True, location=data, size_threshold=1024)
+            os.replace(staged.with_name(data), out.with_name(data))
+        else:
+            onnx.save_model(model, str(staged))
+        os.replace(staged, out)
+
+
+def _count_tensors(value: Any) -> int:
+    """Tensors in a forward's result, as the exporter flattens it."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return 1
+    if isinstance(value, dict):
+        return sum(_count_tensors(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_count_tensors(v) for v in value)
+    return 0
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+# ---- models by name ------------------------------------------------------------------------
+
+def torchvision_names() -> list[str]:
+    """Every torchvision classification model name (`resnet18`, `vit_b_16`, ...)."""
+    import torchvision
+
+    return list(torchvision.models.list_models(module=torchvision.models))
+
+
+def default_image_size(name: str) -> int:
+    """The crop size of a torchvision model's DEFAULT weights (read from metadata offline)."""
+    import torchvision
+
+    try:
+        weights = torchvision.models.get_model_weights(name).DEFAULT
+    except (ValueError, AttributeError):
+        return DEFAULT_IMAGE_SIZE
+    crop = getattr(weights.transforms, "keywords", {}).get("crop_size", DEFAULT_IMAGE_SIZE)
+    return int(crop[0] if isinstance(crop, (list, tuple)) else crop)
+
+
+def resolve_name(spec: str) -> str:
+    """The torchvision name `spec` means (case-insensitive), or an ExportError suggesting some."""
+    names = torchvision_names()
+    if spec in names:
+        return spec
+    by_lower = {n.lower(): n for n in names}
+    if spec.lower() in by_lower:
+        return by_lower[spec.lower()]
+    close = difflib.get_close_matches(spec.lower(), list(by_lower), n=3, cutoff=0.6)
+    hint = (f"did you mean {', '.join(by_lower[c] for c in close)}?" if close
+            else "`python -c \"import torchvision; print(torchvision.models.list_models("
+                 "module=torchvision.models))\"` lists them")
+    raise ExportError(f"unknown model {spec!r}: not a torchvision classification model nor "
+                      f"module:factory; {hint}")
+
+
+def build_model(spec: str, image_size: int | None = None) -> tuple[torch.nn.Module, int]:
+    """The module `spec` names (random weights) and the image side to export it at."""
+    if ":" in spec:
+        module = _call_factory(spec)
+        return module, image_size or DEFAULT_IMAGE_SIZE
+    import torchvision
+
+    name = resolve_name(spec)
+    size = image_size or default_image_size(name)
+    kwargs: dict[str, Any] = {}
+    for prefix, key in _SIZE_KWARG.items():
+        if name.startswith(prefix):
+            kwargs[key] = size if key == "image_size" else (size, size)
+    if name in _AUX_LOGITS:
+        kwargs.update(aux_logits=False, init_weights=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = torchvision.models.get_model(name, weights=None, **kwargs)
+    except Exception as e:  # e.g. an image side the architecture cannot take
+        raise ExportError(f"cannot build {name} at image size {size}: {_first_line(e)}"
+                          ) from None
+    return module, size
+
+
+def _call_factory(spec: str) -> torch.nn.Module:
+    import torch
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ExportError(f"bad model spec {spec!r}: expected module:factory")
+    try:
+        factory = importlib.import_module(module_name)
+        for part in attr.split("."):
+            factory = getattr(factory, part)
+    except (ImportError, AttributeError) as e:
+        raise ExportError(f"cannot load {spec!r}: {_first_line(e)}") from None
+    if not callable(factory):
+        raise ExportError(f"{spec!r} is not callable")
+    try:
+        module = factory()
+    except Exception as e:  # arbitrary user code
+        raise ExportError(f"{spec}() failed: {_first_line(e)}") from None
+    if not isinstance(module, torch.nn.Module):
+        raise ExportError(f"{spec}() returned {type(module).__name__}, not a torch.nn.Module")
+    return module
+
+
+def export_model(spec: str, out: str | Path, *, batch: int = 1, image_size: int | None = None,
+                 keep_batchnorm: bool = False, opset: int | None = None,
+                 dynamic_batch: bool = False) -> Path:
+    """Export a torchvision model name or `module:factory` (random weights) to the file `out`.
+
+    The input is ``input`` of shape ``batch x 3 x S x S`` where S is `image_size` or, by
+    default, the crop size of the model's DEFAULT weights (224 for module:factory).
+    """
+    import torch
+
+    if batch < 1:
+        raise ExportError(f"batch must be at least 1, got {batch}")
+    if image_size is not None and image_size < 1:
+        raise ExportError(f"image size must be at least 1, got {image_size}")
+    module, size = build_model(spec, image_size)
+    example = (torch.randn(batch, 3, size, size),)
+    return export_module(module, example, out, keep_batchnorm=keep_batchnorm, opset=opset,
+                         dynamic_batch=dynamic_batch,
+                         output_names=None if ":" in spec else ["output"])
+
+
+# ---- the cache -----------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    """``$ONNXLENS_CACHE``, else ``$XDG_CACHE_HOME/onnxlens``, else ``~/.cache/onnxlens``."""
+    if os.environ.get("ONNXLENS_CACHE"):
+        return Path(os.environ["ONNXLENS_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "onnxlens"
+
+
+def cache_path(spec: str, *, batch: int, image_size: int | None, keep_batchnorm: bool,
+               opset: int | None) -> Path:
+    """Where `cached_export` keeps the export of `spec` with these options.
+
+    The name carries every option and the torch/torchvision versions (the export differs
+    between them); a module:factory spec also carries a hash of its source file, so editing
+    the factory exports again. No torch import: a cache hit stays fast.
+    """
+    key = spec if ":" in spec else spec.lower()
+    parts = [key, f"b{batch}", f"s{image_size}" if image_size else "sdefault",
+             "bn" if keep_batchnorm else "bnfolded", f"op{opset or DEFAULT_OPSET}",
+             f"torch{_version('torch')}", f"tv{_version('torchvision')}", f"v{CACHE_FORMAT}"]
+    if ":" in spec:
+        parts.append(_source_hash(spec.partition(":")[0]))
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
+    return cache_dir() / f"{name}.onnx"
+
+
+def cached_export(spec: str, *, batch: int = 1, image_size: int | None = None,
+                  keep_batchnorm: bool = False, opset: int | None = None) -> Path:
+    """Export `spec` once into the user cache and return the file; later calls reuse it."""
+    path = cache_path(spec, batch=batch, image_size=image_size,
+                      keep_batchnorm=keep_batchnorm, opset=opset)
+    if path.is_file():
+        return path
+    what = "module:factory" if ":" in spec else "random weights"
+    print(f"exporting {spec} ({what}) to {path} ...", file=sys.stderr, flush=True)
+    return export_model(spec, path, batch=batch, image_size=image_size,
+                        keep_batchnorm=keep_batchnorm, opset=opset)
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def _source_hash(module_name: str) -> str:
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        spec = None
+    origin = spec.origin if spec else None
+    if not origin or not os.path.isfile(origin):
+        return "nosrc"
+    return hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:12]
