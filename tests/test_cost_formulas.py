@@ -10,6 +10,7 @@ from typing import Any
 
 import onnx
 import pytest
+
 from onnxlens.analyzer.cost import REGISTRY, Cost, lookup, register
 from onnxlens.analyzer.cost.base import DuplicateOpError
 from onnxlens.analyzer.ir import NodeInfo, TensorInfo, UnknownShape
