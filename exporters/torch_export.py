@@ -116,7 +116,8 @@ def _export_graph(module: torch.nn.Module, example_inputs: tuple, out: Path, *,
                 else torch.onnx.TrainingMode.EVAL)
     dynamic_axes = ({n: {0: "batch"} for n in [*input_names, *output_names]}
                     if dynamic_batch else None)
-    with warnings.catch_warnings(), torch.no_grad(), _no_mha_fastpath():
+    with (warnings.catch_warnings(), torch.no_grad(), _no_mha_fastpath(),
+          _positional_forward(module)):
         warnings.simplefilter("ignore")
         torch.onnx.export(module, example_inputs, str(out), dynamo=False,
                           opset_version=opset, input_names=input_names,
@@ -139,6 +140,33 @@ def _no_mha_fastpath() -> Iterator[None]:
         yield
     finally:
         torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+@contextlib.contextmanager
+def _positional_forward(module: torch.nn.Module) -> Iterator[None]:
+    """Hide the defaults of `module.forward`'s optional parameters from the exporter.
+
+    The TorchScript exporter appends every defaulted parameter of ``forward`` to the example
+    inputs and traces it as an input, so a ``bool`` default arrives as a Tensor:
+    ``nn.TransformerEncoderLayer`` then fails with "scaled_dot_product_attention(): argument
+    'is_causal' must be bool, not Tensor". A ``forward(*inputs)`` set on the instance for
+    the export keeps the defaults Python values; the module tree, and so every name, is
+    unchanged.
+    """
+    had_own = "forward" in module.__dict__
+    bound = module.forward
+
+    def forward(*inputs: Any) -> Any:
+        return bound(*inputs)
+
+    module.forward = forward  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if had_own:
+            module.forward = bound  # type: ignore[method-assign]
+        else:
+            del module.forward
 
 
 def _drop_initializer_inputs(model: onnx.ModelProto) -> None:
