@@ -52,10 +52,9 @@ MODELS = [
 CASES = [pytest.param(name, marks=pytest.mark.slow) if slow else name for name, slow in MODELS]
 
 RELATIVE_TOLERANCE = 0.01
-# `_ops` is rounded to 0.001 G: for the smallest models that rounding alone is up to 0.9%.
+# `_ops` is rounded to 0.001 G: for the smallest models that rounding alone is up to 0.9%
+# (mobilenet_v3_small: ours 0.05651 G, published 0.057, i.e. somewhere in [0.0565, 0.0575)).
 ROUNDING = 0.0005e9
-# Models where torchvision's figure counts differently, with the reason and our exact ratio.
-KNOWN_DIFFERENCES: dict[str, tuple[float, str]] = {}
 
 
 def published_macs(name: str) -> float:
@@ -72,13 +71,13 @@ class Exports:
         self.totals: dict[tuple[str, bool], dict[str, Any]] = {}
 
     def analysis(self, name: str, keep_batchnorm: bool = False) -> dict[str, Any]:
-        """The analysis totals, plus `unsupported_ops` (the result itself holds the weights)."""
+        """The analysis totals and warnings (not the result: it holds the weights)."""
         key = (name, keep_batchnorm)
         if key not in self.totals:
             path = export_model(name, self.root / f"{name}_{int(keep_batchnorm)}.onnx",
                                 keep_batchnorm=keep_batchnorm)
             result = onnxlens.analyze(path)
-            self.totals[key] = {**result.totals, "unsupported_ops": result.unsupported_ops}
+            self.totals[key] = {**result.totals, "warnings": result.warnings}
             path.unlink()
         return self.totals[key]
 
@@ -142,16 +141,11 @@ def _precomputed_bias_growth(module: Any) -> int:
 @pytest.mark.parametrize("name", CASES)
 def test_macs_match_published(exports: Exports, name: str) -> None:
     totals = exports.analysis(name)
-    assert totals["complete"], f"ops with no cost formula: {sorted(totals['unsupported_ops'])}"
+    assert totals["complete"], totals["warnings"]
     ours, published = totals["macs"], published_macs(name)
-    ratio = ours / published
-    if name in KNOWN_DIFFERENCES:
-        expected_ratio, _reason = KNOWN_DIFFERENCES[name]
-        assert ratio == pytest.approx(expected_ratio, abs=1e-3)
-    else:
-        assert abs(ours - published) <= RELATIVE_TOLERANCE * published + ROUNDING, (
-            f"{name}: ours {ours / 1e9:.4f} G vs published {published / 1e9:.3f} G "
-            f"(ratio {ratio:.4f})")
+    assert abs(ours - published) <= RELATIVE_TOLERANCE * published + ROUNDING, (
+        f"{name}: ours {ours / 1e9:.4f} G vs published {published / 1e9:.3f} G "
+        f"(ratio {ours / published:.4f})")
 
 
 @pytest.mark.parametrize("name", CASES)
