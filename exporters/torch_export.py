@@ -319,7 +319,7 @@ def _save_atomic(model: onnx.ModelProto, out: Path) -> None:
         if weight_bytes > EXTERNAL_DATA_BYTES:
             data = f"{out.name}.data"
             onnx.save_model(model, str(staged), save_as_external_data=True,
-                            all_tensors_to_one_file=True, location=data, size_threshold=1024)
+                            all_tensors_to_one_file=True, location=data, size_threshold=0)
             os.replace(staged.with_name(data), out.with_name(data))
         else:
             onnx.save_model(model, str(staged))

@@ -186,6 +186,18 @@ def test_missing_factory_module(tmp_path: Path) -> None:
         export_model("no_such_module_xyz:f", tmp_path / "x.onnx")
 
 
+def test_big_weights_go_to_one_side_file(factory_module: str, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over 2 GiB of weights (vit_h_14, regnet_y_128gf) protobuf cannot hold them in the file."""
+    import onnxlens
+
+    monkeypatch.setattr(torch_export, "EXTERNAL_DATA_BYTES", 100)
+    out = tmp_path / "out" / "tiny.onnx"
+    export_model(f"{factory_module}:tiny", out, image_size=8)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["tiny.onnx", "tiny.onnx.data"]
+    assert onnxlens.analyze(out).totals["params"] == 3 * 4 * 9 + 4 + 4 * 2 + 2
+
+
 # ---- the cache -------------------------------------------------------------------------------
 
 def test_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
