@@ -185,11 +185,14 @@ def time_model(model: ModelSource, threads: int, *, runs: int = 20, warmup: int 
                         min_time_s=min_time_s, clock=clock)
 
 
-def profile_model(model: ModelSource, threads: int, *, runs: int = 5, warmup: int = 3
-                  ) -> list[list[NodeTime]]:
-    """Per-kernel times of `runs` profiled runs (one list per run, in execution order)."""
+def profile_model(model: ModelSource, threads: int, *, runs: int = 5, warmup: int = 3,
+                  optimized_model_path: str | None = None) -> list[list[NodeTime]]:
+    """Per-kernel times of `runs` profiled runs (one list per run, in execution order);
+    `optimized_model_path` also saves ORT's optimized graph there (its kernels' names are the
+    profile's)."""
     with tempfile.TemporaryDirectory(prefix="onnxlens-ort-") as tmp:
-        session = make_session(model, threads, profile_prefix=str(Path(tmp) / "ort"))
+        session = make_session(model, threads, profile_prefix=str(Path(tmp) / "ort"),
+                               optimized_model_path=optimized_model_path)
         binding, _buffers = _bind(session, random_feeds(session))
         for _ in range(warmup + runs):
             session.run_with_iobinding(binding)

@@ -1,0 +1,246 @@
+"""This host's calibration: measured efficiency curves, memory bandwidths and kernel overhead.
+
+`onnxlens calibrate` (`backends/calibrate.py`) times single-op micro-benchmarks through ONNX
+Runtime's CPU provider and fits what is stored here; this module only holds, reads and writes
+that data (the analyzer never runs a model). A calibration is a JSON file in the user's cache
+dir (`$ONNXLENS_CACHE`, else `$XDG_CACHE_HOME/onnxlens`, else `~/.cache/onnxlens`) named by
+host and thread count: ``calibration-<host>-t<threads>.json``.
+
+What it holds:
+
+- `curves`: per op class, the achieved fraction of the fp32 peak (`peak_fp32_tflops`, the peak
+  the curves are fractions of) as a function of a group's FLOPs F and intensity I (FLOP/byte):
+
+      eff(F, I) = e_max · F / (F + f_half) · I / (I + i_half) · level_factor[level(F / I)]
+
+  The first factor is a fixed cost per kernel call t0 (packing, loop set-up, a partial last
+  tile): t = t0 + F / (e_max·peak) is exactly this with f_half = e_max·peak·t0. The second is
+  operand reuse: a kernel with little work per byte (a skinny GEMM, a 1x1 convolution with few
+  channels) stalls on loads and stores even when its data sits in cache. f_half or i_half 0
+  drops that factor. The last is where the working set lives: F / I is the group's traffic in
+  bytes, `level` the memory level it fits in by the estimator's rule; a GEMM whose weights
+  stream from the last-level cache runs slower than one held in L2 even when the roofline's
+  memory term, which counts each byte once, is not its bound (1 for a level not fitted).
+  Classes: those with multiply-accumulates (conv, depthwise, gemm, attention) and
+  `elementwise`, which the estimator applies to every FLOP that is not a MAC (in any group) and
+  which is fitted on every op class without MACs.
+- `bandwidth_gbps`: per memory level of the host profile, the streaming rate measured on ops
+  whose traffic fits that level (and not the one before), in GB/s.
+- `kernel_overhead_us`: the time ONNX Runtime spends per kernel besides the kernel's work.
+
+`calibrated_host(threads)` gives the `host` profile with these numbers in place of its assumed
+ones and `Calibration.efficiency` as the estimator's efficiency; without a calibration file it
+gives the detected profile, labelled uncalibrated (`calibrated` False).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import OnnxLensError
+from .hardware import OP_CLASSES, HardwareProfile, MemoryLevel
+from .host import detect_cpu, host_profile, replace_measured
+
+SCHEMA = "onnxlens-calibration/1"
+# Op classes with multiply-accumulates get a curve of their own; the others use `elementwise`.
+MAC_CLASSES = ("conv", "depthwise", "gemm", "attention")
+VECTOR_CLASS = "elementwise"
+# Never predict less than this fraction of peak: a curve far outside its data must not blow up.
+MIN_EFFICIENCY = 1e-4
+
+# (op class, FLOPs, arithmetic intensity) -> achieved fraction of peak (the estimator's type).
+EfficiencyFn = Callable[[str, float, float], float]
+
+
+class CalibrationError(OnnxLensError):
+    """A calibration file is unreadable or not a calibration."""
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """eff(F, I) = e_max · F/(F + f_half) · I/(I + i_half) · level_factor (module docstring)."""
+
+    e_max: float
+    f_half: float = 0.0  # FLOPs at which the per-call cost halves the efficiency; 0: none
+    i_half: float = 0.0  # FLOP/byte at which low reuse halves the efficiency; 0: none
+    level_factors: dict[str, float] = field(default_factory=dict)  # memory level -> factor
+    points: int = 0  # micro-benchmarks it was fitted on
+    rms_log_error: float = 0.0  # root mean square of ln(measured / fitted) over them
+
+    def __call__(self, flops: float, intensity: float, level: str | None = None) -> float:
+        eff = self.e_max * self.level_factors.get(level, 1.0) if level else self.e_max
+        if self.f_half:
+            eff *= flops / (flops + self.f_half)
+        if self.i_half and math.isfinite(intensity):
+            eff *= intensity / (intensity + self.i_half)
+        return max(eff, MIN_EFFICIENCY)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One micro-benchmark: its cost by onnxlens's own formulas and its measured time."""
+
+    name: str
+    op_class: str
+    macs: int
+    other_flops: int
+    bytes: int  # read + written, across the group's boundary
+    seconds: float  # its kernels' time: session overhead and layout reorders taken out
+
+
+@dataclass(frozen=True)
+class Calibration:
+    host: str
+    cpu: str
+    threads: int
+    peak_fp32_tflops: float  # the peak the curves are fractions of
+    gemm_tflops: float  # the best GEMM rate measured (the naive one-peak estimate uses it)
+    kernel_overhead_us: float
+    bandwidth_gbps: dict[str, float]  # memory level name -> measured GB/s
+    curves: dict[str, Curve]
+    levels: list[tuple[str, int | None]]  # the profile's memory levels: name, size_bytes
+    points: tuple[Point, ...] = ()
+    ort_version: str = ""
+    created: str = ""  # ISO 8601, UTC
+    duration_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def efficiency(self, cls: str, flops: float, intensity: float) -> float:
+        """The estimator's `Efficiency`: fraction of `peak_fp32_tflops` for a group of class
+        `cls` doing `flops` at `intensity`."""
+        return self.curve(cls)(flops, intensity, self.level(flops / intensity if intensity
+                                                            else 0.0))
+
+    def level(self, nbytes: float) -> str:
+        """The memory level `nbytes` of traffic fits in (the estimator's rule)."""
+        for name, size in self.levels:
+            if size is None or nbytes <= size:
+                return name
+        return self.levels[-1][0]
+
+    def curve(self, cls: str) -> Curve:
+        if cls in self.curves:
+            return self.curves[cls]
+        if cls in MAC_CLASSES and "gemm" in self.curves:
+            return self.curves["gemm"]
+        return self.curves[VECTOR_CLASS]
+
+    # ---- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["points"] = [asdict(p) for p in self.points]
+        return {"schema": SCHEMA, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "calibration") -> Calibration:
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise CalibrationError(f"{where}: not an onnxlens calibration (schema {SCHEMA})")
+        try:
+            fields = {k: v for k, v in data.items() if k != "schema"}
+            fields["curves"] = {k: Curve(**v) for k, v in fields["curves"].items()}
+            fields["points"] = tuple(Point(**p) for p in fields.get("points", ()))
+            fields["bandwidth_gbps"] = {k: float(v) for k, v in fields["bandwidth_gbps"].items()}
+            fields["levels"] = [(str(n), None if size is None else int(size))
+                                for n, size in fields["levels"]]
+            out = cls(**fields)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CalibrationError(f"{where}: malformed calibration ({e})") from None
+        if VECTOR_CLASS not in out.curves:
+            raise CalibrationError(f"{where}: no {VECTOR_CLASS!r} curve")
+        return out
+
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        """Write the JSON (atomically) to `path`, by default this host's cache file."""
+        out = Path(path) if path is not None else calibration_path(self.threads, self.host)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, out)
+        return out
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Calibration:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CalibrationError(f"{path}: cannot read calibration ({e})") from None
+        return cls.from_dict(data, str(path))
+
+
+# ---- where calibrations live ------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    """``$ONNXLENS_CACHE``, else ``$XDG_CACHE_HOME/onnxlens``, else ``~/.cache/onnxlens``."""
+    if os.environ.get("ONNXLENS_CACHE"):
+        return Path(os.environ["ONNXLENS_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "onnxlens"
+
+
+def host_name() -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", socket.gethostname()) or "host"
+
+
+def calibration_path(threads: int, host: str | None = None) -> Path:
+    return cache_dir() / f"calibration-{host or host_name()}-t{threads}.json"
+
+
+def find_calibration(threads: int | None = None) -> Calibration | None:
+    """This host's calibration at `threads` (None: the newest at any thread count), if one was
+    saved on this CPU; an unreadable file counts as none."""
+    if threads is not None:
+        candidates = [calibration_path(threads)]
+    else:
+        found = cache_dir().glob(f"calibration-{host_name()}-t*.json")
+        candidates = sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+    cpu = detect_cpu().model
+    for path in candidates:
+        if path.is_file():
+            try:
+                cal = Calibration.load(path)
+            except CalibrationError:
+                continue
+            if cal.cpu == cpu:
+                return cal
+    return None
+
+
+# ---- the calibrated host profile --------------------------------------------------------------
+
+def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwareProfile:
+    """`profile` (this host, detected) with the calibration's measured numbers: fp32 peak,
+    bandwidth of each measured level, kernel overhead, and as the constant efficiency of each
+    class its curve's e_max (estimates use the whole curve, `Calibration.efficiency`)."""
+    where = f"onnxlens calibrate, {cal.created}, {cal.threads} thread(s)"
+    levels = [MemoryLevel(lv.name, cal.bandwidth_gbps[lv.name], lv.size_bytes,
+                          lv.energy_pj_per_byte, f"measured: {where}")
+              if lv.name in cal.bandwidth_gbps else lv for lv in profile.memory]
+    return replace_measured(
+        profile, peak_tflops={"fp32": cal.peak_fp32_tflops}, memory=levels,
+        kernel_launch_us=cal.kernel_overhead_us,
+        efficiency={c: min(1.0, cal.curve(c).e_max) for c in OP_CLASSES},
+        source=f"measured: {where}")
+
+
+def calibrated_host_profile(threads: int | None = None) -> HardwareProfile:
+    """The `host` profile, calibrated if this host has a calibration at `threads` (None: the
+    newest), else as detected with `calibrated` False."""
+    return calibrated_host(threads)[0]
+
+
+def calibrated_host(threads: int | None = None) -> tuple[HardwareProfile, EfficiencyFn]:
+    """The `host` profile and the efficiency to estimate with on it: the calibration's curves
+    when there is one, else the profile's constant per-class efficiencies (uncalibrated)."""
+    cal = find_calibration(threads)
+    if cal is None:
+        hw = host_profile(threads)
+        return hw, lambda cls, flops, intensity: hw.efficiency[cls]
+    return apply_calibration(host_profile(cal.threads), cal), cal.efficiency

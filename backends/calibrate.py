@@ -1,0 +1,582 @@
+"""`onnxlens calibrate`: time micro-benchmarks through ONNX Runtime's CPU provider, fit a
+`Calibration` (analyzer/calibration.py) and save it in the user's cache dir.
+
+Each micro-benchmark is a one-op ONNX graph (an attention block for the attention class) built
+with onnx.helper: GEMMs from skinny to square, convolutions 3x3 / 1x1 / strided / grouped /
+the 3-channel stem, depthwise 3x3 / 5x5 / 7x7, elementwise ops, pools, normalizations,
+reductions and data movement at sizes that span L1, L2, the last-level cache and DRAM, and a
+chain of tiny ops for the per-kernel overhead. Its FLOPs and bytes come from onnxlens's own
+analysis of that graph (the formulas the estimate uses), so model and measurement check each
+other, and its op class is the estimator's (`op_class`).
+
+Measuring: inputs are graph inputs, weights initializers (ORT prepacks them, as in a model).
+A benchmark's time is the median of its runs, on the CPU-time clock at one thread (immune
+to other processes on the cores) and wall time otherwise, less the fixed cost of a `run` call.
+A lone Conv or pool is run by ORT in its NCHWc layout between a ReorderInput and a
+ReorderOutput, which in a network sit only at the ends of a run of convolutions: such a
+benchmark is timed as ORT optimized it (its saved optimized graph) with those layout kernels
+cut off, so what is timed is the `com.microsoft.nchwc` kernel a network runs. Every
+benchmark is measured in two passes, the second in reverse order, and the faster median
+kept: a burst of activity from other processes on a shared machine rarely hits the same
+benchmark twice.
+
+Fitting, in the estimator's terms (a group takes max(compute, memory) + overhead):
+
+1. overhead: the slope of run time over the length of a chain of tiny Relu kernels;
+2. the fp32 peak: the host profile's, raised to the best GEMM rate measured if that beats it
+   (efficiencies measured above the peak count as 1);
+3. memory bandwidth per level and the `elementwise` curve, alternately (four rounds) on every
+   benchmark without MACs: a level's bandwidth is the median rate of its benchmarks that the
+   current curve calls memory bound; the curve is fitted on those the bandwidths call compute
+   bound;
+4. a curve per class with MACs, on its benchmarks that are not memory bound, after taking
+   out the time the `elementwise` curve gives their other FLOPs (bias, fused activation).
+
+A curve is fitted by least squares on ln(efficiency): for each (f_half, i_half) on a log grid
+the best e_max is closed-form (the mean log residual), and the grid point with the smallest
+error wins. Benchmarks run in priority order (a coarse set covering every class first), and
+those that would overrun `budget_s` are skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from ..analyzer.analysis import analyze
+from ..analyzer.calibration import (
+    MAC_CLASSES,
+    VECTOR_CLASS,
+    Calibration,
+    Curve,
+    Point,
+    host_name,
+)
+from ..analyzer.estimate import memory_level, op_class
+from ..analyzer.hardware import HardwareProfile
+from ..analyzer.host import detect_cpu, host_profile
+from .ort_timing import NodeTime, make_session, profile_model, random_feeds, time_session
+
+OPSET = 17
+IR_VERSION = 8  # what ORT 1.18+ reads
+# ORT's NCHWc layout changes around a lone Conv or pool: not part of the op's own time.
+LAYOUT_KERNELS = ("ReorderInput", "ReorderOutput")
+NCHWC = "com.microsoft.nchwc"
+NCHWC_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+CHAIN_LENGTHS = (1, 17, 33, 65)
+# A benchmark is informative on efficiency only if memory takes less than this share of it.
+COMPUTE_BOUND_SHARE = 0.8
+FIT_ROUNDS = 4
+LEVEL_POINTS = 3  # benchmarks a memory level needs for an efficiency factor of its own
+F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
+I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
+
+# ---- micro-benchmark graphs ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    build: Callable[[], onnx.ModelProto]
+    tier: int  # 0: the coarse set, 1: the full set, 2: slow (DRAM-sized, big GEMM)
+    work: float  # rough seconds per run, for the budget (FLOPs at 50 GFLOP/s, bytes at 10 GB/s)
+
+
+_RNG = np.random.default_rng(0)
+
+
+def _tensor(name: str, shape: Sequence[int]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def _const(name: str, shape: Sequence[int], scale: float = 0.1) -> TensorProto:
+    return numpy_helper.from_array((_RNG.standard_normal(shape, dtype=np.float32) * scale), name)
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: list[tuple[str, Sequence[int]]],
+           output: tuple[str, Sequence[int]], consts: Iterable[TensorProto] = ()
+           ) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "bench", [_tensor(n, s) for n, s in inputs],
+                              [_tensor(*output)], list(consts))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             ir_version=IR_VERSION)
+
+
+def _work(flops: float, nbytes: float) -> float:
+    return flops / 50e9 + nbytes / 10e9
+
+
+def matmul(m: int, k: int, n: int, tier: int = 1, weight: bool = True) -> Bench:
+    """Y[m,n] = X[m,k] · W[k,n]; W a weight, or a second input (`weight` False)."""
+    def build() -> onnx.ModelProto:
+        node = helper.make_node("MatMul", ["X", "W"], ["Y"])
+        if weight:
+            return _model([node], [("X", (m, k))], ("Y", (m, n)), [_const("W", (k, n))])
+        return _model([node], [("X", (m, k)), ("W", (k, n))], ("Y", (m, n)))
+    return Bench(f"MatMul {m}x{k}x{n}" + ("" if weight else " of inputs"), build, tier,
+                 _work(2 * m * k * n, 4 * (m * k + k * n + m * n)))
+
+
+def gemm(m: int, k: int, n: int, tier: int = 1) -> Bench:
+    """nn.Linear as exported: Gemm(X, W, B, transB=1)."""
+    return Bench(f"Gemm {m}x{k}x{n}", lambda: _model(
+        [helper.make_node("Gemm", ["X", "W", "B"], ["Y"], transB=1)], [("X", (m, k))],
+        ("Y", (m, n)), [_const("W", (n, k)), _const("B", (n,))]), tier,
+        _work(2 * m * k * n, 4 * (m * k + k * n + m * n)))
+
+
+def batched_matmul(b: int, m: int, k: int, n: int, tier: int = 1) -> Bench:
+    """Two activations: A[b,m,k] · B[b,k,n]."""
+    return Bench(f"MatMul {b}x({m}x{k}x{n})", lambda: _model(
+        [helper.make_node("MatMul", ["A", "B"], ["Y"])], [("A", (b, m, k)), ("B", (b, k, n))],
+        ("Y", (b, m, n))), tier, _work(2 * b * m * k * n, 4 * b * (m * k + k * n + m * n)))
+
+
+def conv(cin: int, cout: int, size: int, kernel: int = 3, stride: int = 1, group: int = 1,
+         tier: int = 1) -> Bench:
+    """Conv with bias on [1, cin, size, size], 'same' padding."""
+    out = (size + 2 * (kernel // 2) - kernel) // stride + 1
+    kind = "dw" if group == cin == cout else (f"g{cin // group}" if group > 1 else "")
+    name = f"Conv{kind} {kernel}x{kernel}/{stride} {cin}->{cout} @{size}"
+    return Bench(name, lambda: _model(
+        [helper.make_node("Conv", ["X", "W", "B"], ["Y"], kernel_shape=[kernel, kernel],
+                          strides=[stride, stride], pads=[kernel // 2] * 4, group=group)],
+        [("X", (1, cin, size, size))], ("Y", (1, cout, out, out)),
+        [_const("W", (cout, cin // group, kernel, kernel)), _const("B", (cout,))]), tier,
+        _work(2 * out * out * cout * cin // group * kernel * kernel,
+              4 * (cin * size * size + cout * out * out)))
+
+
+def depthwise(channels: int, size: int, kernel: int = 3, stride: int = 1, tier: int = 1) -> Bench:
+    return conv(channels, channels, size, kernel, stride, group=channels, tier=tier)
+
+
+def _flat(n: int) -> tuple[int, ...]:
+    """`n` elements as [1, C, 32, 32]: onnx's shape inference is slow on long 1-D tensors."""
+    return (1, max(1, n // 1024), 32, 32) if n >= 1024 else (1, 1, 1, n)
+
+
+def unary(op: str, n: int, tier: int = 1) -> Bench:
+    return Bench(f"{op} {n}", lambda: _model(
+        [helper.make_node(op, ["X"], ["Y"])], [("X", _flat(n))], ("Y", _flat(n))), tier,
+        _work(n, 8 * n))
+
+
+def binary(op: str, n: int, tier: int = 1) -> Bench:
+    return Bench(f"{op} {n}", lambda: _model(
+        [helper.make_node(op, ["A", "B"], ["Y"])], [("A", _flat(n)), ("B", _flat(n))],
+        ("Y", _flat(n))), tier, _work(n, 12 * n))
+
+
+def channel_scale(channels: int, size: int, tier: int = 1) -> Bench:
+    """Mul of [1,C,H,W] by a per-channel [1,C,1,1] (squeeze-excite's gate)."""
+    shape = (1, channels, size, size)
+    return Bench(f"Mul {channels}x{size}x{size} by channel", lambda: _model(
+        [helper.make_node("Mul", ["X", "S"], ["Y"])], [("X", shape), ("S", (1, channels, 1, 1))],
+        ("Y", shape)), tier, _work(math.prod(shape), 8 * math.prod(shape)))
+
+
+def pool(op: str, channels: int, size: int, kernel: int = 3, stride: int = 2,
+         tier: int = 1) -> Bench:
+    glob = op.startswith("Global")
+    out = 1 if glob else (size + 2 * (kernel // 2) - kernel) // stride + 1
+    attrs = {} if glob else {"kernel_shape": [kernel, kernel], "strides": [stride, stride],
+                             "pads": [kernel // 2] * 4}
+    name = f"{op} {channels}x{size}x{size}" + ("" if glob else f" {kernel}x{kernel}/{stride}")
+    return Bench(name, lambda: _model(
+        [helper.make_node(op, ["X"], ["Y"], **attrs)], [("X", (1, channels, size, size))],
+        ("Y", (1, channels, out, out))), tier, _work(channels * size * size * 2,
+                                                     4 * channels * size * size))
+
+
+def row_op(op: str, rows: int, cols: int, tier: int = 1) -> Bench:
+    """LayerNormalization, Softmax or ReduceMean over the last axis of [rows, cols]."""
+    if op == "LayerNormalization":
+        node = helper.make_node(op, ["X", "G", "Bt"], ["Y"], axis=-1)
+        consts = [_const("G", (cols,)), _const("Bt", (cols,))]
+    elif op == "ReduceMean":
+        node = helper.make_node(op, ["X"], ["Y"], axes=[-1], keepdims=1)
+        consts = []
+    else:
+        node = helper.make_node(op, ["X"], ["Y"], axis=-1)
+        consts = []
+    out = (rows, 1) if op == "ReduceMean" else (rows, cols)
+    return Bench(f"{op} {rows}x{cols}", lambda: _model(
+        [node], [("X", (rows, cols))], ("Y", out), consts), tier,
+        _work(8 * rows * cols, 8 * rows * cols))
+
+
+def batch_norm(channels: int, size: int, tier: int = 1) -> Bench:
+    shape = (1, channels, size, size)
+    return Bench(f"BatchNormalization {channels}x{size}x{size}", lambda: _model(
+        [helper.make_node("BatchNormalization", ["X", "S", "Bb", "M", "V"], ["Y"])],
+        [("X", shape)], ("Y", shape),
+        [_const("S", (channels,)), _const("Bb", (channels,)), _const("M", (channels,)),
+         numpy_helper.from_array(np.ones(channels, np.float32), "V")]), tier,
+        _work(2 * math.prod(shape), 8 * math.prod(shape)))
+
+
+def transpose(shape: Sequence[int], perm: Sequence[int], tier: int = 1) -> Bench:
+    out = [shape[p] for p in perm]
+    return Bench(f"Transpose {'x'.join(map(str, shape))} {tuple(perm)}", lambda: _model(
+        [helper.make_node("Transpose", ["X"], ["Y"], perm=list(perm))], [("X", shape)],
+        ("Y", out)), tier, _work(0, 8 * math.prod(shape)))
+
+
+def concat(channels: int, size: int, tier: int = 1) -> Bench:
+    shape = (1, channels, size, size)
+    return Bench(f"Concat 2x{channels}x{size}x{size}", lambda: _model(
+        [helper.make_node("Concat", ["A", "B"], ["Y"], axis=1)], [("A", shape), ("B", shape)],
+        ("Y", (1, 2 * channels, size, size))), tier, _work(0, 16 * math.prod(shape)))
+
+
+def slice_half(channels: int, size: int, tier: int = 1) -> Bench:
+    """The second half of the channels (ShuffleNet's split)."""
+    def build() -> onnx.ModelProto:
+        starts = numpy_helper.from_array(np.array([channels // 2], np.int64), "s")
+        ends = numpy_helper.from_array(np.array([channels], np.int64), "e")
+        axes = numpy_helper.from_array(np.array([1], np.int64), "a")
+        return _model([helper.make_node("Slice", ["X", "s", "e", "a"], ["Y"])],
+                      [("X", (1, channels, size, size))],
+                      ("Y", (1, channels - channels // 2, size, size)), [starts, ends, axes])
+    return Bench(f"Slice half of {channels}x{size}x{size}", build, tier,
+                 _work(0, 4 * channels * size * size))
+
+
+def attention(heads: int, seq: int, dim: int, tier: int = 1) -> Bench:
+    """softmax(Q·Kᵀ·s)·V over `heads` heads: the estimator's `attention` class."""
+    def build() -> onnx.ModelProto:
+        nodes = [helper.make_node("MatMul", ["Q", "Kt"], ["S"]),
+                 helper.make_node("Mul", ["S", "scale"], ["Ss"]),
+                 helper.make_node("Softmax", ["Ss"], ["P"], axis=-1),
+                 helper.make_node("MatMul", ["P", "V"], ["Y"])]
+        scale = numpy_helper.from_array(np.array(dim ** -0.5, np.float32), "scale")
+        return _model(nodes, [("Q", (heads, seq, dim)), ("Kt", (heads, dim, seq)),
+                              ("V", (heads, seq, dim))], ("Y", (heads, seq, dim)), [scale])
+    return Bench(f"Attention {heads}x{seq}x{dim}", build, tier,
+                 _work(4 * heads * seq * seq * dim, 4 * heads * (4 * seq * dim + seq * seq)))
+
+
+def chain(length: int) -> Bench:
+    """`length` Relu kernels on 16 floats: almost nothing but per-kernel overhead."""
+    return Bench(f"Relu chain {length}", lambda: _model(
+        [helper.make_node("Relu", ["X" if i == 0 else f"t{i}"], [f"t{i + 1}"])
+         for i in range(length)], [("X", (16,))], (f"t{length}", (16,))), 0, 0.0)
+
+
+def benchmarks() -> list[Bench]:
+    """The whole set, coarse tier first; names are unique."""
+    out = [chain(n) for n in CHAIN_LENGTHS]
+    # GEMM: square, skinny (one row: memory bound), wide and deep; Gemm as nn.Linear exports.
+    out += [matmul(64, 256, 256, 0), matmul(256, 512, 512, 0), matmul(1, 1024, 1024, 0),
+            matmul(32, 32, 32), matmul(128, 128, 128), matmul(512, 512, 512),
+            matmul(1, 256, 512), matmul(4, 512, 2048), matmul(16, 1024, 256),
+            matmul(64, 64, 1024), matmul(1024, 64, 64), matmul(256, 2048, 128),
+            matmul(2048, 256, 256), matmul(128, 1024, 2048), gemm(1, 1024, 512),
+            gemm(64, 512, 1024), gemm(1, 4096, 2048), batched_matmul(8, 64, 64, 64),
+            batched_matmul(16, 128, 32, 128), batched_matmul(4, 256, 256, 64),
+            matmul(1024, 1024, 1024, 2), matmul(1, 8192, 4096, 2, weight=False)]
+    # Convolutions: 3x3 over channel counts and sizes, strided, 1x1 up and down, the stem,
+    # grouped (group widths 8, 16, 32).
+    out += [conv(64, 64, 28, tier=0), conv(32, 128, 28, 1, tier=0),
+            conv(16, 16, 112), conv(32, 32, 56), conv(64, 64, 56), conv(128, 128, 28),
+            conv(256, 256, 14), conv(512, 512, 7), conv(32, 64, 56), conv(256, 128, 14),
+            conv(32, 64, 112, 3, 2), conv(64, 128, 56, 3, 2), conv(256, 512, 14, 3, 2),
+            conv(16, 64, 112, 1), conv(64, 16, 112, 1), conv(32, 192, 56, 1),
+            conv(192, 32, 56, 1), conv(64, 256, 28, 1), conv(256, 64, 28, 1),
+            conv(128, 512, 14, 1), conv(512, 128, 14, 1), conv(256, 1024, 7, 1),
+            conv(1024, 256, 7, 1), conv(128, 128, 28, 1), conv(512, 512, 7, 1),
+            conv(16, 16, 56, 1), conv(256, 512, 28, 1, 2), conv(3, 32, 224, 3, 2),
+            conv(3, 64, 224, 7, 2), conv(64, 64, 56, 3, 1, 8), conv(128, 128, 28, 3, 1, 8),
+            conv(256, 256, 14, 3, 1, 16), conv(512, 512, 7, 3, 1, 16),
+            conv(128, 128, 56, 3, 2, 4), conv(256, 256, 28, 3, 1, 32)]
+    # Depthwise: 3x3 / 5x5 / 7x7, stride 1 and 2, small and large spatial sizes.
+    out += [depthwise(64, 56, tier=0), depthwise(32, 112), depthwise(128, 56),
+            depthwise(128, 28), depthwise(256, 14), depthwise(512, 14), depthwise(1024, 7),
+            depthwise(64, 112, 3, 2), depthwise(128, 56, 3, 2), depthwise(256, 28, 3, 2),
+            depthwise(128, 28, 5), depthwise(256, 14, 5), depthwise(512, 7, 5),
+            depthwise(256, 28, 5, 2), depthwise(96, 56, 7), depthwise(192, 28, 7),
+            depthwise(384, 14, 7), depthwise(768, 7, 7)]
+    # Elementwise at sizes in L1 (2^10), L2 (2^14, 2^16), the LLC (2^19, 2^21) and DRAM (2^24).
+    out += [unary("Relu", 1 << 16, 0), binary("Add", 1 << 16, 0), unary("Relu", 1 << 21, 0)]
+    for n in (1 << 10, 1 << 14, 1 << 19):
+        out += [unary("Relu", n), binary("Add", n), binary("Mul", n)]
+    out += [binary("Add", 1 << 21), binary("Mul", 1 << 16)]
+    for n in (1 << 12, 1 << 16, 1 << 19):
+        out += [unary("Sigmoid", n), unary("HardSwish", n), unary("Tanh", n), unary("Erf", n),
+                binary("Div", n)]
+    out += [channel_scale(256, 28), channel_scale(64, 112), channel_scale(1024, 7)]
+    out += [unary("Relu", 1 << 24, 2), binary("Add", 1 << 24, 2)]
+    # Pools, normalizations, reductions.
+    out += [pool("MaxPool", 64, 112), pool("MaxPool", 128, 56, 2, 2), pool("MaxPool", 256, 28),
+            pool("AveragePool", 128, 56, 2, 2), pool("AveragePool", 256, 28, 2, 2),
+            pool("GlobalAveragePool", 64, 56), pool("GlobalAveragePool", 1024, 7),
+            pool("GlobalAveragePool", 256, 28),
+            row_op("LayerNormalization", 256, 256), row_op("LayerNormalization", 1024, 128),
+            row_op("LayerNormalization", 64, 1024), row_op("LayerNormalization", 4096, 64),
+            row_op("Softmax", 512, 64), row_op("Softmax", 256, 256), row_op("Softmax", 64, 1024),
+            row_op("Softmax", 2048, 128), row_op("ReduceMean", 1024, 256),
+            row_op("ReduceMean", 64, 4096), batch_norm(128, 28), batch_norm(256, 14)]
+    # Data movement: 4-D and 5-D (channel shuffle) transposes, concat, slice.
+    out += [transpose((1, 64, 56, 56), (0, 2, 3, 1)), transpose((1, 256, 14, 14), (0, 2, 3, 1)),
+            transpose((1, 56, 56, 64), (0, 3, 1, 2)),
+            transpose((1, 2, 64, 28, 28), (0, 2, 1, 3, 4)),
+            transpose((64, 49, 4, 32), (0, 2, 1, 3)), transpose((256, 16, 8, 8), (0, 2, 1, 3)),
+            concat(64, 56), concat(128, 28), concat(256, 7), slice_half(128, 56),
+            slice_half(256, 14)]
+    # Attention blocks: heads x sequence x head dim.
+    out += [attention(4, 64, 32, 0), attention(8, 128, 64), attention(4, 256, 32),
+            attention(16, 64, 64), attention(2, 512, 64), attention(32, 49, 32)]
+    return sorted(out, key=lambda b: b.tier)
+
+
+# ---- measuring ---------------------------------------------------------------------------------
+
+Measure = Callable[[onnx.ModelProto, int, float], float]
+
+
+def measure_ort(model: onnx.ModelProto, threads: int, min_time_s: float) -> float:
+    """The median run of `model` on ORT's CPU provider over at least `min_time_s` (3 runs at
+    least), on the CPU clock at one thread, wall time otherwise (the statistic the models are
+    measured with: a minimum over hundreds of runs of a tiny kernel would flatter it).
+
+    A lone Conv or pool is run by ORT in NCHWc layout between a ReorderInput and a
+    ReorderOutput, which in a network sit only at the ends of a run of convolutions: such a
+    graph is timed as ORT optimized it, less those layout kernels.
+    """
+    if any(node.op_type in NCHWC_OPS for node in model.graph.node):
+        with tempfile.TemporaryDirectory(prefix="onnxlens-calibrate-") as tmp:
+            path = str(Path(tmp) / "optimized.onnx")
+            kernels = profile_model(model, threads, runs=1, warmup=0, optimized_model_path=path)
+            if any(k.op_type in LAYOUT_KERNELS for k in kernels[0]):
+                model = without_layout(onnx.load(path), kernels[0])
+    session = make_session(model, threads)
+    return time_session(session, random_feeds(session), runs=3, warmup=1, min_time_s=min_time_s,
+                        clock="cpu" if threads == 1 else "wall").median_s
+
+
+def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime]) -> onnx.ModelProto:
+    """ORT's optimized graph with its ReorderInput / ReorderOutput nodes cut off: a reorder's
+    NCHWc side becomes a graph input or output, of the shape ORT's profiler reports."""
+    by_name = {k.name: k for k in kernels}
+    graph = optimized.graph
+    nodes = [n for n in graph.node if n.op_type not in LAYOUT_KERNELS]
+    used = {name for n in nodes for name in n.input}
+    made = {name for n in nodes for name in n.output}
+    inputs = [*(v for v in graph.input if v.name in used),
+              *(_tensor(n.output[0], by_name[n.name].output_shapes[0]) for n in graph.node
+                if n.op_type == "ReorderInput")]
+    outputs = [*(v for v in graph.output if v.name in made),
+               *(_tensor(n.input[0], by_name[n.name].input_shapes[0]) for n in graph.node
+                 if n.op_type == "ReorderOutput")]
+    cut = helper.make_graph(nodes, graph.name, inputs, outputs,
+                            [t for t in graph.initializer if t.name in used])
+    return helper.make_model(cut, ir_version=optimized.ir_version,
+                             opset_imports=list(optimized.opset_import))
+
+
+# ---- the calibration run -----------------------------------------------------------------------
+
+def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = True,
+                    measure: Measure = measure_ort) -> Calibration:
+    """Measure this host at `threads` within about `budget_s` seconds and fit a Calibration
+    (not saved: `Calibration.save()` puts it in the cache dir). `progress` shows a rich
+    progress bar on stderr. `measure` times one benchmark graph (tests give a fake)."""
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    start = time.perf_counter()
+    hw = host_profile(threads)
+    benches = benchmarks()
+    min_time_s = max(0.01, 0.2 * budget_s / len(benches))
+    models: dict[str, onnx.ModelProto] = {}
+    samples: dict[str, float] = {}
+    order = [*benches, *reversed(benches)]
+    with _progress_bar(progress, len(order)) as advance:
+        for i, bench in enumerate(order):
+            advance(bench.name)
+            expected = 0.06 + 2 * max(min_time_s, 4 * bench.work)
+            over = time.perf_counter() - start + expected > budget_s
+            if over and (bench.tier > 0 or i >= len(benches)):
+                continue
+            model = models.setdefault(bench.name, bench.build())
+            seconds = measure(model, threads, min_time_s)
+            samples[bench.name] = min(seconds, samples.get(bench.name, seconds))
+    chain = {len(models[b.name].graph.node): samples[b.name]
+             for b in benches if b.name.startswith("Relu chain") and b.name in samples}
+    fixed_s, kernel_s = _line(list(chain), list(chain.values()))
+    kernel_s = max(kernel_s, 0.0)
+    points = [p for b in benches if b.name in samples and not b.name.startswith("Relu chain")
+              for p in [_point(b.name, models[b.name], samples[b.name], fixed_s, kernel_s)]
+              if p is not None]
+    cal = fit(points, hw, threads, kernel_s)
+    skipped = len(benches) - len(samples)
+    notes = [f"{skipped} benchmark(s) skipped to stay within {budget_s:g} s"] if skipped else []
+    return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes)
+
+
+def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
+           kernel_s: float) -> Point | None:
+    """The benchmark's group cost (onnxlens's analysis) and the time the estimator's
+    max(compute, memory) term should give it: its fastest run less the fixed cost of a run
+    call and one kernel overhead (the estimator adds its own)."""
+    result = analyze(model)
+    if len(result.groups) != 1:
+        return None
+    group = result.groups[0]
+    cost = result.group_costs[group.id].cost
+    seconds = run_s - fixed_s - kernel_s
+    if cost is None or seconds <= 0:
+        return None
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    return Point(name, op_class(result.graph, group, costs), cost.macs, cost.other_flops,
+                 cost.bytes_read + cost.bytes_written, seconds)
+
+
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares intercept and slope (a single point: intercept only)."""
+    if len(xs) < 2:
+        return (ys[0] if ys else 0.0), 0.0
+    slope, intercept = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    return float(intercept), float(slope)
+
+
+class _progress_bar:
+    """A context giving `advance(label)`; a rich progress bar on stderr, or nothing."""
+
+    def __init__(self, show: bool, total: int) -> None:
+        self.show, self.total = show, total
+
+    def __enter__(self) -> Callable[[str], None]:
+        if not self.show:
+            return lambda label: None
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.bar = Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("{task.description}"),
+                            console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task("", total=self.total)
+
+        def advance(label: str) -> None:
+            self.bar.update(task, advance=1, description=label)
+        return advance
+
+    def __exit__(self, *exc: object) -> None:
+        if self.show:
+            self.bar.stop()
+
+
+# ---- fitting ----------------------------------------------------------------------------------
+
+def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
+        kernel_s: float) -> Calibration:
+    """Peak, bandwidths and curves from measured points (module docstring, Fitting)."""
+    mac_points = [p for p in points if p.macs]
+    gemm_best = max((2 * p.macs / p.seconds for p in mac_points if p.op_class == "gemm"),
+                    default=0.0)
+    peak = max(hw.peak_flops("fp32"), gemm_best)
+    bandwidth, vector = fit_vector([p for p in points if not p.macs], hw, peak)
+    curves = {VECTOR_CLASS: vector}
+    for cls in MAC_CLASSES:
+        eff_points = []
+        for p in (p for p in mac_points if p.op_class == cls):
+            flops = 2 * p.macs + p.other_flops
+            intensity = flops / p.bytes
+            level = memory_level(hw, p.bytes).name
+            memory_s = p.bytes / (bandwidth.get(level, _assumed_gbps(hw, level)) * 1e9)
+            vector_s = p.other_flops / (peak * vector(p.other_flops, intensity, level)) \
+                if p.other_flops else 0.0
+            compute_s = p.seconds - vector_s
+            if memory_s < COMPUTE_BOUND_SHARE * p.seconds and compute_s > 0:
+                eff_points.append((flops, intensity, min(1.0, 2 * p.macs / (peak * compute_s)),
+                                   level))
+        if eff_points:
+            f, i, e, lv = zip(*eff_points, strict=True)
+            curves[cls] = fit_curve(np.asarray(f), np.asarray(i), np.asarray(e), lv)
+    return Calibration(
+        host=host_name(), cpu=detect_cpu().model, threads=threads,
+        peak_fp32_tflops=peak / 1e12, gemm_tflops=gemm_best / 1e12,
+        kernel_overhead_us=kernel_s * 1e6, bandwidth_gbps=bandwidth, curves=curves,
+        levels=[(lv.name, lv.size_bytes) for lv in hw.memory],
+        points=tuple(points), ort_version=ort.__version__,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def _assumed_gbps(hw: HardwareProfile, level: str) -> float:
+    return next(lv.bandwidth_gbps for lv in hw.memory if lv.name == level)
+
+
+def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
+               ) -> tuple[dict[str, float], Curve]:
+    """Bandwidth per memory level and the `elementwise` curve, fitted in turn on benchmarks
+    without MACs: bandwidth on those the curve calls memory bound, the curve on those the
+    bandwidths call compute bound (the curve has no level factors: levels are the memory
+    term's business here)."""
+    levels = [memory_level(hw, p.bytes).name for p in points]
+    rates = [p.bytes / p.seconds / 1e9 for p in points]
+    bandwidth = {lv: max(r for r, lv2 in zip(rates, levels, strict=True) if lv2 == lv)
+                 for lv in set(levels)}
+    curve = Curve(1.0)
+
+    def compute_s(p: Point) -> float:
+        return p.other_flops / (peak * curve(p.other_flops, p.other_flops / p.bytes))
+
+    for _ in range(FIT_ROUNDS):
+        eff_points = [(p.other_flops, p.other_flops / p.bytes, p.other_flops / (peak * p.seconds))
+                      for p, lv in zip(points, levels, strict=True) if p.other_flops
+                      and p.bytes / (bandwidth[lv] * 1e9) < COMPUTE_BOUND_SHARE * p.seconds]
+        if eff_points:
+            curve = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)))
+        for lv in bandwidth:
+            bound = [r for p, r, lv2 in zip(points, rates, levels, strict=True) if lv2 == lv
+                     and (not p.other_flops or compute_s(p) < COMPUTE_BOUND_SHARE * p.seconds)]
+            if bound:
+                bandwidth[lv] = statistics.median(bound)
+    return bandwidth, curve
+
+
+def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
+              levels: Sequence[str] = ()) -> Curve:
+    """Least squares on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half) · level factor,
+    e_max <= 1 and e_max · factor <= 1: a grid over (f_half, i_half) with the rest closed-form
+    (mean log residuals). A level gets a factor of its own from LEVEL_POINTS points on; fewer
+    than 3 points fit e_max alone."""
+    y = np.log(eff)
+    f_grid = np.asarray(F_HALF_GRID if len(y) >= 3 else (0.0,))
+    i_grid = np.asarray(I_HALF_GRID if len(y) >= 3 else (0.0,))
+    g = (np.log(flops / (flops + f_grid[:, None]))[:, None, :]
+         + np.log(intensity / (intensity + i_grid[:, None]))[None, :, :])
+    r = y - g  # ln e_max (times the level factor) each point asks for
+    log_e = np.minimum(r.mean(axis=-1), 0.0)  # e_max <= 1
+    fitted = np.broadcast_to(log_e[..., None], r.shape).copy()
+    own: dict[str, np.ndarray] = {}
+    names = np.asarray(levels)
+    for level in dict.fromkeys(levels):
+        mask = names == level
+        if mask.sum() >= LEVEL_POINTS:
+            own[level] = np.minimum(r[..., mask].mean(axis=-1), 0.0)
+            fitted[..., mask] = own[level][..., None]
+    err = ((r - fitted) ** 2).mean(axis=-1)
+    fi, ii = np.unravel_index(int(np.argmin(err)), err.shape)
+    e_max = float(math.exp(log_e[fi, ii]))
+    factors = {lv: float(math.exp(v[fi, ii] - log_e[fi, ii])) for lv, v in own.items()}
+    return Curve(e_max, float(f_grid[fi]), float(i_grid[ii]), factors, len(y),
+                 float(math.sqrt(err[fi, ii])))

@@ -1,0 +1,181 @@
+"""How close is the calibrated `host` estimate to ONNX Runtime's measured CPU latency?
+
+    python benchmarks/estimate_accuracy.py --threads 1                # uses a saved calibration
+    python benchmarks/estimate_accuracy.py --threads 1 --recalibrate  # measures this host first
+    python benchmarks/estimate_accuracy.py --threads 1 --runs 20 --models resnet18 mobilenet_v2
+
+1. The calibration of this host at `--threads` (`onnxlens calibrate`, backends/calibrate.py):
+   loaded from the cache dir, or run (about 100 s) when there is none or with --recalibrate.
+   It sees synthetic one-op micro-benchmarks only, never the models below.
+2. Each torchvision model, exported once at 224x224 with BatchNorm folded into the cache dir
+   (`cached_export`, random weights), is timed on ONNX Runtime's CPU provider at the same
+   thread count: median of `--runs` runs after 3 warm-up runs, profiling off, inputs and
+   outputs bound once. At one thread the clock is the process's CPU time, which is the
+   latency on an idle machine and does not grow when other processes share the cores; with
+   more threads it is wall time. On a shared machine even CPU time drifts (caches and memory
+   bandwidth are shared), so the models are measured in `--rounds` rounds, one model after
+   the other in each, and the fastest round's median is kept (the calibration likewise keeps
+   the faster of two passes).
+3. Estimated: `estimate_model` with the calibrated host profile and the calibration's curves,
+   summed over our fused groups. Naive: every group at one measured GEMM peak,
+   2 x MACs / (best GEMM FLOP/s of the calibration).
+
+Printed per model: measured, estimated and naive latency with their errors
+((estimate - measured) / measured); then median absolute error, share within 10% and 25% and
+the largest error for both; `--breakdown` adds estimated time per op class per model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import onnxlens
+from onnxlens.analyzer.calibration import Calibration, apply_calibration, find_calibration
+from onnxlens.analyzer.estimate import estimate_model, op_class
+from onnxlens.analyzer.host import host_profile
+from onnxlens.backends.calibrate import run_calibration
+from onnxlens.backends.ort_timing import time_model
+from onnxlens.exporters.torch_export import cached_export
+
+MODELS = ("resnet18", "resnet50", "vgg11", "densenet121", "googlenet", "squeezenet1_0",
+          "mobilenet_v2", "mobilenet_v3_large", "mnasnet1_0", "efficientnet_b0",
+          "shufflenet_v2_x1_0", "regnet_y_400mf", "convnext_tiny", "vit_b_16", "swin_t")
+IMAGE_SIZE = 224
+TARGETS = {"median": 0.08, "within_10": 0.75, "within_25": 1.0}
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    measured_s: float  # the fastest round's median
+    rounds_s: tuple[float, ...]  # each round's median
+    estimated_s: float
+    naive_s: float
+    groups: int
+    by_class_s: dict[str, float]
+
+    @property
+    def error(self) -> float:
+        return self.estimated_s / self.measured_s - 1
+
+    @property
+    def naive_error(self) -> float:
+        return self.naive_s / self.measured_s - 1
+
+
+def calibration(threads: int, recalibrate: bool, budget_s: float) -> Calibration:
+    cal = None if recalibrate else find_calibration(threads)
+    if cal is None:
+        print(f"calibrating this host at {threads} thread(s) (about {budget_s:g} s) ...",
+              file=sys.stderr, flush=True)
+        cal = run_calibration(threads, budget_s=budget_s)
+        print(f"saved {cal.save()}", file=sys.stderr)
+    return cal
+
+
+def estimate(model: str, cal: Calibration) -> tuple[float, float, int, dict[str, float]]:
+    """Calibrated and naive estimates (seconds), group count and estimated seconds per class."""
+    result = onnxlens.analyze(cached_export(model, image_size=IMAGE_SIZE))
+    hw = apply_calibration(host_profile(cal.threads), cal)
+    node_costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    est = estimate_model(result.graph, result.groups,
+                         {g: nc.cost for g, nc in result.group_costs.items()}, node_costs, hw,
+                         "fp32", efficiency=cal.efficiency)
+    by_class: dict[str, float] = defaultdict(float)
+    for g in result.groups:
+        ge = est.groups[g.id]
+        if ge is not None:
+            by_class[op_class(result.graph, g, node_costs)] += ge.latency_s
+    naive = 2 * result.total.macs / (cal.gemm_tflops * 1e12)
+    return est.latency_s, naive, len(result.groups), dict(by_class)
+
+
+def measured(model: str, threads: int, runs: int) -> float:
+    """Median of `runs` runs after 3 warm-up runs (CPU time at one thread, else wall)."""
+    return time_model(cached_export(model, image_size=IMAGE_SIZE), threads, runs=runs,
+                      warmup=3, clock="cpu" if threads == 1 else "wall").median_s
+
+
+def summary(errors: list[float]) -> dict[str, float]:
+    magnitude = [abs(e) for e in errors]
+    return {"median": statistics.median(magnitude),
+            "within_10": sum(e <= 0.10 for e in magnitude) / len(magnitude),
+            "within_25": sum(e <= 0.25 for e in magnitude) / len(magnitude),
+            "max": max(magnitude)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of measurement (fastest kept)")
+    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--recalibrate", action="store_true", help="measure this host again")
+    ap.add_argument("--budget", type=float, default=100.0, help="calibration budget, seconds")
+    ap.add_argument("--breakdown", action="store_true", help="estimated ms per op class")
+    ap.add_argument("--json", type=Path, help="write the rows and summaries here")
+    args = ap.parse_args(argv)
+
+    cal = calibration(args.threads, args.recalibrate, args.budget)
+    print(f"calibration {cal.created}, {cal.threads} thread(s), {cal.duration_s:.0f} s: "
+          f"peak {cal.peak_fp32_tflops * 1e3:.1f} GFLOP/s, best GEMM "
+          f"{cal.gemm_tflops * 1e3:.1f} GFLOP/s, {cal.kernel_overhead_us:.2f} us/kernel, "
+          + ", ".join(f"{k} {v:.1f} GB/s" for k, v in cal.bandwidth_gbps.items()))
+    for cls, c in cal.curves.items():
+        print(f"  {cls:12s} e_max {c.e_max:.3f}  f_half {c.f_half:9.3g}  i_half {c.i_half:6.3g}"
+              f"  ({c.points} benchmarks, rms log error {c.rms_log_error:.2f})")
+    clock = "CPU time" if args.threads == 1 else "wall"
+    estimates = {m: estimate(m, cal) for m in args.models}
+    rounds: dict[str, list[float]] = {m: [] for m in args.models}
+    for r in range(args.rounds):
+        for model in args.models:
+            print(f"\rmeasuring: round {r + 1}/{args.rounds}, {model:24s}", end="",
+                  file=sys.stderr, flush=True)
+            rounds[model].append(measured(model, args.threads, args.runs))
+    print(file=sys.stderr)
+    print(f"\n{'model':20s} {'groups':>6s} {'measured':>10s} {'estimated':>10s} {'error':>7s} "
+          f"{'naive':>9s} {'error':>7s}   (ms; measured: fastest of {args.rounds} rounds' "
+          f"medians of {args.runs} runs, {clock})")
+    rows = []
+    for model in args.models:
+        est, naive, groups, by_class = estimates[model]
+        row = Row(model, min(rounds[model]), tuple(rounds[model]), est, naive, groups, by_class)
+        rows.append(row)
+        print(f"{model:20s} {row.groups:6d} {row.measured_s * 1e3:10.2f} "
+              f"{row.estimated_s * 1e3:10.2f} {row.error:+7.1%} {row.naive_s * 1e3:9.2f} "
+              f"{row.naive_error:+7.1%}   rounds " + " ".join(f"{t * 1e3:.1f}"
+                                                              for t in row.rounds_s))
+        if args.breakdown:
+            print("      " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in
+                                      sorted(row.by_class_s.items(), key=lambda kv: -kv[1])))
+    ours = summary([r.error for r in rows])
+    naive = summary([r.naive_error for r in rows])
+    print(f"\n{'':24s}{'calibrated':>12s}{'naive':>12s}{'target':>10s}")
+    labels = {"median": "median |error|", "within_10": "within 10%", "within_25": "within 25%",
+              "max": "largest |error|"}
+    for key, label in labels.items():
+        target = f"{TARGETS[key]:.0%}" if key in TARGETS else ""
+        print(f"{label:24s}{ours[key]:12.1%}{naive[key]:12.1%}{target:>10s}")
+    met = (ours["median"] <= TARGETS["median"] and ours["within_10"] >= TARGETS["within_10"]
+           and ours["within_25"] >= TARGETS["within_25"])
+    better = (ours["median"] < naive["median"] and ours["within_10"] > naive["within_10"]
+              and ours["within_25"] >= naive["within_25"] and ours["max"] < naive["max"])
+    print(f"targets met: {'yes' if met else 'no'}; better than naive on every figure: "
+          f"{'yes' if better else 'no'}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "calibration": {k: v for k, v in cal.to_dict().items() if k != "points"},
+            "runs": args.runs, "rounds": args.rounds, "clock": clock,
+            "rows": [asdict(r) for r in rows],
+            "summary": {"calibrated": ours, "naive": naive}}, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

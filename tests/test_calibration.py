@@ -1,0 +1,243 @@
+"""Calibration: the curve fit, the JSON file and where it lives, the calibrated host profile, a
+real mini-calibration, and the ORT timing helper it stands on."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnxlens.analyzer.calibration import (
+    Calibration,
+    CalibrationError,
+    Curve,
+    Point,
+    cache_dir,
+    calibrated_host,
+    calibrated_host_profile,
+    calibration_path,
+    find_calibration,
+    host_name,
+)
+from onnxlens.analyzer.hardware import OP_CLASSES
+from onnxlens.analyzer.host import detect_cpu, host_profile
+from onnxlens.backends import calibrate
+from onnxlens.backends.ort_timing import Timing, profile_model, time_model
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ONNXLENS_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def _calibration(threads: int = 1, **changes: object) -> Calibration:
+    hw = host_profile(threads)
+    fields: dict[str, object] = dict(
+        host=host_name(), cpu=detect_cpu().model, threads=threads, peak_fp32_tflops=0.2,
+        gemm_tflops=0.15, kernel_overhead_us=0.5,
+        bandwidth_gbps={lv.name: 10.0 * (len(hw.memory) - i) for i, lv in enumerate(hw.memory)},
+        curves={"elementwise": Curve(0.3, 2e3, 0.5), "conv": Curve(0.8, 1e6, 4.0, {"L3": 0.7}),
+                "gemm": Curve(0.9, 1e5, 2.0, {}, 12, 0.1)},
+        levels=[(lv.name, lv.size_bytes) for lv in hw.memory],
+        points=(Point("MatMul 64x64x64", "gemm", 262144, 0, 49152, 4e-6),),
+        ort_version="1.0", created="2026-01-01T00:00:00+00:00", duration_s=90.0)
+    fields.update(changes)
+    return Calibration(**fields)  # type: ignore[arg-type]
+
+
+# ---- the fit ------------------------------------------------------------------------------
+
+def test_fit_recovers_a_known_curve() -> None:
+    truth = Curve(0.8, 1e6, 4.0)
+    flops = np.logspace(4, 10, 25)
+    intensity = np.tile([0.5, 2.0, 8.0, 32.0, 128.0], 5)
+    eff = np.array([truth(f, i) for f, i in zip(flops, intensity, strict=True)])
+    fit = calibrate.fit_curve(flops, intensity, eff)
+    assert fit.e_max == pytest.approx(0.8, rel=0.1)
+    assert fit.rms_log_error < 0.05 and fit.points == 25
+    for f, i, e in zip(flops, intensity, eff, strict=True):
+        assert fit(f, i) == pytest.approx(e, rel=0.08)
+
+
+def test_fit_recovers_level_factors_and_caps_efficiency_at_one() -> None:
+    flops = np.logspace(5, 9, 12)
+    intensity = np.full(12, 50.0)
+    levels = ["L2"] * 6 + ["L3"] * 6
+    eff = np.array([0.9 * (0.6 if lv == "L3" else 1.0) for lv in levels])
+    fit = calibrate.fit_curve(flops, intensity, eff, levels)
+    assert fit(1e9, 1e9, "L2") == pytest.approx(0.9, rel=0.03)
+    assert fit(1e9, 1e9, "L3") == pytest.approx(0.54, rel=0.03)
+    too_fast = calibrate.fit_curve(flops, intensity, np.full(12, 1.7))
+    assert too_fast.e_max <= 1.0
+
+
+def test_a_constant_curve_from_too_few_points() -> None:
+    fit = calibrate.fit_curve(np.array([1e6, 1e7]), np.array([1.0, 10.0]), np.array([0.2, 0.4]))
+    assert fit.f_half == fit.i_half == 0.0
+    assert fit.e_max == pytest.approx(math.sqrt(0.2 * 0.4))
+
+
+def test_run_calibration_fits_a_fake_machine() -> None:
+    """A machine whose every op takes max(FLOPs at 40% of peak, bytes at 20 GB/s) plus fixed
+    costs: the fit finds the overhead and bandwidths, and efficiencies near 40%."""
+    peak = host_profile(1).peak_flops("fp32")
+
+    def measure(model: onnx.ModelProto, threads: int, min_time_s: float) -> float:
+        if model.graph.node[0].op_type == "Relu" and model.graph.input[0].type.tensor_type \
+                .shape.dim[-1].dim_value == 16:  # the overhead chain
+            return 5e-6 + 1e-6 * len(model.graph.node)
+        result = calibrate.analyze(model)
+        cost = result.group_costs[0].cost
+        assert cost is not None
+        work = max(cost.flops() / (0.4 * peak), (cost.bytes_read + cost.bytes_written) / 20e9)
+        return 5e-6 + 1e-6 + work
+
+    cal = calibrate.run_calibration(1, budget_s=1.0, progress=False, measure=measure)
+    assert cal.kernel_overhead_us == pytest.approx(1.0, rel=1e-6)
+    assert cal.points and cal.notes
+    assert all(bw == pytest.approx(20.0, rel=0.05) for bw in cal.bandwidth_gbps.values())
+    for point in cal.points:
+        if point.macs:
+            f = 2 * point.macs + point.other_flops
+            if point.bytes / 20e9 < f / (0.4 * peak):
+                assert cal.efficiency(point.op_class, f, f / point.bytes) == pytest.approx(
+                    0.4, rel=0.15)
+
+
+def test_a_real_mini_calibration() -> None:
+    cal = calibrate.run_calibration(1, budget_s=4.0, progress=False)
+    assert cal.bandwidth_gbps and all(bw > 0 for bw in cal.bandwidth_gbps.values())
+    assert cal.kernel_overhead_us >= 0 and cal.peak_fp32_tflops > 0
+    assert all(0 < c.e_max <= 1 for c in cal.curves.values())
+    for point in cal.points:
+        f = 2 * point.macs + point.other_flops
+        if f:
+            assert 0 < cal.efficiency(point.op_class, f, f / point.bytes) <= 1
+    assert {"elementwise", "conv", "gemm"} <= set(cal.curves)
+
+
+def test_the_layout_kernels_are_cut_off() -> None:
+    bench = calibrate.conv(32, 32, 28)
+    model = bench.build()
+    assert calibrate.measure_ort(model, 1, 0.0) > 0
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "opt.onnx")
+        kernels = profile_model(model, 1, runs=1, warmup=0, optimized_model_path=path)[0]
+        cut = calibrate.without_layout(onnx.load(path), kernels)
+    assert {k.op_type for k in kernels} >= {"ReorderInput", "ReorderOutput"}
+    assert [n.op_type for n in cut.graph.node] == ["Conv"]
+
+
+# ---- the data, the file and the profile ------------------------------------------------------
+
+def test_json_round_trip(cache: Path) -> None:
+    cal = _calibration()
+    path = cal.save()
+    assert path == calibration_path(1) and path.parent == cache
+    assert Calibration.load(path) == cal
+    assert Calibration.from_dict(cal.to_dict()) == cal
+
+
+def test_bad_files_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "b.json").write_text("not json", encoding="utf-8")
+    data = _calibration().to_dict()
+    del data["curves"]["elementwise"]
+    (tmp_path / "c.json").write_text(__import__("json").dumps(data), encoding="utf-8")
+    for name in ("a", "b", "c"):
+        with pytest.raises(CalibrationError):
+            Calibration.load(tmp_path / f"{name}.json")
+
+
+def test_cache_dir_respects_the_environment(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ONNXLENS_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
+    assert calibration_path(2) == tmp_path / "mine" / f"calibration-{host_name()}-t2.json"
+    monkeypatch.delenv("ONNXLENS_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "onnxlens"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_dir() == Path.home() / ".cache" / "onnxlens"
+
+
+def test_uncalibrated_without_a_file(cache: Path) -> None:
+    hw = calibrated_host_profile(1)
+    assert hw.key == "host" and not hw.calibrated
+    hw, eff = calibrated_host(1)
+    assert eff("conv", 1e9, 10.0) == hw.efficiency["conv"]
+    assert find_calibration(None) is None
+
+
+def test_calibrated_with_a_file(cache: Path) -> None:
+    cal = _calibration()
+    cal.save()
+    hw, eff = calibrated_host(1)
+    assert hw.calibrated and hw.kernel_launch_us == 0.5
+    assert hw.peak_tflops["fp32"] == 0.2
+    assert {lv.name: lv.bandwidth_gbps for lv in hw.memory} == cal.bandwidth_gbps
+    assert all(0 < hw.efficiency[c] <= 1 for c in OP_CLASSES)
+    assert eff("conv", 1e9, 10.0) == cal.efficiency("conv", 1e9, 10.0)
+    assert calibrated_host_profile(None).calibrated  # the newest, whatever its threads
+    assert not calibrated_host_profile(2).calibrated
+    _calibration(cpu="another CPU").save()  # a file from another machine does not count
+    assert not calibrated_host_profile(1).calibrated
+
+
+def test_efficiency_by_class_and_level() -> None:
+    levels = [("L1", 32 << 10), ("L2", 1 << 20), ("L3", 32 << 20), ("DRAM", None)]
+    cal = dataclasses.replace(_calibration(), levels=levels)
+    assert [cal.level(b) for b in (1e3, 1e5, 1e7, 1e9)] == ["L1", "L2", "L3", "DRAM"]
+    assert cal.curve("depthwise") is cal.curves["gemm"]  # a MAC class without a curve
+    assert cal.curve("pool") is cal.curves["elementwise"]
+    size = 1e9 / (1e9 + 1e6)  # conv: Curve(0.8, f_half=1e6, i_half=4, {"L3": 0.7})
+    assert cal.efficiency("conv", 1e9, 1e4) == pytest.approx(0.8 * size * 1e4 / (1e4 + 4))
+    assert cal.efficiency("conv", 1e9, 100) == pytest.approx(0.8 * 0.7 * size * 100 / 104)
+    assert cal.efficiency("conv", 1.0, 1e-9) > 0  # never zero
+
+
+# ---- ORT timing -----------------------------------------------------------------------------
+
+def _tiny_model() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["h"]),
+                               helper.make_node("Sigmoid", ["h"], ["y"])], "tiny", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_timing_runs_and_statistics(clock: str) -> None:
+    timing = time_model(_tiny_model(), 1, runs=7, warmup=2, clock=clock)
+    assert len(timing.runs_s) == 7 and timing.clock == clock
+    assert timing.min_s <= timing.median_s <= timing.p90_s <= timing.max_s
+    assert timing.min_s >= 0
+
+
+def test_timing_statistics_by_hand() -> None:
+    t = Timing((3.0, 1.0, 2.0, 10.0))
+    assert (t.min_s, t.median_s, t.max_s, t.p90_s) == (1.0, 2.5, 10.0, 10.0)
+
+
+def test_timing_refuses_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        time_model(_tiny_model(), 1, runs=0)
+    with pytest.raises(ValueError):
+        time_model(_tiny_model(), 0)
+    with pytest.raises(ValueError):
+        time_model(_tiny_model(), 1, clock="sundial")
+
+
+def test_profile_gives_kernels_per_run() -> None:
+    runs = profile_model(_tiny_model(), 1, runs=3, warmup=1)
+    assert len(runs) == 3
+    assert [k.op_type for k in runs[0]] == ["Relu", "Sigmoid"]
+    assert all(k.duration_s >= 0 and k.input_shapes == ((1, 64),) for k in runs[0])
