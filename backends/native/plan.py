@@ -360,9 +360,29 @@ def _referenced(steps: list[Step]) -> list[str]:
 
 def arena_offsets(tensors: dict[str, tuple[tuple[int, int], int]], align: dict[str, int]
                   ) -> tuple[dict[str, int], int]:
-    """Offsets for tensors given as name -> ((first step, last step), bytes): greedy by size,
-    each at the lowest aligned offset clear of every placed tensor it is live with."""
-    order = sorted(tensors, key=lambda n: (-tensors[n][1], tensors[n][0]))
+    """Offsets for tensors given as name -> ((first step, last step), bytes), and the arena size.
+
+    Each tensor goes to the lowest aligned offset clear of every tensor placed before it that is
+    live at the same time. The order matters (no order is best for every model), so three are
+    tried: largest first, longest-lived among equals first, and by birth; the smallest wins.
+    """
+    def size_first(n: str) -> tuple[int, int]:
+        return -tensors[n][1], tensors[n][0][0]
+
+    def size_then_life(n: str) -> tuple[int, int]:
+        (first, last), size = tensors[n]
+        return -size, first - last
+
+    def birth(n: str) -> tuple[int, int]:
+        return tensors[n][0][0], -tensors[n][1]
+
+    layouts = [_place(sorted(tensors, key=key), tensors, align)
+               for key in (size_first, size_then_life, birth)]
+    return min(layouts, key=lambda layout: layout[1])
+
+
+def _place(order: list[str], tensors: dict[str, tuple[tuple[int, int], int]],
+           align: dict[str, int]) -> tuple[dict[str, int], int]:
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first step, last step)
     offsets: dict[str, int] = {}
     for name in order:

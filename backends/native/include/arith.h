@@ -17,6 +17,11 @@
 
 namespace onnxlens::arith {
 
+// max / min as a compare and select: fmaxf/fminf must treat NaN specially, so compilers call
+// libm for them instead of emitting one vector instruction.
+ONNXLENS_HD float max(float a, float b) { return a > b ? a : b; }
+ONNXLENS_HD float min(float a, float b) { return a < b ? a : b; }
+
 ONNXLENS_HD float bits_to_float(int32_t i) {
   float f;
   std::memcpy(&f, &i, sizeof f);
@@ -26,7 +31,7 @@ ONNXLENS_HD float bits_to_float(int32_t i) {
 // exp(x) to about 1 ulp: x = n ln2 + r (Cody-Waite), a degree-6 polynomial for e^r, 2^n by
 // building the exponent. Inputs are clamped to the float range first, so no branch is needed.
 ONNXLENS_HD float exp(float x) {
-  x = fminf(fmaxf(x, -87.33654f), 88.72283f);
+  x = min(max(x, -87.33654f), 88.72283f);
   const float n = rintf(x * 1.44269504088896341f);
   float r = fmaf(n, -0.693359375f, x);
   r = fmaf(n, 2.12194440e-4f, r);
@@ -58,7 +63,7 @@ ONNXLENS_HD float tanh(float x) {
 // erf as a rational function on [-4, 4] (beyond, erf is +-1 in float): Eigen's / XLA's
 // approximation, a few ulp.
 ONNXLENS_HD float erf(float x) {
-  x = fminf(fmaxf(x, -4.0f), 4.0f);
+  x = min(max(x, -4.0f), 4.0f);
   const float x2 = x * x;
   float p = -2.72614225801306e-10f;
   p = fmaf(p, x2, 2.77068142495902e-08f);
@@ -75,10 +80,10 @@ ONNXLENS_HD float erf(float x) {
   return x * p / q;
 }
 
-ONNXLENS_HD float relu(float x) { return fmaxf(x, 0.0f); }
-ONNXLENS_HD float clip(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+ONNXLENS_HD float relu(float x) { return x > 0.0f ? x : 0.0f; }
+ONNXLENS_HD float clip(float x, float lo, float hi) { return min(max(x, lo), hi); }
 ONNXLENS_HD float hard_sigmoid(float x, float alpha, float beta) {
-  return fminf(fmaxf(fmaf(alpha, x, beta), 0.0f), 1.0f);
+  return min(max(fmaf(alpha, x, beta), 0.0f), 1.0f);
 }
 ONNXLENS_HD float hard_swish(float x) { return x * hard_sigmoid(x, 1.0f / 6.0f, 0.5f); }
 ONNXLENS_HD float silu(float x) { return x * sigmoid(x); }
@@ -93,11 +98,11 @@ ONNXLENS_HD float selu(float x, float alpha, float gamma) {
   return gamma * (x <= 0.0f ? alpha * (exp(x) - 1.0f) : x);
 }
 ONNXLENS_HD float celu(float x, float alpha) {
-  return fmaxf(x, 0.0f) + fminf(0.0f, alpha * (exp(x / alpha) - 1.0f));
+  return max(x, 0.0f) + min(0.0f, alpha * (exp(x / alpha) - 1.0f));
 }
 ONNXLENS_HD float softplus(float x) {
   // log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
-  return fmaxf(x, 0.0f) + log1pf(exp(-fabsf(x)));
+  return max(x, 0.0f) + log1pf(exp(-fabsf(x)));
 }
 ONNXLENS_HD float softsign(float x) { return x / (1.0f + fabsf(x)); }
 ONNXLENS_HD float mish(float x) { return x * tanh(softplus(x)); }

@@ -84,8 +84,10 @@ void zero_fill(const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
 
 }  // namespace
 
+// Measured on Sapphire Rapids (48 KiB L1d, 2 MiB L2): a B block of kc x nc = 256 KiB keeps
+// the packed im2col of a convolution in L2 together with its input; A blocks are small.
 GemmBlocking gemm_blocking(const SimdKernels& s) {
-  return {round_up(128, s.mr), 256, round_up(2048, s.nr)};
+  return {round_up(128, s.mr), 256, round_up(256, s.nr)};
 }
 
 int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue) {
