@@ -2,10 +2,11 @@
 
 Order of work: parse (without following external data) -> read external data ourselves, only
 from inside the model's folder -> structure (dangling tensors, tensors produced twice, cycles),
-named in our words -> pin input dims from the caller -> sizes of inputs and initializers ->
-``onnx.checker`` and onnx shape inference (with data propagation) on a light copy that leaves
-the weights out -> ONNX Runtime's symbolic shape inference only if some tensor is still
-unknown -> one table of tensor types, every size checked.
+named in our words -> pin input dims from the caller -> sizes of inputs -> the validation layer
+(`validate`: opsets, nesting, op attributes, constant inputs) -> ``onnx.checker`` and onnx
+shape inference (with data propagation) on a light copy that leaves the weights out -> ONNX
+Runtime's symbolic shape inference only if some tensor is still unknown -> the validation
+layer's checks on inferred shapes -> one table of tensor types, every size checked.
 
 Every problem is an `OnnxLensError` with a one-line message naming the node, tensor or field.
 """
@@ -21,19 +22,22 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import BinaryIO
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
+from onnx import numpy_helper
 
 from .errors import ExternalDataError, InvalidModelError, ModelLoadError, ShapeError, UsageError
 from .ir import Dim, Shape, TensorInfo, dtype_bytes
+from .validate import DEFAULT_LIMITS, Limits, validate_model
 
 # A tensor bigger than this is taken as a hostile or broken model, not a real one.
-DEFAULT_MAX_TENSOR_BYTES = 1 << 38  # 256 GiB
+DEFAULT_MAX_TENSOR_BYTES = DEFAULT_LIMITS.max_tensor_bytes  # 256 GiB
 _EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
 # Onnx's checker and shape inference see a light copy of the model: initializers are swapped for
 # typed graph inputs, so that onnx does not serialize the weights, except those that can decide
@@ -98,14 +102,19 @@ def load_model(
     base_dir: str | os.PathLike | None = None,
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     batch: int | None = None,
-    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    max_tensor_bytes: int | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> LoadedModel:
     """Parse, validate and shape-infer a model given as a path, serialized bytes or a proto.
 
     A proto is copied, never changed. External data is read into the returned proto, from
-    `base_dir` (default: the model file's folder) and never from outside it.
+    `base_dir` (default: the model file's folder) and never from outside it. `limits` bound
+    what the model may ask for; `max_tensor_bytes`, when given, replaces its byte budget.
     """
-    input_shapes = _check_request(input_shapes or {}, batch, max_tensor_bytes)
+    input_shapes = _check_request(input_shapes or {}, batch)
+    if max_tensor_bytes is not None:
+        limits = replace(limits, max_tensor_bytes=max_tensor_bytes)
+    max_tensor_bytes = limits.max_tensor_bytes
     path, proto = _parse(source)
     base = Path(base_dir) if base_dir is not None else (path.parent if path else None)
     _load_external_data(proto, base)
@@ -117,12 +126,15 @@ def load_model(
     inputs = [i for i in graph.input if i.name not in initializers]
     for value in inputs:
         _check_value_dims(value, max_tensor_bytes)
+    validation = validate_model(proto, limits=limits)
+    warnings += validation.warnings
     light = _light_copy(proto, initializers, max_tensor_bytes)
     serialized = light.SerializeToString()  # once, for both the checker and inference
     _check(serialized, light.graph)
     symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
     inferred, tensors = _infer_shapes(light, serialized, initializers, symbols, produced, pinned,
                                       warnings)
+    validation.check_shapes(tensors)
     _check_sizes(tensors, max_tensor_bytes)
     # The returned proto carries the inferred types, for backends and reports.
     del graph.value_info[:]
@@ -137,13 +149,11 @@ def load_model(
 # ---- the request ------------------------------------------------------------------------------
 
 
-def _check_request(input_shapes: Mapping[str, Iterable[int]], batch: int | None,
-                   max_tensor_bytes: int) -> dict[str, tuple[int, ...]]:
+def _check_request(input_shapes: Mapping[str, Iterable[int]], batch: int | None
+                   ) -> dict[str, tuple[int, ...]]:
     """The caller's pins, as plain tuples of positive ints."""
     if batch is not None and not _is_positive(batch):
         raise UsageError(f"--batch {batch}: the batch must be a positive integer")
-    if not _is_positive(max_tensor_bytes):
-        raise UsageError(f"--max-tensor-bytes {max_tensor_bytes}: must be a positive integer")
     shapes: dict[str, tuple[int, ...]] = {}
     for name, dims in input_shapes.items():
         wanted = tuple(dims) if isinstance(dims, Iterable) and not isinstance(dims, str) else ()
@@ -592,6 +602,9 @@ def _infer_shapes(light: onnx.ModelProto, serialized: bytes,
     tensors = _tensor_table(inferred.graph, initializers, symbols)
     if not _has_unknown(produced, tensors):
         return inferred, tensors
+    inferred, tensors = _fold_and_infer(inferred, tensors, initializers, symbols)
+    if not _has_unknown(produced, tensors):
+        return inferred, tensors
     if len(inferred.graph.node) > SYMBOLIC_INFERENCE_MAX_NODES:
         warnings.append(f"some shapes are unknown; ONNX Runtime's symbolic shape inference is "
                         f"skipped on models over {SYMBOLIC_INFERENCE_MAX_NODES:,} nodes (slow): "
@@ -600,6 +613,56 @@ def _infer_shapes(light: onnx.ModelProto, serialized: bytes,
     inferred = _symbolic_inference(inferred, warnings)
     tensors = _tensor_table(inferred.graph, initializers, symbols)
     return inferred, tensors
+
+
+def _fold_and_infer(inferred: onnx.ModelProto, tensors: dict[str, TensorInfo],
+                    initializers: Mapping[str, onnx.TensorProto], symbols: set[str],
+                    rounds: int = 16) -> tuple[onnx.ModelProto, dict[str, TensorInfo]]:
+    """Evaluate shape subgraphs that known shapes make constant (`fold`), infer again.
+
+    Each round may reveal more shapes (Swin: one stage per round), and so more foldable
+    subgraphs. Between rounds only the shapes that `Shape` nodes read are looked up; the full
+    tensor table is built once at the end. The model that comes back still has every node;
+    folded tensors get their value's type.
+    """
+    from .fold import fold_shape_subgraphs
+
+    read_by_shape = {n.input[0] for n in inferred.graph.node if n.op_type == "Shape"}
+    shapes: Mapping[str, TensorInfo] = tensors
+    known: dict[str, np.ndarray] = {}
+    constants: list[onnx.TensorProto] = []
+    result = None
+    for _ in range(rounds):
+        folded = fold_shape_subgraphs(inferred, shapes, known)
+        new = [name for name in folded if name not in known]
+        if not new:
+            break
+        known = folded
+        constants += [numpy_helper.from_array(known[name], name) for name in new]
+        constant = onnx.ModelProto()
+        constant.CopyFrom(inferred)
+        graph = constant.graph
+        kept = [n for n in graph.node if not all(o in known for o in n.output if o)]
+        del graph.node[:]
+        graph.node.extend(kept)
+        graph.initializer.extend(constants)
+        del graph.value_info[:]  # inferred afresh: a stale guess ("unk__3") would stick
+        try:
+            result = _onnx_inference(constant)
+        except Exception:  # folding must never make loading fail: keep what we had
+            break
+        shapes = {v.name: TensorInfo(v.name, *_type_of(v.type, symbols))
+                  for v in (*result.graph.value_info, *result.graph.input)
+                  if v.name in read_by_shape}
+    if result is None:
+        return inferred, tensors
+    del inferred.graph.value_info[:]
+    inferred.graph.value_info.extend(result.graph.value_info)
+    inferred.graph.value_info.extend(
+        onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in constants)
+    for out, typed in zip(inferred.graph.output, result.graph.output, strict=True):
+        out.type.CopyFrom(typed.type)
+    return inferred, _tensor_table(inferred.graph, initializers, symbols)
 
 
 def _onnx_inference(model: onnx.ModelProto | bytes) -> onnx.ModelProto:

@@ -1,0 +1,842 @@
+"""The validation layer: what the cost model and the executors rely on, checked before they run.
+
+onnx's checker and shape inference pass models that would make an executor divide by zero,
+overflow its index arithmetic, allocate without bound or read out of range: a Conv with
+``group=0`` or ``pads=[2**62, ...]``, a Range with ``delta=0``, Gather indices past the end.
+Two passes, one per stage of loading:
+
+- `validate_model` runs on the proto before onnx's checker and shape inference (the loader
+  calls it after its structure checks; a backend may call it on any proto): opset imports and
+  domains, graph outputs, nesting of If/Loop/Scan bodies and local-function calls, recursion
+  between local functions, the window attributes of Conv and pooling nodes, and what the
+  constant inputs of Reshape, ConstantOfShape, Expand, Tile, Range and Resize ask for. Nodes
+  inside bodies and local functions are checked too.
+- `Validation.check_shapes` runs on the inferred shapes of the main graph: channel and group
+  arithmetic and output sizes of Conv, ConvTranspose and pooling, the inner dimension of Gemm
+  and MatMul, constant Gather indices.
+
+`check_inputs` and `check_input_tensor` check what a user feeds a backend. What onnx's strict
+shape inference already refuses with the node named (Slice axes and steps, Transpose perms,
+kernel_shape of the wrong rank ...) is not checked again here.
+
+The limits are in one place, `Limits`. Every problem is an `OnnxLensError` naming the node
+(by name, or by position and op type), the attribute or input, and the value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import NoReturn, Protocol
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto
+
+from .errors import InvalidModelError, OnnxLensError, ShapeError, UsageError
+from .ir import Dim, TensorInfo, dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits a model must stay within; each a positive integer.
+
+    - `max_tensor_bytes` (256 GiB): the largest tensor, initializer, input or intermediate,
+      and the largest request of a ConstantOfShape, Expand, Tile, Range or Resize node. Also
+      the largest single dimension.
+    - `max_nesting_depth` (32): If/Loop/Scan bodies and local-function calls, nested. Real
+      models nest a few levels; protobuf refuses messages nested past 100 levels (about 33
+      levels of bodies) anyway.
+    - `max_window_value` (2**31 - 1): the largest kernel_shape, strides, dilations, pads,
+      output_padding or group value of a Conv or pooling node. Past it, the index arithmetic
+      of an executor (``out * stride + k * dilation - pad``) could overflow int64.
+    """
+
+    max_tensor_bytes: int = 1 << 38
+    max_nesting_depth: int = 32
+    max_window_value: int = (1 << 31) - 1
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise UsageError(f"--{f.name.replace('_', '-')} {value!r}: must be a positive "
+                                 "integer")
+
+
+DEFAULT_LIMITS = Limits()
+
+# Constant inputs bigger than this are not read (checking them would cost more than it saves;
+# shape inference and the size checks still see what they produce).
+_MAX_CONSTANT_ELEMENTS = 1 << 20
+_DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+# Domains whose ops ONNX Runtime implements (its contrib and layout ops, ATen fallback).
+_RUNTIME_DOMAINS = frozenset({"com.microsoft", "com.microsoft.nchwc",
+                              "com.microsoft.experimental", "com.ms.internal.nhwc",
+                              "org.pytorch.aten"})
+_NUMERIC_TYPES = frozenset({
+    TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16,
+    TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+    TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
+    TensorProto.BOOL})
+_SHOWN_VALUES = 8
+
+
+def _known_opsets() -> dict[str, int]:
+    """Domain -> the newest opset version this onnx knows ("" for ai.onnx)."""
+    from onnx.onnx_cpp2py_export.defs import schema_version_map
+
+    return {domain: high for domain, (_, high) in schema_version_map().items()}
+
+
+# ---- the pass before shape inference ----------------------------------------------------------
+
+
+Array = np.ndarray
+FunctionKey = tuple[str, str, str]  # domain, name, overload
+
+
+@dataclass
+class Validation:
+    """What `validate_model` found: warnings for the analysis, and the shape checks to run once
+    shapes are inferred (`check_shapes`)."""
+
+    limits: Limits
+    warnings: list[str] = field(default_factory=list)
+    shape_checks: list[tuple[Check, NodeView]] = field(default_factory=list, repr=False)
+
+    def check_shapes(self, tensors: Mapping[str, TensorInfo]) -> None:
+        """The checks that need inferred shapes, on the main graph's nodes."""
+        for check, view in self.shape_checks:
+            view.tensors = tensors
+            check(view)
+
+
+def validate_model(proto: onnx.ModelProto, *, limits: Limits = DEFAULT_LIMITS) -> Validation:
+    """Check what needs no inferred shape; the returned `Validation` checks the rest later.
+
+    External data must already be read (constant inputs with external data are not looked at).
+    """
+    validation = Validation(limits, _check_opsets(proto))
+    _check_graph_outputs(proto.graph)
+    walker = _Walker(proto, limits, validation)
+    walker.check_functions()
+    walker.check_main_graph()
+    return validation
+
+
+def _check_opsets(proto: onnx.ModelProto) -> list[str]:
+    """Versions in range, each domain imported once; custom domains become a warning."""
+    known = _known_opsets()
+    local = {f.domain for f in proto.functions}
+    custom: list[str] = []
+    scopes = [("opset_import", proto.opset_import)]
+    scopes += [(f"local function {f.domain}::{f.name} opset_import", f.opset_import)
+               for f in proto.functions]
+    for where, imports in scopes:
+        seen: dict[str, int] = {}
+        for entry in imports:
+            domain = "" if entry.domain == "ai.onnx" else entry.domain
+            shown = repr(entry.domain or "ai.onnx")
+            if domain in seen:
+                raise InvalidModelError(f"{where}: domain {shown} imported twice (versions "
+                                        f"{seen[domain]} and {entry.version})")
+            seen[domain] = entry.version
+            newest = known.get(domain)
+            if entry.version < 1 or (newest is not None and entry.version > newest):
+                span = f"1 to {newest}" if newest is not None else "1 or more"
+                raise InvalidModelError(
+                    f"{where}: domain {shown} version {entry.version} is out of range ({span}"
+                    + (", for this onnx" if newest is not None else "") + ")")
+            if (newest is None and domain not in _RUNTIME_DOMAINS and domain not in local
+                    and domain not in custom and where == "opset_import"):
+                custom.append(domain)
+    if not custom:
+        return []
+    return [f"custom op domain(s) {', '.join(map(repr, custom))}: their ops are checked by "
+            "nothing here and their cost is unknown"]
+
+
+def _check_graph_outputs(graph: onnx.GraphProto) -> None:
+    seen: set[str] = set()
+    for out in graph.output:
+        if out.name in seen:
+            raise InvalidModelError(f"graph output {out.name!r} is listed twice")
+        seen.add(out.name)
+
+
+class NodeView:
+    """One node as the checks see it: attributes, constant inputs, known shapes, a label."""
+
+    def __init__(self, node: onnx.NodeProto, index: int, where: str, opset: int,
+                 constants: Mapping[str, Callable[[], Array | None]], limits: Limits,
+                 tensors: Mapping[str, TensorInfo]) -> None:
+        self.node = node
+        self.opset = opset
+        self.limits = limits
+        self.tensors = tensors  # the shapes known so far
+        self._constants = constants
+        self.label = _node_label(node, index, where)
+        self._attrs = {a.name: a for a in node.attribute if not a.ref_attr_name}
+
+    def fail(self, error: type[OnnxLensError], text: str) -> NoReturn:
+        raise error(f"{self.label}: {text}")
+
+    def ints(self, name: str) -> list[int] | None:
+        attr = self._attrs.get(name)
+        if attr is None or attr.type != AttributeProto.INTS:
+            return None
+        return list(attr.ints)
+
+    def int(self, name: str, default: int) -> int:
+        attr = self._attrs.get(name)
+        return attr.i if attr is not None and attr.type == AttributeProto.INT else default
+
+    def tensor(self, name: str) -> TensorProto | None:
+        attr = self._attrs.get(name)
+        return attr.t if attr is not None and attr.type == AttributeProto.TENSOR else None
+
+    def text(self, name: str, default: str) -> str:
+        attr = self._attrs.get(name)
+        if attr is None or attr.type != AttributeProto.STRING:
+            return default
+        return attr.s.decode("utf-8", "replace")
+
+    def input_name(self, position: int) -> str:
+        inputs = self.node.input
+        return inputs[position] if position < len(inputs) else ""
+
+    def const(self, position: int) -> Array | None:
+        """The value of a constant input (initializer or Constant node), if small and sound."""
+        read = self._constants.get(self.input_name(position))
+        return read() if read is not None else None
+
+    def dims(self, position: int) -> list[Dim] | None:
+        """The shape of an input where known (dims may be symbolic or None)."""
+        info = self.tensors.get(self.input_name(position))
+        return list(info.shape) if info is not None and info.shape is not None else None
+
+    def elem_type(self, position: int) -> int:
+        info = self.tensors.get(self.input_name(position))
+        return info.elem_type if info is not None else 0
+
+    def fits(self, dims: Sequence[int], elem_type: int, what: str) -> None:
+        """Refuse a request for a tensor over the byte budget, or with one dim over it."""
+        budget = self.limits.max_tensor_bytes
+        nbytes = math.prod(dims) * dtype_bytes(elem_type)
+        if nbytes > budget or any(d > budget for d in dims):
+            self.fail(ShapeError, f"{what} asks for a {_show(dims)} tensor ({nbytes:,} bytes), "
+                      f"over the {budget:,}-byte limit (--max-tensor-bytes)")
+
+
+Check = Callable[[NodeView], None]
+Constants = dict[str, Callable[[], Array | None]]
+
+
+class _Walker:
+    """Walks the main graph, its bodies and the local functions, checking each node."""
+
+    def __init__(self, proto: onnx.ModelProto, limits: Limits, validation: Validation) -> None:
+        self.proto = proto
+        self.limits = limits
+        self.validation = validation
+        self.opset = next((o.version for o in proto.opset_import
+                           if o.domain in _DEFAULT_DOMAINS), 0)
+        self.functions: dict[FunctionKey, onnx.FunctionProto] = {
+            (f.domain, f.name, f.overload): f for f in proto.functions}
+        self.function_names = frozenset(f.name for f in proto.functions)
+        # How deep each local function nests (itself counting 1), and the callee that makes it.
+        self.depth: dict[FunctionKey, int] = {}
+        self.via: dict[FunctionKey, FunctionKey | None] = {}
+
+    # -- local functions ------------------------------------------------------------------
+
+    def check_functions(self) -> None:
+        """Check each body once; refuse recursion; compute each function's nesting depth."""
+        calls: dict[FunctionKey, list[tuple[int, FunctionKey]]] = {}
+        inner: dict[FunctionKey, int] = {}
+        for key, function in self.functions.items():
+            where = f"local function {_function_name(key)}: "
+            opset = next((o.version for o in function.opset_import
+                          if o.domain in _DEFAULT_DOMAINS), self.opset)
+            inner[key], calls[key] = self._walk(function.node, where, opset, {}, {},
+                                                main=False)
+        for root in self.functions:
+            if root not in self.depth:
+                self._depths(root, calls, inner)
+
+    def _depths(self, root: FunctionKey, calls: Mapping[FunctionKey, list[tuple[int,
+                FunctionKey]]], inner: Mapping[FunctionKey, int]) -> None:
+        """Depth-first over the call graph from `root`, without recursion in Python (a path
+        longer than the nesting limit is refused, so it stays short)."""
+        path: list[FunctionKey] = [root]
+        stack: list[Iterator[tuple[int, FunctionKey]]] = [iter(calls[root])]
+        limit = self.limits.max_nesting_depth
+        while stack:
+            for _, callee in stack[-1]:
+                if callee in path:
+                    cycle = [*path[path.index(callee):], callee]
+                    raise InvalidModelError(
+                        "local functions are recursive: "
+                        + " -> ".join(_function_name(k) for k in cycle))
+                if callee not in self.depth:
+                    if len(path) >= limit:
+                        self._too_deep(f"local function {_function_name(path[0])}",
+                                       len(path) + 1, [*path[1:], callee], at_least=True)
+                    path.append(callee)
+                    stack.append(iter(calls[callee]))
+                    break
+            else:
+                stack.pop()
+                key = path.pop()
+                deepest, via = inner[key], None
+                for level, callee in calls[key]:
+                    if level + self.depth[callee] > deepest:
+                        deepest, via = level + self.depth[callee], callee
+                self.depth[key], self.via[key] = deepest + 1, via
+                if deepest + 1 > limit:
+                    self._too_deep(f"local function {_function_name(key)}", deepest + 1,
+                                   self._chain(via))
+
+    def _chain(self, first: FunctionKey | None) -> list[FunctionKey]:
+        """The calls that make a function as deep as it is, from `first` down."""
+        chain: list[FunctionKey] = []
+        while first is not None:
+            chain.append(first)
+            first = self.via.get(first)
+        return chain
+
+    def _too_deep(self, where: str, depth: int, chain: list[FunctionKey], *,
+                  at_least: bool = False) -> NoReturn:
+        shown = " -> ".join(_function_name(k) for k in chain[:4])
+        more = " -> ..." if len(chain) > 4 else ""
+        how = f" (calls {shown}{more})" if chain else ""
+        raise InvalidModelError(
+            f"{where}: If/Loop/Scan bodies and local-function calls nest "
+            f"{'at least ' if at_least else ''}{depth} deep{how}, over the limit of "
+            f"{self.limits.max_nesting_depth} (Limits.max_nesting_depth)")
+
+    # -- the main graph -------------------------------------------------------------------
+
+    def check_main_graph(self) -> None:
+        graph = self.proto.graph
+        known: dict[str, TensorInfo] = {}  # the shapes known before inference
+        for value in graph.input:
+            tensor_type = value.type.tensor_type
+            dims = tuple(d.dim_value if d.HasField("dim_value") else None
+                         for d in tensor_type.shape.dim)
+            known[value.name] = TensorInfo(value.name, tensor_type.elem_type,
+                                           dims if tensor_type.HasField("shape") else None)
+        for t in graph.initializer:
+            known[t.name] = TensorInfo(t.name, t.data_type, tuple(t.dims))
+        deepest, calls = self._walk(graph.node, "", self.opset, _scope_constants(graph, {}),
+                                    known, main=True)
+        for level, callee in calls:
+            if level + self.depth[callee] > deepest:
+                deepest = level + self.depth[callee]
+                if deepest > self.limits.max_nesting_depth:
+                    self._too_deep("graph", deepest, self._chain(callee))
+
+    # -- one graph and its bodies ---------------------------------------------------------
+
+    def _walk(self, nodes: Sequence[onnx.NodeProto], where: str, opset: int,
+              constants: Constants, known: Mapping[str, TensorInfo], *, main: bool
+              ) -> tuple[int, list[tuple[int, FunctionKey]]]:
+        """Check `nodes` and every body under them (iteratively, depth-first).
+
+        Returns the deepest body level reached (0: none) and the local-function calls, each
+        with the body level it is made from (0: a node of `nodes` itself).
+        """
+        limit = self.limits.max_nesting_depth
+        calls: list[tuple[int, FunctionKey]] = []
+        deepest = 0
+        work: list[tuple[Sequence[onnx.NodeProto], str, int, Constants]] = [
+            (nodes, where, 0, constants)]
+        while work:
+            body, here, level, scope = work.pop()
+            deepest = max(deepest, level)
+            for index, node in enumerate(body):
+                op = node.op_type
+                if op == "Constant":
+                    _add_constant(node, scope)
+                    continue
+                check = _CHECKS.get(op)
+                shape_check = _SHAPE_CHECKS.get(op) if main and level == 0 else None
+                if check is None and shape_check is None and op not in _CONTROL_FLOW \
+                        and op not in self.function_names:
+                    continue
+                domain = node.domain
+                if domain in _DEFAULT_DOMAINS:
+                    if check is not None or shape_check is not None:
+                        view = NodeView(node, index, here, opset, scope, self.limits, known)
+                        if check is not None:
+                            check(view)
+                        if shape_check is not None:
+                            self.validation.shape_checks.append((shape_check, view))
+                    if op in _CONTROL_FLOW:
+                        label = _node_label(node, index, here)
+                        for attr in node.attribute:
+                            graphs = [attr.g] if attr.type == AttributeProto.GRAPH else (
+                                list(attr.graphs) if attr.type == AttributeProto.GRAPHS else [])
+                            for g in graphs:
+                                if level + 1 > limit:
+                                    raise InvalidModelError(
+                                        f"{label}: body {attr.name!r} is nested {level + 1} "
+                                        f"deep, over the limit of {limit} "
+                                        "(Limits.max_nesting_depth)")
+                                parent = _node_label(node, index, "")
+                                work.append((g.node, f"body {attr.name!r} of {parent}: ",
+                                             level + 1, _scope_constants(g, scope)))
+                else:
+                    key = (domain, op, node.overload)
+                    if key in self.functions:
+                        calls.append((level, key))
+        return deepest, calls
+
+
+def _node_label(node: onnx.NodeProto, index: int, where: str) -> str:
+    name = repr(node.name) if node.name else f"#{index}"
+    return f"{where}node {name} ({node.op_type})"
+
+
+def _function_name(key: FunctionKey) -> str:
+    domain, name, overload = key
+    return f"{domain}::{name}" + (f":{overload}" if overload else "")
+
+
+# ---- constants --------------------------------------------------------------------------------
+
+
+def _scope_constants(graph: onnx.GraphProto, outer: Constants) -> Constants:
+    """A graph's constants by name (read on demand), over those of the scopes around it."""
+    scope = dict(outer)
+    for t in graph.initializer:
+        scope[t.name] = _reader(t)
+    return scope
+
+
+def _add_constant(node: onnx.NodeProto, scope: Constants) -> None:
+    if not node.output or not node.attribute:
+        return
+    attr = node.attribute[0]
+    if attr.ref_attr_name:
+        return
+    if attr.type == AttributeProto.TENSOR:
+        scope[node.output[0]] = _reader(attr.t)
+    elif attr.type in (AttributeProto.INT, AttributeProto.INTS, AttributeProto.FLOAT,
+                       AttributeProto.FLOATS):
+        value = onnx.helper.get_attribute_value(attr)
+        array = np.array(value, np.int64 if attr.type in (AttributeProto.INT,
+                                                          AttributeProto.INTS) else np.float32)
+        scope[node.output[0]] = lambda: array
+
+
+def _reader(t: TensorProto) -> Callable[[], Array | None]:
+    cache: list[Array | None] = []
+
+    def read() -> Array | None:
+        if not cache:
+            cache.append(_array(t))
+        return cache[0]
+
+    return read
+
+
+def _array(t: TensorProto) -> Array | None:
+    """A small numeric tensor's value; None when it is big, external or malformed (the checker
+    and the loader report malformed ones)."""
+    dims = list(t.dims)
+    if (t.data_type not in _NUMERIC_TYPES or t.data_location == TensorProto.EXTERNAL
+            or any(d < 0 for d in dims) or math.prod(dims) > _MAX_CONSTANT_ELEMENTS):
+        return None
+    count = math.prod(dims)
+    itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    if t.HasField("raw_data"):
+        if len(t.raw_data) != count * itemsize:
+            return None
+    elif len(getattr(t, onnx.helper.tensor_dtype_to_field(t.data_type))) != count:
+        return None
+    try:
+        return onnx.numpy_helper.to_array(t)
+    except ValueError:
+        return None
+
+
+# ---- checks before shape inference ------------------------------------------------------------
+
+
+def _show(values: Sequence[object]) -> str:
+    shown = ", ".join(str(v) for v in values[:_SHOWN_VALUES])
+    return f"[{shown}{', ...' if len(values) > _SHOWN_VALUES else ''}]"
+
+
+def _window(v: NodeView) -> None:
+    """Conv and pooling attributes: kernel, strides and dilations at least 1, pads and
+    output_padding at least 0, group at least 1, none past `max_window_value`; ranks agree."""
+    limit = v.limits.max_window_value
+    ranks: dict[str, int] = {}
+    for name, low in (("kernel_shape", 1), ("strides", 1), ("dilations", 1), ("pads", 0),
+                      ("output_padding", 0), ("output_shape", 1)):
+        values = v.ints(name)
+        if values is None:
+            continue
+        for value in values:
+            if value < low:
+                v.fail(InvalidModelError, f"attribute {name} = {_show(values)}: {value} is "
+                       + ("negative" if low == 0 else "not positive"))
+            if value > limit:
+                v.fail(InvalidModelError, f"attribute {name} = {_show(values)}: {value:,} is "
+                       f"over the limit of {limit:,} (Limits.max_window_value)")
+        if name == "pads" and len(values) % 2:
+            v.fail(InvalidModelError, f"attribute pads = {_show(values)}: an odd count "
+                   f"({len(values)}); pads holds a begin and an end per spatial axis")
+        ranks[name] = len(values) // 2 if name == "pads" else len(values)
+    if len(set(ranks.values())) > 1:
+        v.fail(InvalidModelError, "attributes disagree on the number of spatial axes: "
+               + ", ".join(f"{k} {n}" for k, n in ranks.items()))
+    group = v.int("group", 1)
+    if not 1 <= group <= limit:
+        v.fail(InvalidModelError, f"attribute group = {group}: must be between 1 and {limit:,}")
+
+
+def _reshape(v: NodeView) -> None:
+    shape = v.const(1)
+    if shape is None:
+        return
+    values = shape.reshape(-1).tolist()
+    where = f"shape input {v.input_name(1)!r} = {_show(values)}"
+    if values.count(-1) > 1:
+        v.fail(InvalidModelError, f"{where} has more than one -1")
+    bad = next((d for d in values if d < -1), None)
+    if bad is not None:
+        v.fail(InvalidModelError, f"{where} has {bad}; a dim is -1, 0 or positive")
+    if v.int("allowzero", 0) and 0 in values and -1 in values:
+        v.fail(InvalidModelError, f"{where} has both 0 and -1 with allowzero=1")
+
+
+def _requested_dims(v: NodeView, position: int, what: str) -> list[int] | None:
+    """A constant shape-like input as non-negative ints (None if not constant)."""
+    value = v.const(position)
+    if value is None:
+        return None
+    dims = value.reshape(-1).tolist()
+    if not all(isinstance(d, int) for d in dims):
+        v.fail(InvalidModelError, f"{what} input {v.input_name(position)!r} holds non-integers")
+    bad = next((d for d in dims if d < 0), None)
+    if bad is not None:
+        v.fail(InvalidModelError, f"{what} input {v.input_name(position)!r} = {_show(dims)} "
+               f"has the negative value {bad}")
+    return dims
+
+
+def _known_dims(v: NodeView, position: int) -> list[int | None]:
+    """An input's dims as known before inference: ints, or None where unknown."""
+    dims = v.dims(position) or []
+    return [d if isinstance(d, int) else None for d in dims]
+
+
+def _constant_of_shape(v: NodeView) -> None:
+    dims = _requested_dims(v, 0, "shape")
+    if dims is not None:
+        value = v.tensor("value")
+        elem_type = value.data_type if value is not None else TensorProto.FLOAT
+        v.fits(dims, elem_type, f"shape input {v.input_name(0)!r}")
+
+
+def _expand(v: NodeView) -> None:
+    shape = _requested_dims(v, 1, "shape")
+    if shape is None:
+        return
+    data = _known_dims(v, 0)
+    rank = max(len(data), len(shape))
+    data = [1] * (rank - len(data)) + data
+    shape = [1] * (rank - len(shape)) + shape
+    # Broadcasting: a 1 in `shape` keeps the input's dim (unknown ones count as 1).
+    out = [(d if d is not None else 1) if s == 1 else s for d, s in zip(data, shape, strict=True)]
+    v.fits(out, v.elem_type(0), f"shape input {v.input_name(1)!r}")
+
+
+def _tile(v: NodeView) -> None:
+    repeats = _requested_dims(v, 1, "repeats")
+    if repeats is None:
+        return
+    data = _known_dims(v, 0)
+    out = [(d if d is not None else 1) * r for d, r in zip(data + [1] * len(repeats), repeats,
+                                                           strict=False)]
+    v.fits(out, v.elem_type(0), f"repeats input {v.input_name(1)!r}")
+
+
+def _range(v: NodeView) -> None:
+    values = [v.const(i) for i in range(3)]
+    if any(x is None or x.size != 1 for x in values):
+        return
+    start, limit, delta = (x.reshape(-1)[0].item() for x in values)  # type: ignore[union-attr]
+    names = ", ".join(repr(v.input_name(i)) for i in range(3))
+    if not all(math.isfinite(x) for x in (start, limit, delta)):
+        v.fail(InvalidModelError, f"inputs {names} = {start}, {limit}, {delta}: not finite")
+    if delta == 0:
+        v.fail(InvalidModelError, f"delta input {v.input_name(2)!r} is 0: the range never ends")
+    if isinstance(start, int) and isinstance(limit, int) and isinstance(delta, int):
+        count = max(-((start - limit) // delta), 0)
+    else:
+        steps = (limit - start) / delta
+        if not math.isfinite(steps) or steps > v.limits.max_tensor_bytes:
+            v.fail(ShapeError, f"inputs {names} = {start}, {limit}, {delta} ask for "
+                   f"{steps:.3g} elements, over the {v.limits.max_tensor_bytes:,}-byte limit "
+                   "(--max-tensor-bytes)")
+        count = max(math.ceil(steps), 0)
+    v.fits([count], v.elem_type(0) or TensorProto.FLOAT, f"inputs {names}")
+
+
+def _resize(v: NodeView) -> None:
+    """Resize (and Upsample): scales finite and positive, what they or `sizes` ask for within
+    the budget. Inputs: X, roi, scales, sizes from opset 11; X, scales before."""
+    scales_at, sizes_at = (2, 3) if v.node.op_type == "Resize" and v.opset >= 11 else (1, None)
+    data = _known_dims(v, 0)
+    scales = v.const(scales_at)
+    if scales is not None and scales.size:
+        values = scales.reshape(-1).tolist()
+        where = f"scales input {v.input_name(scales_at)!r} = {_show(values)}"
+        bad = next((s for s in values if not (math.isfinite(s) and s > 0)), None)
+        if bad is not None:
+            v.fail(InvalidModelError, f"{where} has {bad}; scales must be finite and positive")
+        budget = v.limits.max_tensor_bytes
+        if any(s > budget for s in values):
+            v.fail(ShapeError, f"{where} asks for more than the {budget:,}-byte limit "
+                   "(--max-tensor-bytes)")
+        dims = data if len(data) == len(values) else [None] * len(values)
+        out = [math.floor((d if d is not None else 1) * s) for d, s in zip(dims, values,
+                                                                           strict=True)]
+        v.fits(out, v.elem_type(0), where)
+    if sizes_at is not None:
+        sizes = _requested_dims(v, sizes_at, "sizes")
+        if sizes:
+            v.fits(sizes, v.elem_type(0), f"sizes input {v.input_name(sizes_at)!r}")
+
+
+_WINDOW_OPS = ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "MaxPool", "AveragePool",
+               "LpPool")
+_CHECKS: dict[str, Check] = {
+    **dict.fromkeys(_WINDOW_OPS, _window),
+    "Reshape": _reshape,
+    "ConstantOfShape": _constant_of_shape,
+    "Expand": _expand,
+    "Tile": _tile,
+    "Range": _range,
+    "Resize": _resize,
+    "Upsample": _resize,
+}
+
+
+# ---- checks on inferred shapes ----------------------------------------------------------------
+
+
+def _ints(dims: list[Dim] | None) -> list[int | None] | None:
+    return [d if isinstance(d, int) else None for d in dims] if dims is not None else None
+
+
+def _spatial_out(v: NodeView, spatial: list[int | None], kernel: Sequence[int | None],
+                 *, transpose: bool = False) -> None:
+    """Each output dim of a window op must be at least 1 and within the budget.
+
+    Conv / pool: floor((in + pad_begin + pad_end - ((k - 1) * dilation + 1)) / stride) + 1
+    (ceil with ceil_mode; SAME_* pads to ceil(in / stride), VALID pads nothing).
+    ConvTranspose: stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pads
+    (SAME_*: in * stride), unless output_shape gives it.
+    """
+    n = len(spatial)
+    strides = v.ints("strides") or [1] * n
+    dilations = v.ints("dilations") or [1] * n
+    pads = v.ints("pads") or [0] * (2 * n)
+    auto_pad = v.text("auto_pad", "NOTSET")
+    output_padding = v.ints("output_padding") or [0] * n
+    if transpose and v.ints("output_shape"):
+        return
+    ceil_mode = bool(v.int("ceil_mode", 0))
+    if not (len(strides) == len(dilations) == len(output_padding) == n == len(kernel)
+            and len(pads) == 2 * n):
+        return  # ranks that disagree are refused by shape inference
+    for axis in range(n):
+        size, k = spatial[axis], kernel[axis]
+        if size is None or k is None:
+            continue
+        s, d = strides[axis], dilations[axis]
+        reach = (k - 1) * d + 1
+        if transpose:
+            if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+                out = size * s
+            else:
+                out = s * (size - 1) + output_padding[axis] + reach - pads[axis] - pads[axis + n]
+        elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out = -(-size // s)
+        else:
+            padded = size + (0 if auto_pad == "VALID" else pads[axis] + pads[axis + n])
+            out = (-(-(padded - reach) // s) if ceil_mode else (padded - reach) // s) + 1
+        if out < 1:
+            why = (f"input {size}, stride {s}, kernel {k}, pads {pads[axis]} + "
+                   f"{pads[axis + n]}" if transpose else
+                   f"the window (kernel {k}, dilation {d}) is larger than the padded input "
+                   f"({size} + pads {pads[axis]} + {pads[axis + n]})")
+            v.fail(ShapeError, f"output spatial dim {axis} would be {out}: {why}")
+        if out > v.limits.max_tensor_bytes:
+            v.fail(ShapeError, f"output spatial dim {axis} would be {out:,}, over the "
+                   f"{v.limits.max_tensor_bytes:,}-byte limit (--max-tensor-bytes)")
+
+
+_CONV_POSITIONS = {"Conv": (0, 1, 2), "ConvInteger": (0, 1, None), "QLinearConv": (0, 3, 8)}
+
+
+def _conv_shapes(v: NodeView) -> None:
+    """Conv: X [N, C, ...], W [M, C / group, k...], B [M]: C = W[1] * group, M % group = 0."""
+    xi, wi, bi = _CONV_POSITIONS[v.node.op_type]
+    x, w = _ints(v.dims(xi)), _ints(v.dims(wi))
+    if x is None or w is None or len(x) < 3 or len(w) != len(x):
+        return
+    group = v.int("group", 1)
+    channels, per_group, maps = x[1], w[1], w[0]
+    xn, wn = v.input_name(xi), v.input_name(wi)
+    if channels is not None and per_group is not None and channels != per_group * group:
+        v.fail(ShapeError, f"input {xn!r} has {channels} channels, but weight {wn!r} "
+               f"{_show(w)} with group {group} takes {per_group} x {group} = "
+               f"{per_group * group}")
+    if maps is not None and maps % group:
+        v.fail(ShapeError, f"weight {wn!r} {_show(w)} has {maps} output channels, not a "
+               f"multiple of group {group}")
+    kernel = v.ints("kernel_shape")
+    if kernel is not None and len(kernel) == len(w) - 2 and any(
+            k != d for k, d in zip(kernel, w[2:], strict=True) if d is not None):
+        v.fail(ShapeError, f"attribute kernel_shape = {_show(kernel)} does not match weight "
+               f"{wn!r} {_show(w)}")
+    bias = _ints(v.dims(bi)) if bi is not None and v.input_name(bi) else None
+    if bias is not None and maps is not None and bias not in ([maps], [None]):
+        v.fail(ShapeError, f"bias {v.input_name(bi)!r} {_show(bias)} should be [{maps}], one "
+               "value per output channel")
+    _spatial_out(v, x[2:], w[2:])
+
+
+def _conv_transpose_shapes(v: NodeView) -> None:
+    """ConvTranspose: X [N, C, ...], W [C, M / group, k...]: C = W[0]."""
+    x, w = _ints(v.dims(0)), _ints(v.dims(1))
+    if x is None or w is None or len(x) < 3 or len(w) != len(x):
+        return
+    if x[1] is not None and w[0] is not None and x[1] != w[0]:
+        v.fail(ShapeError, f"input {v.input_name(0)!r} has {x[1]} channels, but weight "
+               f"{v.input_name(1)!r} {_show(w)} takes {w[0]}")
+    _spatial_out(v, x[2:], w[2:], transpose=True)
+
+
+def _pool_shapes(v: NodeView) -> None:
+    x, kernel = _ints(v.dims(0)), v.ints("kernel_shape")
+    if x is None or kernel is None or len(x) != len(kernel) + 2:
+        return
+    _spatial_out(v, x[2:], kernel)
+
+
+_MATMUL_POSITIONS = {"Gemm": (0, 1), "MatMul": (0, 1), "MatMulInteger": (0, 1),
+                     "QLinearMatMul": (0, 3)}
+
+
+def _matmul_shapes(v: NodeView) -> None:
+    """The inner dimension K of A and B agree (Gemm: after transA / transB).
+
+    Strict onnx inference refuses a mismatch it sees; this also guards shapes that ONNX
+    Runtime's symbolic inference merged, which the cost formulas take K from."""
+    ai, bi = _MATMUL_POSITIONS[v.node.op_type]
+    a, b = _ints(v.dims(ai)), _ints(v.dims(bi))
+    if not a or not b:
+        return
+    if v.node.op_type == "Gemm":
+        if len(a) != 2 or len(b) != 2:
+            return
+        ka, kb = a[0 if v.int("transA", 0) else 1], b[1 if v.int("transB", 0) else 0]
+    else:
+        ka, kb = a[-1], b[-2] if len(b) >= 2 else b[0]
+    if ka is not None and kb is not None and ka != kb:
+        v.fail(ShapeError, f"inner dimensions differ: {v.input_name(ai)!r} {_show(a)} has K = "
+               f"{ka}, {v.input_name(bi)!r} {_show(b)} has K = {kb}")
+
+
+def _gather_shapes(v: NodeView) -> None:
+    """Constant indices lie in [-d, d - 1], d the size of the gathered axis."""
+    data, indices = _ints(v.dims(0)), v.const(1)
+    if data is None or indices is None or not indices.size:
+        return
+    axis = v.int("axis", 0)
+    if not -len(data) <= axis < len(data):
+        return  # refused by shape inference
+    size = data[axis]
+    if size is None or indices.dtype.kind not in "iu":
+        return
+    low, high = int(indices.min()), int(indices.max())
+    bad = low if low < -size else high if high >= size else None
+    if bad is not None:
+        v.fail(InvalidModelError, f"index {bad} in constant input {v.input_name(1)!r} is out "
+               f"of range for axis {axis} of {v.input_name(0)!r} (size {size})")
+
+
+_SHAPE_CHECKS: dict[str, Check] = {
+    "Conv": _conv_shapes,
+    "ConvInteger": _conv_shapes,
+    "QLinearConv": _conv_shapes,
+    "ConvTranspose": _conv_transpose_shapes,
+    "MaxPool": _pool_shapes,
+    "AveragePool": _pool_shapes,
+    "LpPool": _pool_shapes,
+    **dict.fromkeys(_MATMUL_POSITIONS, _matmul_shapes),
+    "Gather": _gather_shapes,
+}
+
+
+# ---- inputs given by the user -----------------------------------------------------------------
+
+
+class ExpectedInput(Protocol):
+    """What a backend knows of a graph input (`backends.base.InputSpec` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    @property
+    def shape(self) -> tuple[Dim, ...]: ...
+
+
+def check_input_tensor(tensor: TensorProto, where: str) -> None:
+    """A TensorProto read from a user's .pb file: its data inside the file, its type known."""
+    if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
+        raise UsageError(f"{where}: the tensor's data is in another file (external data); only "
+                         "self-contained .pb inputs are read")
+    if tensor.data_type not in _NUMERIC_TYPES:
+        raise UsageError(f"{where}: unsupported tensor data type {tensor.data_type}")
+
+
+def check_inputs(sample: Mapping[str, np.ndarray], expected: Sequence[ExpectedInput],
+                 where: str) -> None:
+    """Arrays fed to a model: the rank and fixed dims of each input, one value per symbolic
+    dim, and a dtype that converts within its kind (float64 data for a float32 input is
+    converted; float data for an integer input is refused)."""
+    symbols: dict[str, tuple[int, str]] = {}
+    for spec in expected:
+        array = sample[spec.name]
+        what = f"{where}: input {spec.name!r}"
+        if not np.can_cast(array.dtype, spec.dtype, casting="same_kind"):
+            raise UsageError(f"{what} is {array.dtype}, but the model takes {spec.dtype}")
+        got = array.shape
+        if len(got) != len(spec.shape):
+            raise UsageError(f"{what} has shape {_show(got)} (rank {len(got)}), but the model "
+                             f"takes rank {len(spec.shape)}: {_show(_named(spec.shape))}")
+        for axis, (want, have) in enumerate(zip(spec.shape, got, strict=True)):
+            if isinstance(want, int) and want != have:
+                raise UsageError(f"{what} has shape {_show(got)}, but the model takes "
+                                 f"{_show(_named(spec.shape))} (dim {axis} differs)")
+            if isinstance(want, str):
+                first = symbols.setdefault(want, (have, spec.name))
+                if first[0] != have:
+                    raise UsageError(f"{what}: dim {want!r} is {have}, but {first[0]} in input "
+                                     f"{first[1]!r}")
+
+
+def _named(shape: Sequence[Dim]) -> list[object]:
+    return ["?" if d is None else d for d in shape]
