@@ -26,21 +26,20 @@ def boundary_lifetimes(mg: ModelGraph, groups: list[Group]) -> dict[str, tuple[i
     """
     step_of_node = {key: step for step, g in enumerate(groups) for key in g.nodes}
     last_step = len(groups) - 1
-    born: dict[str, int] = {name: 0 for name in mg.graph_inputs}
-    dies: dict[str, int] = {name: 0 for name in mg.graph_inputs}
+    graph_outputs = frozenset(mg.graph_outputs)
+    consumers = mg.consumers
+    lifetimes: dict[str, tuple[int, int]] = {}
+    for name in mg.graph_inputs:  # live from the start
+        readers = [step_of_node[u] for u in consumers.get(name, ())]
+        lifetimes[name] = (0, last_step if name in graph_outputs else max(readers, default=0))
     for name, producer in mg.producer.items():
         step = step_of_node[producer]
-        readers = [step_of_node[u] for u in mg.consumers.get(name, [])]
-        if any(r != step for r in readers) or name in mg.graph_outputs:
-            born[name] = step
-            dies[name] = step
-    for name in born:
-        for user in mg.consumers.get(name, []):
-            dies[name] = max(dies[name], step_of_node[user])
-    for name in mg.graph_outputs:
-        if name in born:
-            dies[name] = last_step
-    return {name: (start, dies[name]) for name, start in born.items()}
+        readers = [step_of_node[u] for u in consumers.get(name, ())]
+        if name in graph_outputs:
+            lifetimes[name] = (step, last_step)
+        elif any(r != step for r in readers):  # read by another group
+            lifetimes[name] = (step, max(step, *readers))
+    return lifetimes
 
 
 def activation_peak_bytes(mg: ModelGraph, groups: list[Group],
