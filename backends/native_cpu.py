@@ -19,7 +19,6 @@ import numpy as np
 import onnx
 
 from ..analyzer.analysis import AnalysisResult, analyze
-from ..analyzer.errors import OnnxLensError
 from .base import Backend, BackendError, Feeds, Profile, load_proto
 from .ort_timing import ModelSource, NodeTime
 
@@ -110,6 +109,15 @@ class NativeCpuBackend(Backend):
         return info
 
 
+def make_executor(native: Any, args: tuple[Any, ...], threads: int, isa: str) -> Any:
+    """`_native.Executor` on a plan's arguments; a malformed plan is a BackendError (the core
+    checks every size, offset and attribute before it allocates or runs anything)."""
+    try:
+        return native.Executor(*args, threads, isa)
+    except (native.PlanError, ValueError, TypeError) as e:
+        raise BackendError(f"{PROVIDER}: invalid plan: {e}") from None
+
+
 class _Prepared:
     """One plan and its executor, for one set of input shapes."""
 
@@ -118,10 +126,7 @@ class _Prepared:
 
         self.result = result
         self.plan = build_plan(result)
-        try:
-            self.executor = native.Executor(*self.plan.native_args(), threads, isa)
-        except (native.PlanError, ValueError, TypeError) as e:
-            raise BackendError(f"{PROVIDER}: invalid plan: {e}") from None
+        self.executor = make_executor(native, self.plan.native_args(), threads, isa)
         self._run_error = native.RunError
         self._producers = self.executor.producer_steps()
 
@@ -154,7 +159,9 @@ class _Prepared:
         if name not in inputs:
             raise BackendError(f"{PROVIDER}: no value for input {name!r}")
         t = self.plan.tensor(name)
-        value = np.ascontiguousarray(inputs[name], dtype=_dtype(t.elem_type))
+        value = np.asarray(inputs[name], dtype=_dtype(t.elem_type))
+        if not value.flags.c_contiguous:  # (ascontiguousarray would make a 0-d array 1-d)
+            value = value.copy()
         if value.shape != t.shape:
             raise BackendError(f"{PROVIDER}: input {name!r} has shape {value.shape}, the plan "
                                f"was made for {t.shape}")
@@ -170,5 +177,3 @@ def _symbolic(model: onnx.ModelProto) -> bool:
     return any(not d.HasField("dim_value") for i in model.graph.input if i.name not in weights
                for d in i.type.tensor_type.shape.dim)
 
-
-__all__ = ["NativeCpuBackend", "OnnxLensError"]

@@ -257,13 +257,15 @@ class _GroupLowering:
         inputs = [t for t in node.inputs if t is not None and t.name]
         if not any(t.name in current.values for t in data_inputs(node)):
             return False
+        # BatchNorm's parameters become per-channel constants; every other input is an operand.
+        operands = inputs[:1] if node.op_type == "BatchNormalization" else inputs
         for t in inputs:
             if t.name in current.values:
                 continue
             inside = self.mg.producer.get(t.name) in self.members
             if inside and t.name not in done and t.name not in self.low.values:
                 return False
-            if not _broadcasts(self.low.shape(t.name), current.shape):
+            if t in operands and not _broadcasts(self.low.shape(t.name), current.shape):
                 return False
         return True
 

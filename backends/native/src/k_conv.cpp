@@ -55,9 +55,12 @@ Window2d window_2d(const KernelContext& ctx, const Tensor& x, const std::vector<
   };
   g.OH = out(g.H, g.kh, g.sh, g.dh, g.pt, g.pb);
   g.OW = out(g.W, g.kw, g.sw, g.dw, g.pl, g.pr);
-  if (ceil) {  // the last window must start inside the input or its left padding
-    if ((g.OH - 1) * g.sh >= g.H + g.pt) --g.OH;
-    if ((g.OW - 1) * g.sw >= g.W + g.pl) --g.OW;
+  if (ceil) {
+    // ONNX shape inference keeps a last window that starts past the input and its left
+    // padding; PyTorch and newer ONNX Runtime drop it. Either count is accepted.
+    const int64_t oh = y_shape.size() == 4 ? y_shape[2] : 1, ow = y_shape.back();
+    if (oh == g.OH - 1 && (g.OH - 1) * g.sh >= g.H + g.pt) --g.OH;
+    if (ow == g.OW - 1 && (g.OW - 1) * g.sw >= g.W + g.pl) --g.OW;
   }
   std::vector<int64_t> expect = {g.N, -1};
   if (spatial == 2) expect.push_back(g.OH);
@@ -160,12 +163,12 @@ class ConvKernel : public Kernel {
     epilogue_ = EwProgram(ctx, y_.shape);
     depthwise_ = groups_ == C && M == C;
     const int64_t mg = M / groups_, kg = (C / groups_) * g_.kh * g_.kw;
-    if (depthwise_) {
-      weights_.assign(w.f32(), w.f32() + w.numel);
-      return;
-    }
-    for (int64_t gi = 0; gi < groups_; ++gi) {
-      packed_.push_back(pack_a_const(simd_, w.f32() + gi * mg * kg, kg, 1, mg, kg));
+    w_ = w.f32();
+    if (depthwise_) return;
+    if (w.storage == Storage::constant) {  // weights packed once; else per block at run time
+      for (int64_t gi = 0; gi < groups_; ++gi) {
+        packed_.push_back(pack_a_const(simd_, w.f32() + gi * mg * kg, kg, 1, mg, kg));
+      }
     }
     tables_ = std::make_unique<Im2colTables>(g_, C / groups_, simd_.nr);
     if (g_.N > 1) {  // images side by side as columns: column j is pixel j % ohw of image j / ohw
@@ -195,7 +198,7 @@ class ConvKernel : public Kernel {
       for (int64_t p = r.begin; p < r.end; ++p) {
         const int64_t c = p % g_.C;
         DepthwiseArgs a{x_.f32() + p * g_.H * g_.W, y_.f32() + p * ohw,
-                        weights_.data() + c * g_.kh * g_.kw, g_.H, g_.W, g_.OH, g_.OW, g_.kh,
+                        w_ + c * g_.kh * g_.kw, g_.H, g_.W, g_.OH, g_.OW, g_.kh,
                         g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw};
         simd_.depthwise(a);
         epilogue_.apply(simd_, a.out, p * ohw, ohw, ws.get(tid));
@@ -212,8 +215,15 @@ class ConvKernel : public Kernel {
       const Range rows = by_cols ? Range{0, mg} : split_range(mg, tid, n, simd_.mr);
       for (int64_t gi = 0; gi < groups_; ++gi) {
         const Im2col im = tables_->view(x_.f32() + gi * cg * g_.H * g_.W);
+        const int64_t kg = cg * g_.kh * g_.kw;
         GemmA a;
-        a.packed = &packed_[static_cast<size_t>(gi)];
+        if (packed_.empty()) {
+          a.p = w_ + gi * mg * kg;
+          a.rs = kg;
+          a.cs = 1;
+        } else {
+          a.packed = &packed_[static_cast<size_t>(gi)];
+        }
         GemmB b;
         b.im2col = &im;
         GemmC c;
@@ -222,7 +232,7 @@ class ConvKernel : public Kernel {
         c.col_off = col_off_.empty() ? nullptr : col_off_.data();
         c.epilogue = &epilogue_;
         c.out_base = y_.f32();
-        gemm(simd_, mg, ncols, cg * g_.kh * g_.kw, a, b, c, rows.begin, rows.end, cols.begin,
+        gemm(simd_, mg, ncols, kg, a, b, c, rows.begin, rows.end, cols.begin,
              cols.end, ws.get(tid));
       }
     });
@@ -235,7 +245,7 @@ class ConvKernel : public Kernel {
   int64_t groups_ = 1, M_ = 0;
   bool depthwise_ = false;
   EwProgram epilogue_;
-  std::vector<float> weights_;
+  const float* w_ = nullptr;
   std::vector<PackedOperand> packed_;
   std::unique_ptr<Im2colTables> tables_;
   std::vector<int64_t> col_off_;
