@@ -41,7 +41,7 @@ struct Im2col {
   int64_t ncols;
   const int64_t* col_base;
   const int32_t* col_base32;   // the same as int32 for gathers, or null if they do not fit
-  const uint8_t* panel_contig;  // per NR-panel: col_base rises by 1 from lane to lane
+  const uint8_t* panel_step;  // per NR-panel: col_base rises by 1 or 2 from lane to lane, or 0
   const uint64_t* masks;
   const int64_t* k_delta;
   const int32_t* k_pos;
@@ -54,6 +54,18 @@ struct DepthwiseArgs {
   float* out;
   const float* w;  // kh * kw
   int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+// One output row of a 2-D pooling window (see k_pool.cpp).
+struct PoolRowArgs {
+  const float* in;  // the channel plane
+  float* out;       // the output row
+  int64_t W, OW, kw, sw, pl, dh, dw;
+  int64_t y0, y1;                    // input rows of this output row, clipped
+  const int64_t* x0;                 // per output column: first input column, clipped
+  const int64_t* x1;                 // per output column: end input column, clipped
+  int64_t interior_lo, interior_hi;  // output columns whose window lies inside the row
+  bool max;                          // max (else the sum, divided by the caller)
 };
 
 struct SimdKernels {
@@ -75,6 +87,7 @@ struct SimdKernels {
   void (*binary)(EwOp op, float* dst, Src a, Src b, int64_t n);
   void (*ternary)(EwOp op, float* dst, Src a, Src b, Src c, int64_t n);
   void (*depthwise)(const DepthwiseArgs& args);
+  void (*pool_row)(const PoolRowArgs& args);
   // dst[i] = exp(src[i] - shift); returns the sum of dst.
   float (*exp_shift_sum)(float* dst, const float* src, float shift, int64_t n);
   float (*max)(const float* x, int64_t n);

@@ -13,7 +13,8 @@ const SimdKernels* simd_named(const char* name) {
   __builtin_cpu_init();
   if (std::strcmp(name, "avx512") == 0) {
     const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                    __builtin_cpu_supports("bmi2");
     return ok ? avx512::table() : nullptr;
   }
   if (std::strcmp(name, "avx2") == 0) {

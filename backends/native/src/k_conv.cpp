@@ -90,12 +90,12 @@ class Im2colTables {
       col_base_[j] = n * image + (oy[j] * g.sh - g.pt) * g.W + (ox[j] * g.sw - g.pl);
     }
     masks_.assign(static_cast<size_t>(panels * kpos), 0);
-    contig_.assign(static_cast<size_t>(panels), 1);
+    step_.assign(static_cast<size_t>(panels), 0);
     for (int64_t panel = 0; panel < panels; ++panel) {
+      step_[panel] = panel_step(panel * nr, std::min<int64_t>(nr, ncols - panel * nr));
       for (int t = 0; t < nr; ++t) {
         const int64_t j = panel * nr + t;
         if (j >= ncols) continue;
-        if (t > 0 && col_base_[j] != col_base_[j - 1] + 1) contig_[panel] = 0;
         for (int64_t ky = 0; ky < g.kh; ++ky) {
           for (int64_t kx = 0; kx < g.kw; ++kx) {
             const int64_t iy = oy[j] * g.sh - g.pt + ky * g.dh;
@@ -122,11 +122,22 @@ class Im2colTables {
     view_.ncols = ncols;
     view_.col_base = col_base_.data();
     view_.col_base32 = col_base32_.empty() ? nullptr : col_base32_.data();
-    view_.panel_contig = contig_.data();
+    view_.panel_step = step_.data();
     view_.masks = masks_.data();
     view_.k_delta = k_delta_.data();
     view_.k_pos = k_pos_.data();
     view_.kpos_count = kpos;
+  }
+
+  // 1 or 2 when col_base rises by that from lane to lane over the panel's n columns, else 0.
+  uint8_t panel_step(int64_t j0, int64_t n) const {
+    if (n <= 1) return 1;
+    const int64_t step = col_base_[j0 + 1] - col_base_[j0];
+    if (step != 1 && step != 2) return 0;
+    for (int64_t t = 1; t < n; ++t) {
+      if (col_base_[j0 + t] - col_base_[j0 + t - 1] != step) return 0;
+    }
+    return static_cast<uint8_t>(step);
   }
 
   Im2col view(const float* input) const {
@@ -138,7 +149,7 @@ class Im2colTables {
  private:
   std::vector<int64_t> col_base_, k_delta_;
   std::vector<int32_t> col_base32_, k_pos_;
-  std::vector<uint8_t> contig_;
+  std::vector<uint8_t> step_;
   std::vector<uint64_t> masks_;
   Im2col view_{};
 };

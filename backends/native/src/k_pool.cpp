@@ -19,6 +19,7 @@ class PoolKernel : public Kernel {
     require(y_.dim(1) == g_.C, ctx.spec.op, ": output channels ", show(y_.shape));
     include_pad_ = ctx.attr("count_include_pad", 0) != 0;
     require(max_ || (g_.dh == 1 && g_.dw == 1), "AveragePool: dilations are not supported");
+    columns();
   }
 
   void run(ThreadPool& pool, const Workspace&) override {
@@ -31,43 +32,49 @@ class PoolKernel : public Kernel {
   }
 
  private:
-  void plane(const float* in, float* out) const {
-    for (int64_t oy = 0; oy < g_.OH; ++oy) {
-      for (int64_t ox = 0; ox < g_.OW; ++ox) {
-        out[oy * g_.OW + ox] = max_ ? max_at(in, oy, ox) : avg_at(in, oy, ox);
+  // First on-grid index >= 0 of a window starting at `start` with step `d`, and its end.
+  static void clip(int64_t start, int64_t k, int64_t d, int64_t n, int64_t& lo, int64_t& hi) {
+    lo = start >= 0 ? start : start + (-start + d - 1) / d * d;
+    hi = std::min(start + (k - 1) * d + 1, n);
+  }
+
+  void columns() {
+    x0_.resize(static_cast<size_t>(g_.OW));
+    x1_.resize(static_cast<size_t>(g_.OW));
+    lo_ = g_.OW;
+    hi_ = 0;
+    for (int64_t ox = 0; ox < g_.OW; ++ox) {
+      const int64_t start = ox * g_.sw - g_.pl;
+      clip(start, g_.kw, g_.dw, g_.W, x0_[ox], x1_[ox]);
+      if (start >= 0 && start + (g_.kw - 1) * g_.dw < g_.W) {
+        lo_ = std::min(lo_, ox);
+        hi_ = ox + 1;
       }
     }
   }
 
-  float max_at(const float* in, int64_t oy, int64_t ox) const {
-    float m = -INFINITY;
-    for (int64_t ky = 0; ky < g_.kh; ++ky) {
-      const int64_t iy = oy * g_.sh - g_.pt + ky * g_.dh;
-      if (iy < 0 || iy >= g_.H) continue;
-      for (int64_t kx = 0; kx < g_.kw; ++kx) {
-        const int64_t ix = ox * g_.sw - g_.pl + kx * g_.dw;
-        if (ix >= 0 && ix < g_.W) m = std::max(m, in[iy * g_.W + ix]);
-      }
+  void plane(const float* in, float* out) const {
+    PoolRowArgs a{in, nullptr, g_.W, g_.OW, g_.kw, g_.sw, g_.pl, g_.dh, g_.dw, 0, 0,
+                  x0_.data(), x1_.data(), lo_, hi_, max_};
+    for (int64_t oy = 0; oy < g_.OH; ++oy) {
+      a.out = out + oy * g_.OW;
+      clip(oy * g_.sh - g_.pt, g_.kh, g_.dh, g_.H, a.y0, a.y1);
+      simd_.pool_row(a);
+      if (!max_) divide(a.out, oy, a.y1 - std::max<int64_t>(a.y0, 0));
     }
-    return m;
   }
 
   // ONNX Runtime's rule: with count_include_pad the divisor counts pad cells but not the
   // overhang of a ceil_mode window past the padding.
-  float avg_at(const float* in, int64_t oy, int64_t ox) const {
-    int64_t y0 = oy * g_.sh - g_.pt, x0 = ox * g_.sw - g_.pl;
-    int64_t y1 = std::min(y0 + g_.kh, g_.H + g_.pb), x1 = std::min(x0 + g_.kw, g_.W + g_.pr);
-    const int64_t padded = (y1 - y0) * (x1 - x0);
-    y0 = std::max<int64_t>(y0, 0);
-    x0 = std::max<int64_t>(x0, 0);
-    y1 = std::min(y1, g_.H);
-    x1 = std::min(x1, g_.W);
-    float s = 0.0f;
-    for (int64_t iy = y0; iy < y1; ++iy) {
-      for (int64_t ix = x0; ix < x1; ++ix) s += in[iy * g_.W + ix];
+  void divide(float* row, int64_t oy, int64_t rows) const {
+    const int64_t y0 = oy * g_.sh - g_.pt;
+    const int64_t padded_rows = std::min(y0 + g_.kh, g_.H + g_.pb) - y0;
+    for (int64_t ox = 0; ox < g_.OW; ++ox) {
+      const int64_t x0 = ox * g_.sw - g_.pl;
+      const int64_t padded = padded_rows * (std::min(x0 + g_.kw, g_.W + g_.pr) - x0);
+      const int64_t count = include_pad_ ? padded : rows * (x1_[ox] - x0_[ox]);
+      row[ox] = count > 0 ? row[ox] / static_cast<float>(count) : 0.0f;
     }
-    const int64_t count = include_pad_ ? padded : (y1 - y0) * (x1 - x0);
-    return count > 0 ? s / static_cast<float>(count) : 0.0f;
   }
 
   const SimdKernels& simd_;
@@ -76,6 +83,8 @@ class PoolKernel : public Kernel {
   Window2d g_{};
   bool max_;
   bool include_pad_ = false;
+  std::vector<int64_t> x0_, x1_;
+  int64_t lo_ = 0, hi_ = 0;  // output columns whose window is inside the input
 };
 
 class GlobalPoolKernel : public Kernel {
