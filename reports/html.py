@@ -191,7 +191,7 @@ def _groups_section(d: dict[str, Any]) -> str:
 
 
 def _num(value: float | None, shown: str) -> str:
-    key = "" if value is None else repr(float(value))
+    key = "" if value is None else f"{float(value):.6g}"
     return f'<td class="n" data-v="{key}">{esc(shown)}</td>'
 
 
@@ -203,12 +203,18 @@ def _graph_section(d: dict[str, Any]) -> str:
     groups = d["groups"]
     edges = [tuple(e) for e in d.get("group_edges", [])]
     if len(groups) > MAX_DRAWN_GROUPS or not edges:
-        items = "".join(
-            f"<li><details><summary>#{g['id']} {esc(g['pattern'])}"
-            f" <span class=\"dim\">{esc(si(g['flops']))}FLOPs</span></summary><ul>"
-            + "".join(f"<li>{esc(n)}</li>" for n in g["nodes"]) + "</ul></details></li>"
-            for g in groups)
-        return _section("graph", "Graph of groups", f'<ol class="groups">{items}</ol>')
+        inputs: dict[int, list[int]] = {}
+        for a, b in edges:
+            inputs.setdefault(b, []).append(a)
+        lines = "".join(
+            f"<li>{esc(g['pattern'])} <span class=\"dim\">{len(g['nodes'])} node(s) from "
+            f"{esc(g['nodes'][0])}"
+            + (f"; reads #{', #'.join(map(str, inputs[g['id']]))}" if g["id"] in inputs else "")
+            + "</span></li>" for g in groups)
+        return _section("graph", "Graph of groups",
+                        f"<details><summary>{len(groups)} groups in execution order, each with "
+                        f"the groups it reads (too many to draw)</summary>"
+                        f'<ol class="groups" start="0">{lines}</ol></details>')
     return _section("graph", "Graph of groups", _dag_svg(groups, edges))
 
 
@@ -250,7 +256,7 @@ def _roofline_sections(d: dict[str, Any]) -> list[str]:
             e = (g.get("estimates") or {}).get(hw)
             if not e or not g["flops"] or not e.get("intensity"):
                 continue
-            label = f"#{g['id']} {g['pattern']} ({g['nodes'][0]})"
+            label = f"#{g['id']} {g['pattern']}"
             where = f"intensity {e['intensity']:.3g} FLOP/B"
             rate = g["flops"] / e["latency_s"]
             points.append((e["intensity"], rate, f"{label} estimated: {where}, "
@@ -543,6 +549,7 @@ Roboto,sans-serif;color:var(--fg);background:var(--bg)}
 header{position:sticky;top:0;background:#f7fafc;border-bottom:1px solid var(--line);
 padding:8px 20px;z-index:2}h1{font-size:18px;margin:0}nav{font-size:13px}
 nav a{color:var(--accent);text-decoration:none}main{padding:0 20px 40px;max-width:1200px}
+section{content-visibility:auto;contain-intrinsic-size:auto 600px}
 h2{font-size:16px;border-bottom:1px solid var(--line);padding-bottom:4px;margin-top:28px}
 .lead{font-size:15px}.dim{color:var(--dim)}.scroll{overflow-x:auto}
 table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid var(--line);
@@ -568,7 +575,7 @@ margin-right:4px}.key.s0::before{background:#2b6cb0}.key.s1::before{background:#
 .bar{height:11px;min-width:1px;position:relative}.bar.s0{background:#2b6cb0}
 .bar.s1{background:#c05621}.bar span{position:absolute;left:100%;padding-left:4px;
 font-size:10px;top:-2px;white-space:nowrap}.bars{max-width:900px}
-ol.groups{columns:2}@media print{header{position:static}.bar span{display:none}
+ol.groups{font-size:12px}@media print{header{position:static}.bar span{display:none}
 table.data thead th{position:static}}
 """
 
