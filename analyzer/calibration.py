@@ -17,10 +17,12 @@ What it holds:
   tile): t = t0 + F / (e_max·peak) is exactly this with f_half = e_max·peak·t0. The second is
   operand reuse: a kernel with little work per byte (a skinny GEMM, a 1x1 convolution with few
   channels) stalls on loads and stores even when its data sits in cache. f_half or i_half 0
-  drops that factor. The last is where the working set lives: F / I is the group's traffic in
-  bytes, `level` the memory level it fits in by the estimator's rule; a GEMM whose weights
-  stream from the last-level cache runs slower than one held in L2 even when the roofline's
-  memory term, which counts each byte once, is not its bound (1 for a level not fitted).
+  drops that factor; an intensity above the largest the curve was fitted on (`i_max`) is read
+  as that one, so a curve never extrapolates. The last is where the working set lives: F / I
+  is the group's traffic in bytes, `level` the memory level it fits in by the estimator's
+  rule; a GEMM whose weights stream from the last-level cache runs slower than one held in L2
+  even when the roofline's memory term, which counts each byte once, is not its bound (1 for
+  a level not fitted).
   Classes: those with multiply-accumulates (conv, depthwise, gemm, attention) and
   `elementwise`, which the estimator applies to every FLOP that is not a MAC (in any group) and
   which is fitted on every op class without MACs.
@@ -71,15 +73,17 @@ class Curve:
     e_max: float
     f_half: float = 0.0  # FLOPs at which the per-call cost halves the efficiency; 0: none
     i_half: float = 0.0  # FLOP/byte at which low reuse halves the efficiency; 0: none
+    i_max: float = math.inf  # intensities above the largest fitted one are read as it
     level_factors: dict[str, float] = field(default_factory=dict)  # memory level -> factor
     points: int = 0  # micro-benchmarks it was fitted on
-    rms_log_error: float = 0.0  # root mean square of ln(measured / fitted) over them
+    log_error: float = 0.0  # mean |ln(measured / fitted)| over them
 
     def __call__(self, flops: float, intensity: float, level: str | None = None) -> float:
         eff = self.e_max * self.level_factors.get(level, 1.0) if level else self.e_max
         if self.f_half:
             eff *= flops / (flops + self.f_half)
-        if self.i_half and math.isfinite(intensity):
+        if self.i_half:
+            intensity = min(intensity, self.i_max)
             eff *= intensity / (intensity + self.i_half)
         return max(eff, MIN_EFFICIENCY)
 
@@ -102,7 +106,7 @@ class Calibration:
     cpu: str
     threads: int
     peak_fp32_tflops: float  # the peak the curves are fractions of
-    gemm_tflops: float  # the best GEMM rate measured (the naive one-peak estimate uses it)
+    gemm_tflops: float  # the largest square GEMM's rate (the naive one-peak estimate uses it)
     kernel_overhead_us: float
     bandwidth_gbps: dict[str, float]  # memory level name -> measured GB/s
     curves: dict[str, Curve]

@@ -1,11 +1,15 @@
 """`onnxlens calibrate`: time micro-benchmarks through ONNX Runtime's CPU provider, fit a
 `Calibration` (analyzer/calibration.py) and save it in the user's cache dir.
 
-Each micro-benchmark is a one-op ONNX graph (an attention block for the attention class) built
-with onnx.helper: GEMMs from skinny to square, convolutions 3x3 / 1x1 / strided / grouped /
-the 3-channel stem, depthwise 3x3 / 5x5 / 7x7, elementwise ops, pools, normalizations,
-reductions and data movement at sizes that span L1, L2, the last-level cache and DRAM, and a
-chain of tiny ops for the per-kernel overhead. Its FLOPs and bytes come from onnxlens's own
+Each micro-benchmark is a small ONNX graph built with onnx.helper that our fusion makes one
+group of (one op, or a pattern ORT also runs as one kernel: Conv + activation, a Linear with
+its bias and GELU, an attention block): GEMMs from skinny to square, convolutions 3x3 / 1x1 /
+strided / grouped / the 3-channel stem, with channel counts on and off ORT's NCHWc block,
+depthwise 3x3 / 5x5 / 7x7, elementwise ops, pools, normalizations, reductions and data
+movement at sizes that span L1, L2, the last-level cache and DRAM, and a chain of tiny ops for
+the per-kernel overhead. Shapes come from generic grids whose spatial sizes (96, 48, 24, 12,
+6; 208 for the stems) no torchvision classifier at 224x224 has, so no benchmark is a layer of
+a model the accuracy benchmark measures. Its FLOPs and bytes come from onnxlens's own
 analysis of that graph (the formulas the estimate uses), so model and measurement check each
 other, and its op class is the estimator's (`op_class`).
 
@@ -15,27 +19,29 @@ to other processes on the cores) and wall time otherwise, less the fixed cost of
 A lone Conv or pool is run by ORT in its NCHWc layout between a ReorderInput and a
 ReorderOutput, which in a network sit only at the ends of a run of convolutions: such a
 benchmark is timed as ORT optimized it (its saved optimized graph) with those layout kernels
-cut off, so what is timed is the `com.microsoft.nchwc` kernel a network runs. Every
-benchmark is measured in two passes, the second in reverse order, and the faster median
-kept: a burst of activity from other processes on a shared machine rarely hits the same
-benchmark twice.
+cut off, so what is timed is the `com.microsoft.nchwc` kernel a network runs. Each
+benchmark's session is made once and timed in three passes over the whole list, alternately
+forwards and backwards, keeping its fastest median: on a shared machine other processes slow
+things down in bursts (caches and memory bandwidth are shared even when the CPU clock is
+not), which rarely hit one benchmark every time.
 
 Fitting, in the estimator's terms (a group takes max(compute, memory) + overhead):
 
 1. overhead: the slope of run time over the length of a chain of tiny Relu kernels;
 2. the fp32 peak: the host profile's, raised to the best GEMM rate measured if that beats it
-   (efficiencies measured above the peak count as 1);
+   (efficiencies measured above the peak count as 1); the rate of the 1024^3 GEMM is kept as
+   the "measured GEMM peak" a naive estimate would use;
 3. memory bandwidth per level and the `elementwise` curve, alternately (four rounds) on every
    benchmark without MACs: a level's bandwidth is the median rate of its benchmarks that the
    current curve calls memory bound; the curve is fitted on those the bandwidths call compute
-   bound;
+   bound; a level slower than the one after it is raised to it;
 4. a curve per class with MACs, on its benchmarks that are not memory bound, after taking
    out the time the `elementwise` curve gives their other FLOPs (bias, fused activation).
 
-A curve is fitted by least squares on ln(efficiency): for each (f_half, i_half) on a log grid
-the best e_max is closed-form (the mean log residual), and the grid point with the smallest
-error wins. Benchmarks run in priority order (a coarse set covering every class first), and
-those that would overrun `budget_s` are skipped.
+A curve is fitted by least absolute deviations on ln(efficiency): for each (f_half, i_half)
+on a log grid the best e_max (and level factor) is closed-form (the median log residual), and
+the grid point with the smallest error wins. Benchmarks run in priority order (a coarse set
+covering every class first), and those that would overrun `budget_s` are skipped.
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ CHAIN_LENGTHS = (1, 17, 33, 65)
 # A benchmark is informative on efficiency only if memory takes less than this share of it.
 COMPUTE_BOUND_SHARE = 0.8
 FIT_ROUNDS = 4
+PASSES = 3  # timings of each benchmark, spread over the run; the fastest median is kept
 LEVEL_POINTS = 3  # benchmarks a memory level needs for an efficiency factor of its own
 F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
 I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
@@ -136,6 +143,26 @@ def gemm(m: int, k: int, n: int, tier: int = 1) -> Bench:
         _work(2 * m * k * n, 4 * (m * k + k * n + m * n)))
 
 
+def linear(rows: int, k: int, n: int, gelu: bool = False, tier: int = 1) -> Bench:
+    """nn.Linear on a [1, rows, k] activation as torch exports it (MatMul, Add bias), then
+    GELU spelled out in erf (opset 17) if `gelu`: a transformer or ConvNeXt MLP's group."""
+    def build() -> onnx.ModelProto:
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["M"]),
+                 helper.make_node("Add", ["M", "B"], ["H" if gelu else "Y"])]
+        consts = [_const("W", (k, n)), _const("B", (n,))]
+        if gelu:  # 0.5 x (1 + erf(x / sqrt 2))
+            nodes += [helper.make_node("Div", ["H", "sqrt2"], ["D"]),
+                      helper.make_node("Erf", ["D"], ["E"]),
+                      helper.make_node("Add", ["E", "one"], ["A"]),
+                      helper.make_node("Mul", ["H", "A"], ["P"]),
+                      helper.make_node("Mul", ["P", "half"], ["Y"])]
+            consts += [numpy_helper.from_array(np.array(v, np.float32), name) for name, v in
+                       (("sqrt2", math.sqrt(2)), ("one", 1.0), ("half", 0.5))]
+        return _model(nodes, [("X", (1, rows, k))], ("Y", (1, rows, n)), consts)
+    return Bench(f"Linear {rows}x{k}x{n}" + (" +Gelu" if gelu else ""), build, tier,
+                 _work(2 * rows * k * n, 4 * (rows * k + k * n + rows * n)))
+
+
 def batched_matmul(b: int, m: int, k: int, n: int, tier: int = 1) -> Bench:
     """Two activations: A[b,m,k] · B[b,k,n]."""
     return Bench(f"MatMul {b}x({m}x{k}x{n})", lambda: _model(
@@ -144,22 +171,33 @@ def batched_matmul(b: int, m: int, k: int, n: int, tier: int = 1) -> Bench:
 
 
 def conv(cin: int, cout: int, size: int, kernel: int = 3, stride: int = 1, group: int = 1,
-         tier: int = 1) -> Bench:
-    """Conv with bias on [1, cin, size, size], 'same' padding."""
+         act: str | None = None, tier: int = 1) -> Bench:
+    """Conv with bias on [1, cin, size, size], 'same' padding, then `act` (Relu, Clip as
+    ReLU6, HardSwish) if given: one group of ours and one NCHWc kernel of ORT's."""
     out = (size + 2 * (kernel // 2) - kernel) // stride + 1
     kind = "dw" if group == cin == cout else (f"g{cin // group}" if group > 1 else "")
-    name = f"Conv{kind} {kernel}x{kernel}/{stride} {cin}->{cout} @{size}"
-    return Bench(name, lambda: _model(
-        [helper.make_node("Conv", ["X", "W", "B"], ["Y"], kernel_shape=[kernel, kernel],
-                          strides=[stride, stride], pads=[kernel // 2] * 4, group=group)],
-        [("X", (1, cin, size, size))], ("Y", (1, cout, out, out)),
-        [_const("W", (cout, cin // group, kernel, kernel)), _const("B", (cout,))]), tier,
-        _work(2 * out * out * cout * cin // group * kernel * kernel,
-              4 * (cin * size * size + cout * out * out)))
+    name = f"Conv{kind} {kernel}x{kernel}/{stride} {cin}->{cout} @{size}" + (
+        f" +{act}" if act else "")
+
+    def build() -> onnx.ModelProto:
+        nodes = [helper.make_node("Conv", ["X", "W", "B"], ["C" if act else "Y"],
+                                  kernel_shape=[kernel, kernel], strides=[stride, stride],
+                                  pads=[kernel // 2] * 4, group=group)]
+        consts = [_const("W", (cout, cin // group, kernel, kernel)), _const("B", (cout,))]
+        if act == "Clip":
+            nodes.append(helper.make_node("Clip", ["C", "lo", "hi"], ["Y"]))
+            consts += [numpy_helper.from_array(np.array(v, np.float32), n)
+                       for n, v in (("lo", 0.0), ("hi", 6.0))]
+        elif act:
+            nodes.append(helper.make_node(act, ["C"], ["Y"]))
+        return _model(nodes, [("X", (1, cin, size, size))], ("Y", (1, cout, out, out)), consts)
+    return Bench(name, build, tier, _work(2 * out * out * cout * cin // group * kernel * kernel,
+                                          4 * (cin * size * size + cout * out * out)))
 
 
-def depthwise(channels: int, size: int, kernel: int = 3, stride: int = 1, tier: int = 1) -> Bench:
-    return conv(channels, channels, size, kernel, stride, group=channels, tier=tier)
+def depthwise(channels: int, size: int, kernel: int = 3, stride: int = 1,
+              act: str | None = None, tier: int = 1) -> Bench:
+    return conv(channels, channels, size, kernel, stride, channels, act, tier)
 
 
 def _flat(n: int) -> tuple[int, ...]:
@@ -275,6 +313,9 @@ def chain(length: int) -> Bench:
          for i in range(length)], [("X", (16,))], (f"t{length}", (16,))), 0, 0.0)
 
 
+SQUARE_GEMM = matmul(1024, 1024, 1024, 2)
+
+
 def benchmarks() -> list[Bench]:
     """The whole set, coarse tier first; names are unique."""
     out = [chain(n) for n in CHAIN_LENGTHS]
@@ -286,28 +327,48 @@ def benchmarks() -> list[Bench]:
             matmul(2048, 256, 256), matmul(128, 1024, 2048), gemm(1, 1024, 512),
             gemm(64, 512, 1024), gemm(1, 4096, 2048), batched_matmul(8, 64, 64, 64),
             batched_matmul(16, 128, 32, 128), batched_matmul(4, 256, 256, 64),
-            matmul(1024, 1024, 1024, 2), matmul(1, 8192, 4096, 2, weight=False)]
+            linear(2048, 128, 512, gelu=True), linear(2048, 512, 128), linear(512, 256, 1024),
+            linear(512, 1024, 256), linear(256, 512, 2048, gelu=True), linear(256, 2048, 512),
+            SQUARE_GEMM, matmul(1, 8192, 4096, 2, weight=False)]
     # Convolutions: 3x3 over channel counts and sizes, strided, 1x1 up and down, the stem,
-    # grouped (group widths 8, 16, 32).
-    out += [conv(64, 64, 28, tier=0), conv(32, 128, 28, 1, tier=0),
-            conv(16, 16, 112), conv(32, 32, 56), conv(64, 64, 56), conv(128, 128, 28),
-            conv(256, 256, 14), conv(512, 512, 7), conv(32, 64, 56), conv(256, 128, 14),
-            conv(32, 64, 112, 3, 2), conv(64, 128, 56, 3, 2), conv(256, 512, 14, 3, 2),
-            conv(16, 64, 112, 1), conv(64, 16, 112, 1), conv(32, 192, 56, 1),
-            conv(192, 32, 56, 1), conv(64, 256, 28, 1), conv(256, 64, 28, 1),
-            conv(128, 512, 14, 1), conv(512, 128, 14, 1), conv(256, 1024, 7, 1),
-            conv(1024, 256, 7, 1), conv(128, 128, 28, 1), conv(512, 512, 7, 1),
-            conv(16, 16, 56, 1), conv(256, 512, 28, 1, 2), conv(3, 32, 224, 3, 2),
-            conv(3, 64, 224, 7, 2), conv(64, 64, 56, 3, 1, 8), conv(128, 128, 28, 3, 1, 8),
-            conv(256, 256, 14, 3, 1, 16), conv(512, 512, 7, 3, 1, 16),
-            conv(128, 128, 56, 3, 2, 4), conv(256, 256, 28, 3, 1, 32)]
-    # Depthwise: 3x3 / 5x5 / 7x7, stride 1 and 2, small and large spatial sizes.
-    out += [depthwise(64, 56, tier=0), depthwise(32, 112), depthwise(128, 56),
-            depthwise(128, 28), depthwise(256, 14), depthwise(512, 14), depthwise(1024, 7),
-            depthwise(64, 112, 3, 2), depthwise(128, 56, 3, 2), depthwise(256, 28, 3, 2),
-            depthwise(128, 28, 5), depthwise(256, 14, 5), depthwise(512, 7, 5),
-            depthwise(256, 28, 5, 2), depthwise(96, 56, 7), depthwise(192, 28, 7),
-            depthwise(384, 14, 7), depthwise(768, 7, 7)]
+    # grouped (group widths 8, 16, 32); channel counts that are and are not multiples of 16
+    # (ORT's NCHWc block on AVX-512 pads the others); fused activations, from the free Relu to
+    # the costlier ReLU6 and HardSwish, as networks use them.
+    out += [conv(64, 64, 24, tier=0), conv(32, 128, 24, 1, tier=0),
+            conv(16, 16, 96, act="Relu"), conv(32, 32, 48), conv(64, 64, 48, act="Relu"),
+            conv(128, 128, 24), conv(256, 256, 12, act="Relu"), conv(512, 512, 6),
+            conv(32, 64, 48), conv(256, 128, 12), conv(24, 24, 48, act="Relu"),
+            conv(40, 40, 24, act="Clip"), conv(88, 88, 24, act="Relu"), conv(200, 200, 12),
+            conv(32, 64, 96, 3, 2), conv(64, 128, 48, 3, 2, act="Relu"),
+            conv(256, 512, 12, 3, 2), conv(3, 32, 208, 3, 2, act="Clip"),
+            conv(3, 64, 208, 7, 2, act="Relu"), conv(3, 16, 208, 3, 2, act="HardSwish"),
+            conv(16, 64, 96, 1), conv(64, 16, 96, 1), conv(32, 192, 48, 1, act="Clip"),
+            conv(192, 32, 48, 1), conv(64, 256, 24, 1, act="Relu"), conv(256, 64, 24, 1),
+            conv(128, 512, 12, 1, act="Relu"), conv(512, 128, 12, 1), conv(256, 1024, 6, 1),
+            conv(1024, 256, 6, 1), conv(128, 128, 24, 1), conv(512, 512, 6, 1),
+            conv(16, 16, 48, 1, act="Relu"), conv(256, 512, 24, 1, 2),
+            conv(24, 120, 48, 1, act="Clip"), conv(120, 24, 48, 1), conv(24, 88, 48, 1, act="Relu"),
+            conv(88, 24, 48, 1), conv(40, 200, 24, 1, act="HardSwish"), conv(200, 40, 24, 1),
+            conv(72, 432, 12, 1, act="Clip"), conv(432, 72, 12, 1),
+            conv(104, 624, 12, 1, act="HardSwish"), conv(624, 104, 12, 1),
+            conv(176, 1056, 6, 1, act="Clip"), conv(1056, 176, 6, 1),
+            conv(52, 52, 24, 1, act="Relu"), conv(100, 100, 12, 1, act="Relu"),
+            conv(204, 204, 6, 1, act="Relu"),
+            conv(64, 64, 48, 3, 1, 8), conv(128, 128, 24, 3, 1, 8),
+            conv(256, 256, 12, 3, 1, 16), conv(512, 512, 6, 3, 1, 16),
+            conv(128, 128, 48, 3, 2, 4), conv(256, 256, 24, 3, 1, 32)]
+    # Depthwise: 3x3 / 5x5 / 7x7, stride 1 and 2, small and large spatial sizes, channel counts
+    # on and off the NCHWc block, with and without a fused activation.
+    out += [depthwise(64, 48, tier=0), depthwise(32, 96, act="Clip"), depthwise(128, 48),
+            depthwise(128, 24, act="Relu"), depthwise(256, 12), depthwise(512, 12, act="Clip"),
+            depthwise(1024, 6), depthwise(64, 96, 3, 2), depthwise(128, 48, 3, 2),
+            depthwise(256, 24, 3, 2, act="Relu"), depthwise(128, 24, 5), depthwise(256, 12, 5),
+            depthwise(512, 6, 5, act="HardSwish"), depthwise(256, 24, 5, 2), depthwise(96, 48, 7),
+            depthwise(192, 24, 7), depthwise(384, 12, 7), depthwise(768, 6, 7),
+            depthwise(88, 48, act="Relu"), depthwise(120, 48, act="Clip"),
+            depthwise(120, 48, 3, 2, act="Clip"), depthwise(104, 24, 5, act="Relu"),
+            depthwise(200, 24, 5, 2, act="HardSwish"), depthwise(432, 12, act="HardSwish"),
+            depthwise(624, 12, 5), depthwise(52, 24), depthwise(100, 12), depthwise(204, 6)]
     # Elementwise at sizes in L1 (2^10), L2 (2^14, 2^16), the LLC (2^19, 2^21) and DRAM (2^24).
     out += [unary("Relu", 1 << 16, 0), binary("Add", 1 << 16, 0), unary("Relu", 1 << 21, 0)]
     for n in (1 << 10, 1 << 14, 1 << 19):
@@ -316,40 +377,42 @@ def benchmarks() -> list[Bench]:
     for n in (1 << 12, 1 << 16, 1 << 19):
         out += [unary("Sigmoid", n), unary("HardSwish", n), unary("Tanh", n), unary("Erf", n),
                 binary("Div", n)]
-    out += [channel_scale(256, 28), channel_scale(64, 112), channel_scale(1024, 7)]
+    out += [channel_scale(256, 24), channel_scale(64, 96), channel_scale(1024, 6)]
     out += [unary("Relu", 1 << 24, 2), binary("Add", 1 << 24, 2)]
     # Pools, normalizations, reductions.
-    out += [pool("MaxPool", 64, 112), pool("MaxPool", 128, 56, 2, 2), pool("MaxPool", 256, 28),
-            pool("AveragePool", 128, 56, 2, 2), pool("AveragePool", 256, 28, 2, 2),
-            pool("GlobalAveragePool", 64, 56), pool("GlobalAveragePool", 1024, 7),
-            pool("GlobalAveragePool", 256, 28),
+    out += [pool("MaxPool", 64, 96), pool("MaxPool", 128, 48, 2, 2), pool("MaxPool", 256, 24),
+            pool("AveragePool", 128, 48, 2, 2), pool("AveragePool", 256, 24, 2, 2),
+            pool("GlobalAveragePool", 64, 48), pool("GlobalAveragePool", 1024, 6),
+            pool("GlobalAveragePool", 256, 24),
             row_op("LayerNormalization", 256, 256), row_op("LayerNormalization", 1024, 128),
             row_op("LayerNormalization", 64, 1024), row_op("LayerNormalization", 4096, 64),
             row_op("Softmax", 512, 64), row_op("Softmax", 256, 256), row_op("Softmax", 64, 1024),
             row_op("Softmax", 2048, 128), row_op("ReduceMean", 1024, 256),
-            row_op("ReduceMean", 64, 4096), batch_norm(128, 28), batch_norm(256, 14)]
+            row_op("ReduceMean", 64, 4096), batch_norm(128, 24), batch_norm(256, 12)]
     # Data movement: 4-D and 5-D (channel shuffle) transposes, concat, slice.
-    out += [transpose((1, 64, 56, 56), (0, 2, 3, 1)), transpose((1, 256, 14, 14), (0, 2, 3, 1)),
-            transpose((1, 56, 56, 64), (0, 3, 1, 2)),
-            transpose((1, 2, 64, 28, 28), (0, 2, 1, 3, 4)),
-            transpose((64, 49, 4, 32), (0, 2, 1, 3)), transpose((256, 16, 8, 8), (0, 2, 1, 3)),
-            concat(64, 56), concat(128, 28), concat(256, 7), slice_half(128, 56),
-            slice_half(256, 14)]
+    out += [transpose((1, 64, 48, 48), (0, 2, 3, 1)), transpose((1, 256, 12, 12), (0, 2, 3, 1)),
+            transpose((1, 48, 48, 64), (0, 3, 1, 2)),
+            transpose((1, 2, 64, 24, 24), (0, 2, 1, 3, 4)),
+            transpose((64, 36, 4, 32), (0, 2, 1, 3)), transpose((256, 16, 8, 8), (0, 2, 1, 3)),
+            concat(64, 48), concat(128, 24), concat(256, 6), slice_half(128, 48),
+            slice_half(256, 12)]
     # Attention blocks: heads x sequence x head dim.
     out += [attention(4, 64, 32, 0), attention(8, 128, 64), attention(4, 256, 32),
-            attention(16, 64, 64), attention(2, 512, 64), attention(32, 49, 32)]
+            attention(16, 64, 64), attention(2, 512, 64), attention(32, 36, 32)]
     return sorted(out, key=lambda b: b.tier)
 
 
 # ---- measuring ---------------------------------------------------------------------------------
 
-Measure = Callable[[onnx.ModelProto, int, float], float]
+Timer = Callable[[float], float]  # min_time_s -> the median run (seconds) over that long
+Prepare = Callable[[onnx.ModelProto, int], Timer]
 
 
-def measure_ort(model: onnx.ModelProto, threads: int, min_time_s: float) -> float:
-    """The median run of `model` on ORT's CPU provider over at least `min_time_s` (3 runs at
-    least), on the CPU clock at one thread, wall time otherwise (the statistic the models are
-    measured with: a minimum over hundreds of runs of a tiny kernel would flatter it).
+def prepare_ort(model: onnx.ModelProto, threads: int) -> Timer:
+    """A timer of `model` on ORT's CPU provider: each call gives the median run over at least
+    its `min_time_s` (3 runs at least), on the CPU clock at one thread, wall time otherwise
+    (the statistic models are measured with: a minimum over hundreds of runs of a tiny kernel
+    would flatter it).
 
     A lone Conv or pool is run by ORT in NCHWc layout between a ReorderInput and a
     ReorderOutput, which in a network sit only at the ends of a run of convolutions: such a
@@ -362,8 +425,10 @@ def measure_ort(model: onnx.ModelProto, threads: int, min_time_s: float) -> floa
             if any(k.op_type in LAYOUT_KERNELS for k in kernels[0]):
                 model = without_layout(onnx.load(path), kernels[0])
     session = make_session(model, threads)
-    return time_session(session, random_feeds(session), runs=3, warmup=1, min_time_s=min_time_s,
-                        clock="cpu" if threads == 1 else "wall").median_s
+    feeds = random_feeds(session)
+    clock = "cpu" if threads == 1 else "wall"
+    return lambda min_time_s: time_session(session, feeds, runs=3, warmup=1,
+                                           min_time_s=min_time_s, clock=clock).median_s
 
 
 def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime]) -> onnx.ModelProto:
@@ -389,29 +454,39 @@ def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime]) -> o
 # ---- the calibration run -----------------------------------------------------------------------
 
 def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = True,
-                    measure: Measure = measure_ort) -> Calibration:
+                    prepare: Prepare = prepare_ort) -> Calibration:
     """Measure this host at `threads` within about `budget_s` seconds and fit a Calibration
     (not saved: `Calibration.save()` puts it in the cache dir). `progress` shows a rich
-    progress bar on stderr. `measure` times one benchmark graph (tests give a fake)."""
+    progress bar on stderr. `prepare` makes a benchmark graph's timer (tests give a fake).
+
+    Every benchmark is timed in PASSES passes, alternately forwards and backwards through the
+    list, and its fastest median kept: on a shared machine other processes slow it down in
+    bursts, which rarely hit one benchmark every time.
+    """
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
     start = time.perf_counter()
     hw = host_profile(threads)
     benches = benchmarks()
-    min_time_s = max(0.01, 0.2 * budget_s / len(benches))
+    min_time_s = max(0.01, 0.15 * budget_s / len(benches))
     models: dict[str, onnx.ModelProto] = {}
+    timers: dict[str, Timer] = {}
     samples: dict[str, float] = {}
-    order = [*benches, *reversed(benches)]
+    order = [b for i in range(PASSES) for b in (benches if i % 2 == 0 else benches[::-1])]
     with _progress_bar(progress, len(order)) as advance:
         for i, bench in enumerate(order):
             advance(bench.name)
-            expected = 0.06 + 2 * max(min_time_s, 4 * bench.work)
-            over = time.perf_counter() - start + expected > budget_s
-            if over and (bench.tier > 0 or i >= len(benches)):
+            new = bench.name not in timers
+            expected = (0.1 if new else 0.0) + max(min_time_s, 4 * bench.work)
+            if time.perf_counter() - start + expected > budget_s and (
+                    bench.tier > 0 or i >= len(benches)):
                 continue
-            model = models.setdefault(bench.name, bench.build())
-            seconds = measure(model, threads, min_time_s)
+            if new:
+                models[bench.name] = bench.build()
+                timers[bench.name] = prepare(models[bench.name], threads)
+            seconds = timers[bench.name](min_time_s)
             samples[bench.name] = min(seconds, samples.get(bench.name, seconds))
+    timers.clear()  # the sessions and their buffers
     chain = {len(models[b.name].graph.node): samples[b.name]
              for b in benches if b.name.startswith("Relu chain") and b.name in samples}
     fixed_s, kernel_s = _line(list(chain), list(chain.values()))
@@ -490,10 +565,16 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
         kernel_s: float) -> Calibration:
     """Peak, bandwidths and curves from measured points (module docstring, Fitting)."""
     mac_points = [p for p in points if p.macs]
-    gemm_best = max((2 * p.macs / p.seconds for p in mac_points if p.op_class == "gemm"),
-                    default=0.0)
-    peak = max(hw.peak_flops("fp32"), gemm_best)
+    gemm_rates = {p.name: 2 * p.macs / p.seconds for p in mac_points if p.op_class == "gemm"}
+    peak = max(hw.peak_flops("fp32"), *gemm_rates.values())
+    # The measured GEMM peak of the naive estimate: the largest square GEMM, as one would
+    # measure a peak (the best rate of any GEMM when that one was skipped).
+    square = gemm_rates.get(SQUARE_GEMM.name, max(gemm_rates.values(), default=peak))
     bandwidth, vector = fit_vector([p for p in points if not p.macs], hw, peak)
+    # A faster level is never slower: its tiny benchmarks are mostly fixed cost.
+    slowest = 0.0
+    for level in reversed([lv.name for lv in hw.memory if lv.name in bandwidth]):
+        slowest = bandwidth[level] = max(bandwidth[level], slowest)
     curves = {VECTOR_CLASS: vector}
     for cls in MAC_CLASSES:
         eff_points = []
@@ -513,7 +594,7 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
             curves[cls] = fit_curve(np.asarray(f), np.asarray(i), np.asarray(e), lv)
     return Calibration(
         host=host_name(), cpu=detect_cpu().model, threads=threads,
-        peak_fp32_tflops=peak / 1e12, gemm_tflops=gemm_best / 1e12,
+        peak_fp32_tflops=peak / 1e12, gemm_tflops=square / 1e12,
         kernel_overhead_us=kernel_s * 1e6, bandwidth_gbps=bandwidth, curves=curves,
         levels=[(lv.name, lv.size_bytes) for lv in hw.memory],
         points=tuple(points), ort_version=ort.__version__,
@@ -528,8 +609,11 @@ def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
                ) -> tuple[dict[str, float], Curve]:
     """Bandwidth per memory level and the `elementwise` curve, fitted in turn on benchmarks
     without MACs: bandwidth on those the curve calls memory bound, the curve on those the
-    bandwidths call compute bound (the curve has no level factors: levels are the memory
-    term's business here)."""
+    bandwidths call compute bound. The curve has no level factors (levels are the memory
+    term's business here). Its benchmarks all do under one FLOP per byte, while the estimator
+    also applies it to the bias and activation FLOPs of convolutions and GEMMs, far above: the
+    curve is held flat past its largest fitted intensity, and the MAC classes' fits take out
+    the same vector time, so they absorb the difference."""
     levels = [memory_level(hw, p.bytes).name for p in points]
     rates = [p.bytes / p.seconds / 1e9 for p in points]
     bandwidth = {lv: max(r for r, lv2 in zip(rates, levels, strict=True) if lv2 == lv)
@@ -555,28 +639,30 @@ def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
 
 def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
               levels: Sequence[str] = ()) -> Curve:
-    """Least squares on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half) · level factor,
-    e_max <= 1 and e_max · factor <= 1: a grid over (f_half, i_half) with the rest closed-form
-    (mean log residuals). A level gets a factor of its own from LEVEL_POINTS points on; fewer
-    than 3 points fit e_max alone."""
+    """Least absolute deviations on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half) · level
+    factor, with e_max <= 1 and e_max · factor <= 1: a grid over (f_half, i_half), the rest
+    closed-form (median log residuals); intensities past the largest fitted one are read as
+    it (no extrapolation). Absolute, not squared, deviations: one odd benchmark (a channel
+    count ORT runs on a slow path) must not drag a whole class. A level gets a factor of its
+    own from LEVEL_POINTS points on; fewer than 3 points fit e_max alone."""
     y = np.log(eff)
     f_grid = np.asarray(F_HALF_GRID if len(y) >= 3 else (0.0,))
     i_grid = np.asarray(I_HALF_GRID if len(y) >= 3 else (0.0,))
     g = (np.log(flops / (flops + f_grid[:, None]))[:, None, :]
          + np.log(intensity / (intensity + i_grid[:, None]))[None, :, :])
     r = y - g  # ln e_max (times the level factor) each point asks for
-    log_e = np.minimum(r.mean(axis=-1), 0.0)  # e_max <= 1
+    log_e = np.minimum(np.median(r, axis=-1), 0.0)  # e_max <= 1
     fitted = np.broadcast_to(log_e[..., None], r.shape).copy()
     own: dict[str, np.ndarray] = {}
     names = np.asarray(levels)
     for level in dict.fromkeys(levels):
         mask = names == level
         if mask.sum() >= LEVEL_POINTS:
-            own[level] = np.minimum(r[..., mask].mean(axis=-1), 0.0)
+            own[level] = np.minimum(np.median(r[..., mask], axis=-1), 0.0)
             fitted[..., mask] = own[level][..., None]
-    err = ((r - fitted) ** 2).mean(axis=-1)
+    err = np.abs(r - fitted).mean(axis=-1)
     fi, ii = np.unravel_index(int(np.argmin(err)), err.shape)
     e_max = float(math.exp(log_e[fi, ii]))
     factors = {lv: float(math.exp(v[fi, ii] - log_e[fi, ii])) for lv, v in own.items()}
-    return Curve(e_max, float(f_grid[fi]), float(i_grid[ii]), factors, len(y),
-                 float(math.sqrt(err[fi, ii])))
+    return Curve(e_max, float(f_grid[fi]), float(i_grid[ii]), float(intensity.max()), factors,
+                 len(y), float(err[fi, ii]))

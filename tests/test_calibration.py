@@ -42,8 +42,8 @@ def _calibration(threads: int = 1, **changes: object) -> Calibration:
         host=host_name(), cpu=detect_cpu().model, threads=threads, peak_fp32_tflops=0.2,
         gemm_tflops=0.15, kernel_overhead_us=0.5,
         bandwidth_gbps={lv.name: 10.0 * (len(hw.memory) - i) for i, lv in enumerate(hw.memory)},
-        curves={"elementwise": Curve(0.3, 2e3, 0.5), "conv": Curve(0.8, 1e6, 4.0, {"L3": 0.7}),
-                "gemm": Curve(0.9, 1e5, 2.0, {}, 12, 0.1)},
+        curves={"elementwise": Curve(0.3, 2e3, 0.5), "conv": Curve(0.8, 1e6, 4.0, 1e5, {"L3": 0.7}),
+                "gemm": Curve(0.9, 1e5, 2.0, 500.0, {}, 12, 0.1)},
         levels=[(lv.name, lv.size_bytes) for lv in hw.memory],
         points=(Point("MatMul 64x64x64", "gemm", 262144, 0, 49152, 4e-6),),
         ort_version="1.0", created="2026-01-01T00:00:00+00:00", duration_s=90.0)
@@ -60,7 +60,7 @@ def test_fit_recovers_a_known_curve() -> None:
     eff = np.array([truth(f, i) for f, i in zip(flops, intensity, strict=True)])
     fit = calibrate.fit_curve(flops, intensity, eff)
     assert fit.e_max == pytest.approx(0.8, rel=0.1)
-    assert fit.rms_log_error < 0.05 and fit.points == 25
+    assert fit.log_error < 0.05 and fit.points == 25
     for f, i, e in zip(flops, intensity, eff, strict=True):
         assert fit(f, i) == pytest.approx(e, rel=0.08)
 
@@ -88,17 +88,17 @@ def test_run_calibration_fits_a_fake_machine() -> None:
     costs: the fit finds the overhead and bandwidths, and efficiencies near 40%."""
     peak = host_profile(1).peak_flops("fp32")
 
-    def measure(model: onnx.ModelProto, threads: int, min_time_s: float) -> float:
+    def prepare(model: onnx.ModelProto, threads: int) -> calibrate.Timer:
         if model.graph.node[0].op_type == "Relu" and model.graph.input[0].type.tensor_type \
                 .shape.dim[-1].dim_value == 16:  # the overhead chain
-            return 5e-6 + 1e-6 * len(model.graph.node)
+            return lambda min_time_s: 5e-6 + 1e-6 * len(model.graph.node)
         result = calibrate.analyze(model)
         cost = result.group_costs[0].cost
         assert cost is not None
         work = max(cost.flops() / (0.4 * peak), (cost.bytes_read + cost.bytes_written) / 20e9)
-        return 5e-6 + 1e-6 + work
+        return lambda min_time_s: 5e-6 + 1e-6 + work
 
-    cal = calibrate.run_calibration(1, budget_s=1.0, progress=False, measure=measure)
+    cal = calibrate.run_calibration(1, budget_s=1.0, progress=False, prepare=prepare)
     assert cal.kernel_overhead_us == pytest.approx(1.0, rel=1e-6)
     assert cal.points and cal.notes
     assert all(bw == pytest.approx(20.0, rel=0.05) for bw in cal.bandwidth_gbps.values())
@@ -125,7 +125,7 @@ def test_a_real_mini_calibration() -> None:
 def test_the_layout_kernels_are_cut_off() -> None:
     bench = calibrate.conv(32, 32, 28)
     model = bench.build()
-    assert calibrate.measure_ort(model, 1, 0.0) > 0
+    assert calibrate.prepare_ort(model, 1)(0.0) > 0
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -202,6 +202,7 @@ def test_efficiency_by_class_and_level() -> None:
     assert cal.efficiency("conv", 1e9, 1e4) == pytest.approx(0.8 * size * 1e4 / (1e4 + 4))
     assert cal.efficiency("conv", 1e9, 100) == pytest.approx(0.8 * 0.7 * size * 100 / 104)
     assert cal.efficiency("conv", 1.0, 1e-9) > 0  # never zero
+    assert cal.efficiency("gemm", 1e9, 5e3) == cal.efficiency("gemm", 1e9, 500.0)  # i_max
 
 
 # ---- ORT timing -----------------------------------------------------------------------------
