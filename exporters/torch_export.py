@@ -44,7 +44,10 @@ if TYPE_CHECKING:
 
 DEFAULT_OPSET = 17
 DEFAULT_IMAGE_SIZE = 224  # for module:factory specs and models whose weights name no crop size
-CACHE_FORMAT = 1  # bump when a change here changes what an export of the same spec contains
+CACHE_FORMAT = 2  # bump when a change here changes what an export of the same spec contains
+# Random weights, but the same ones every time: the torch backend rebuilds the module and must
+# get the weights the cached export holds.
+WEIGHT_SEED = 0
 # Protobuf refuses messages of 2 GiB; above this many bytes of weights they go to a side file.
 EXTERNAL_DATA_BYTES = 1_800_000_000
 
@@ -381,8 +384,17 @@ def resolve_name(spec: str) -> str:
                       f"module:factory; {hint}")
 
 
+def build_module(spec: str, image_size: int | None = None) -> torch.nn.Module:
+    """The module `spec` names, with the same seeded random weights as its export."""
+    return build_model(spec, image_size)[0]
+
+
 def build_model(spec: str, image_size: int | None = None) -> tuple[torch.nn.Module, int]:
-    """The module `spec` names (random weights) and the image side to export it at."""
+    """The module `spec` names (random weights from `WEIGHT_SEED`) and the image side to export
+    it at."""
+    import torch
+
+    torch.manual_seed(WEIGHT_SEED)
     if ":" in spec:
         module = _call_factory(spec)
         return module, image_size or DEFAULT_IMAGE_SIZE
