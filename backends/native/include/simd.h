@@ -54,7 +54,11 @@ struct DepthwiseArgs {
   float* out;
   const float* w;  // kh * kw
   int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
+  int64_t ph_end, pw_end;  // bottom and right pads
+  float* scratch;          // (H + ph + ph_end) * (W + pw + pw_end) + kDepthwiseSlack * sw
+  float* scratch_row;      // W + pw + pw_end floats
 };
+constexpr int64_t kDepthwiseSlack = 16;
 
 // One output row of a 2-D pooling window (see k_pool.cpp).
 struct PoolRowArgs {

@@ -190,7 +190,14 @@ class ConvKernel : public Kernel {
   }
 
   int64_t workspace_floats() const override {
-    return depthwise_ ? epilogue_.scratch_floats() : gemm_workspace_floats(simd_, &epilogue_);
+    if (!depthwise_) return gemm_workspace_floats(simd_, &epilogue_);
+    return plane_floats() + (g_.W + g_.pl + g_.pr);
+  }
+
+  // The epilogue's scratch, then the zero-bordered plane of a depthwise channel and its slack.
+  int64_t plane_floats() const {
+    return epilogue_.scratch_floats() + (g_.H + g_.pt + g_.pb) * (g_.W + g_.pl + g_.pr) +
+           kDepthwiseSlack * g_.sw;
   }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
@@ -208,11 +215,13 @@ class ConvKernel : public Kernel {
       const Range r = split_range(planes, tid, n);
       for (int64_t p = r.begin; p < r.end; ++p) {
         const int64_t c = p % g_.C;
+        float* scratch = ws.get(tid);
         DepthwiseArgs a{x_.f32() + p * g_.H * g_.W, y_.f32() + p * ohw,
                         w_ + c * g_.kh * g_.kw, g_.H, g_.W, g_.OH, g_.OW, g_.kh,
-                        g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw};
+                        g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw, g_.pb, g_.pr,
+                        scratch + epilogue_.scratch_floats(), scratch + plane_floats()};
         simd_.depthwise(a);
-        epilogue_.apply(simd_, a.out, p * ohw, ohw, ws.get(tid));
+        epilogue_.apply(simd_, a.out, p * ohw, ohw, scratch);
       }
     });
   }
