@@ -303,6 +303,30 @@ def report_command(
     Console(highlight=False).print(f"wrote {output}")
 
 
+@app.command("calibrate")
+def calibrate_command(
+    threads: Annotated[int, typer.Option(min=1, help="Threads to calibrate for (pinned).")
+                       ] = 1,
+    budget: Annotated[float, typer.Option(min=5, help="Seconds to spend, about.")] = 100,
+    debug: DebugOpt = False,
+) -> None:
+    """Measure this host through ONNX Runtime and save the efficiency curves `--hardware host`
+    then uses."""
+    from .backends.calibrate import run_calibration
+
+    def calibrate() -> Path:
+        return run_calibration(threads, budget_s=budget, progress=True).save()
+
+    path = _run(debug, calibrate)
+    from .analyzer.calibration import calibrated_host
+
+    hw, _ = calibrated_host(threads)
+    Console(highlight=False).print(
+        f"wrote {path}\nhost at {threads} thread(s): fp32 peak "
+        f"{hw.peak_tflops['fp32'] * 1e3:.1f} GFLOP/s, main memory "
+        f"{hw.main_memory.bandwidth_gbps:.1f} GB/s, kernel overhead {hw.kernel_launch_us:.1f} µs")
+
+
 @app.command("hardware")
 def hardware_command(
     threads: Annotated[int | None, typer.Option(min=1, help="Threads for the host profile.")
