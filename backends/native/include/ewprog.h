@@ -9,6 +9,7 @@
 // intermediate value stays in L1.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +19,17 @@
 namespace onnxlens {
 
 class KernelContext;
+
+// A program of the form the micro-kernels apply as they store (see TileEpilogue): per-row
+// affine ops on constants folded into one scale and bias per row, or a per-column bias; then a
+// residual of the output's shape; then Relu or Clip. `ok` is false for any other program.
+struct FastEpilogue {
+  bool ok = false;
+  std::vector<float> row_scale, row_bias;  // empty when not needed
+  const float* col_bias = nullptr;
+  const float* residual = nullptr;  // laid out like the output
+  float lo = -INFINITY, hi = INFINITY;
+};
 
 class EwProgram {
  public:
@@ -32,12 +44,16 @@ class EwProgram {
   bool empty() const { return code_.empty(); }
   // Floats of per-thread scratch apply() needs.
   int64_t scratch_floats() const { return (nregs_ > 1 ? nregs_ - 1 : 0) * kChunk; }
+  // The program as a FastEpilogue, for an output whose GEMM rows run along `row_dim` (of
+  // `rows` elements) and columns along the last dim (`col_dim_ok`: a MatMul's C).
+  FastEpilogue fast(int row_dim, int64_t rows, bool col_dim_ok) const;
   // Runs the program on out[0, n), which are output elements flat .. flat + n - 1.
   void apply(const SimdKernels& s, float* out, int64_t flat, int64_t n, float* scratch) const;
 
  private:
   struct Operand {
     const float* data;
+    bool constant;
     std::vector<int64_t> strides;  // per output dim, 0 where broadcast
     int64_t block;                 // runs of this many elements (aligned) have a fixed stride
     int64_t block_stride;          // 0 or 1
@@ -51,6 +67,10 @@ class EwProgram {
   };
 
   Src source(int src, float* out, float* scratch, const int64_t* at) const;
+  // The one output dim an operand varies along (-1: none, -2: several).
+  int varying_dim(const Operand& o) const;
+  bool chain(std::vector<Instr>& out) const;
+  bool fold_row_op(const Instr& in, FastEpilogue& f, int row_dim) const;
 
   std::vector<int64_t> shape_;
   std::vector<Operand> operands_;

@@ -56,6 +56,10 @@ struct GemmC {
   const int64_t* col_off = nullptr;
   const EwProgram* epilogue = nullptr;
   const float* out_base = nullptr;  // the output tensor, for the epilogue's flat index
+  // The epilogue in the form the micro-kernel applies while storing (then `epilogue` is not
+  // run); its per-row values start at row `row0`.
+  const FastEpilogue* fast = nullptr;
+  int64_t row0 = 0;
 };
 
 // Per-thread workspace floats for gemm() with this epilogue.

@@ -72,12 +72,25 @@ struct PoolRowArgs {
   bool max;                          // max (else the sum, divided by the caller)
 };
 
+// The epilogue a micro-kernel applies as it stores its tile (the last K block only), when a
+// fused epilogue has this form: v = v * row_scale[r] + row_bias[r] + col_bias[t]; v +=
+// residual[r, t]; v = min(max(v, lo), hi). Null pointers are skipped; the pointers are at the
+// tile's first row / column (residual: row stride ldc, like C).
+struct TileEpilogue {
+  const float* row_scale;
+  const float* row_bias;
+  const float* col_bias;
+  const float* residual;
+  float lo, hi;
+};
+
 struct SimdKernels {
   const char* name;
   int mr, nr;  // the GEMM micro-tile
-  // C[mr x nr] (row stride ldc) = (acc ? C : 0) + A_panel[kc x mr]^T B_panel[kc x nr].
+  // C[mr x nr] (row stride ldc) = (acc ? C : 0) + A_panel[kc x mr]^T B_panel[kc x nr], then
+  // the epilogue `e` if not null.
   void (*gemm_ukernel)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                       bool acc);
+                       bool acc, const TileEpilogue* e);
   // Pack rows [0, m) x cols [0, k) of A(i, j) = a[i * rs + j * cs] into mr-row panels
   // [k][mr] (rows past m are zero).
   void (*pack_a)(const float* a, int64_t rs, int64_t cs, int64_t m, int64_t k, float* dst);

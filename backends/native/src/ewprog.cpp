@@ -98,7 +98,8 @@ EwProgram::EwProgram(const KernelContext& ctx, const std::vector<int64_t>& out_s
     const std::vector<int64_t>& view = o.view.empty() ? t.shape : o.view;
     require(checked_product(view) == t.numel, "operand ", t.name, ": view ", show(view),
             " does not hold its ", t.numel, " elements");
-    Operand op{t.f32(), broadcast_strides(view, out_shape, t.name), 1, 0};
+    Operand op{t.f32(), t.storage == Storage::constant,
+               broadcast_strides(view, out_shape, t.name), 1, 0};
     suffix_block(out_shape, op.strides, op.block, op.block_stride);
     operands_.push_back(std::move(op));
   }
@@ -123,6 +124,105 @@ EwProgram::EwProgram(const KernelContext& ctx, const std::vector<int64_t>& out_s
   require(code_.empty() || code_.back().dst == 0, "the program's last instruction must write "
           "register 0");
   require(numel >= 0, "bad output");
+}
+
+int EwProgram::varying_dim(const Operand& o) const {
+  int dim = -1;
+  for (size_t d = 0; d < shape_.size(); ++d) {
+    if (o.strides[d] == 0 || shape_[d] == 1) continue;
+    if (dim != -1) return -2;
+    dim = static_cast<int>(d);
+  }
+  return dim;
+}
+
+// The instructions as a chain on one running value: each reads the value the one before
+// wrote (first: register 0) and operands only. False if the program is not such a chain.
+bool EwProgram::chain(std::vector<Instr>& out) const {
+  int cur = 0;
+  for (Instr in : code_) {
+    if (in.nsrc >= 2 && in.src[0] != cur && in.src[1] == cur &&
+        (in.op == EwOp::Add || in.op == EwOp::Mul)) {
+      std::swap(in.src[0], in.src[1]);
+    }
+    if (in.src[0] != cur) return false;
+    for (int k = 1; k < in.nsrc; ++k) {
+      if (in.src[k] >= 0) return false;
+    }
+    cur = in.dst;
+    out.push_back(in);
+  }
+  return cur == 0;
+}
+
+// Folds one instruction v = f(v, per-row constants) into the rows' scale and bias.
+bool EwProgram::fold_row_op(const Instr& in, FastEpilogue& f, int row_dim) const {
+  auto row_value = [&](int src, int64_t r, float& v) {
+    const Operand& o = operands_[static_cast<size_t>(-1 - src)];
+    const int dim = varying_dim(o);
+    if (!o.constant || (dim != row_dim && dim != -1)) return false;
+    v = o.data[dim == -1 ? 0 : r * o.strides[static_cast<size_t>(row_dim)]];
+    return true;
+  };
+  const auto rows = static_cast<int64_t>(f.row_scale.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    float& s = f.row_scale[r];
+    float& b = f.row_bias[r];
+    float u = 0.0f, v = 0.0f;
+    switch (in.op) {
+      case EwOp::Add: if (!row_value(in.src[1], r, v)) return false; b += v; break;
+      case EwOp::Sub: if (!row_value(in.src[1], r, v)) return false; b -= v; break;
+      case EwOp::Mul:
+        if (!row_value(in.src[1], r, v)) return false;
+        s *= v;
+        b *= v;
+        break;
+      case EwOp::MulAdd:
+        if (!row_value(in.src[1], r, u) || !row_value(in.src[2], r, v)) return false;
+        s *= u;
+        b = b * u + v;
+        break;
+      case EwOp::Affine: s *= in.p0; b = b * in.p0 + in.p1; break;
+      default: return false;
+    }
+  }
+  return true;
+}
+
+FastEpilogue EwProgram::fast(int row_dim, int64_t rows, bool col_dim_ok) const {
+  FastEpilogue f;
+  std::vector<Instr> code;
+  if (code_.empty() || !chain(code)) return f;
+  f.row_scale.assign(static_cast<size_t>(rows), 1.0f);
+  f.row_bias.assign(static_cast<size_t>(rows), 0.0f);
+  size_t i = 0;
+  bool rows_used = false;
+  for (; i < code.size() && fold_row_op(code[i], f, row_dim); ++i) rows_used = true;
+  const int last_dim = static_cast<int>(shape_.size()) - 1;
+  auto operand = [&](const Instr& in) { return &operands_[static_cast<size_t>(-1 - in.src[1])]; };
+  if (!rows_used && col_dim_ok && i < code.size() && code[i].op == EwOp::Add &&
+      varying_dim(*operand(code[i])) == last_dim) {
+    f.col_bias = operand(code[i])->data;
+    ++i;
+  }
+  if (i < code.size() && code[i].op == EwOp::Add) {
+    const Operand* o = operand(code[i]);
+    if (o->block_stride == 1 && o->block == checked_product(shape_)) {
+      f.residual = o->data;
+      ++i;
+    }
+  }
+  if (i < code.size() && (code[i].op == EwOp::Relu || code[i].op == EwOp::Clip)) {
+    f.lo = code[i].op == EwOp::Relu ? 0.0f : code[i].p0;
+    f.hi = code[i].op == EwOp::Relu ? INFINITY : code[i].p1;
+    ++i;
+  }
+  f.ok = i == code.size();
+  if (!rows_used) {
+    f.row_scale.clear();
+    f.row_bias.clear();
+  }
+  return f;
 }
 
 Src EwProgram::source(int src, float* out, float* scratch, const int64_t* at) const {

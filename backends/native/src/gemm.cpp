@@ -42,18 +42,42 @@ float* c_at(const GemmC& c, int64_t i, int64_t j) {
   return c.p + i * c.ldc + (c.col_off ? c.col_off[j] : j);
 }
 
-// One micro-tile at C(i, j) of m x n valid elements.
+TileEpilogue tile_epilogue(const GemmC& c, int64_t i, int64_t j) {
+  const FastEpilogue& f = *c.fast;
+  TileEpilogue e{nullptr, nullptr, nullptr, nullptr, f.lo, f.hi};
+  if (!f.row_scale.empty()) {
+    e.row_scale = f.row_scale.data() + c.row0 + i;
+    e.row_bias = f.row_bias.data() + c.row0 + i;
+  }
+  if (f.col_bias) e.col_bias = f.col_bias + j;
+  if (f.residual) e.residual = f.residual + (c_at(c, i, j) - c.out_base);
+  return e;
+}
+
+// One micro-tile at C(i, j) of m x n valid elements; the last K block also runs a fast
+// epilogue.
 void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, const GemmC& c,
-          int64_t i, int64_t j, int64_t m, int64_t n, bool acc, float* buf) {
+          int64_t i, int64_t j, int64_t m, int64_t n, bool acc, bool last, float* buf) {
+  TileEpilogue e{};
+  const bool fused = last && c.fast != nullptr;
+  if (fused) e = tile_epilogue(c, i, j);
   if (m == s.mr && n == s.nr && contiguous(c, j, n)) {
-    s.gemm_ukernel(kc, ap, bp, c_at(c, i, j), c.ldc, acc);
+    s.gemm_ukernel(kc, ap, bp, c_at(c, i, j), c.ldc, acc, fused ? &e : nullptr);
     return;
   }
-  s.gemm_ukernel(kc, ap, bp, buf, s.nr, false);
+  s.gemm_ukernel(kc, ap, bp, buf, s.nr, false, nullptr);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t t = 0; t < n; ++t) {
       float* dst = c_at(c, i + r, j + t);
-      *dst = acc ? *dst + buf[r * s.nr + t] : buf[r * s.nr + t];
+      float v = acc ? *dst + buf[r * s.nr + t] : buf[r * s.nr + t];
+      if (fused) {
+        v = v * (e.row_scale ? e.row_scale[r] : 1.0f) + (e.row_bias ? e.row_bias[r] : 0.0f) +
+            (e.col_bias ? e.col_bias[t] : 0.0f);
+        if (c.fast->residual) v += c.fast->residual[dst - c.out_base];
+        v = v > e.lo ? v : (v < e.lo ? e.lo : v);  // max, keeping NaN
+        v = v < e.hi ? v : (v > e.hi ? e.hi : v);
+      }
+      *dst = v;
     }
   }
 }
@@ -168,10 +192,10 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
           for (int64_t ir = 0; ir < mc; ir += s.mr) {
             const int64_t m = std::min<int64_t>(s.mr, mc - ir);
             tile(s, kc, ap + (ir / s.mr) * s.mr * kc, bpanel, c, ic + ir, jc + jr, m, n,
-                 pc > 0, buf.tile);
+                 pc > 0, last, buf.tile);
           }
         }
-        if (last) epilogue(s, c, ic, ic + mc, jc, jc + nc, buf.epilogue);
+        if (last && c.fast == nullptr) epilogue(s, c, ic, ic + mc, jc, jc + nc, buf.epilogue);
       }
     }
   }

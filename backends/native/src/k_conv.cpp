@@ -172,6 +172,7 @@ class ConvKernel : public Kernel {
     require(y_.dim(1) == M, "Conv: output ", show(y_.shape), " for ", M, " filters");
     M_ = M;
     epilogue_ = EwProgram(ctx, y_.shape);
+    fast_ = epilogue_.fast(1, M, false);
     depthwise_ = groups_ == C && M == C;
     const int64_t mg = M / groups_, kg = (C / groups_) * g_.kh * g_.kw;
     w_ = w.f32();
@@ -252,6 +253,8 @@ class ConvKernel : public Kernel {
         c.col_off = col_off_.empty() ? nullptr : col_off_.data();
         c.epilogue = &epilogue_;
         c.out_base = y_.f32();
+        c.fast = fast_.ok && kg > 0 ? &fast_ : nullptr;
+        c.row0 = gi * mg;
         gemm(simd_, mg, ncols, kg, a, b, c, rows.begin, rows.end, cols.begin,
              cols.end, ws.get(tid));
       }
@@ -265,6 +268,7 @@ class ConvKernel : public Kernel {
   int64_t groups_ = 1, M_ = 0;
   bool depthwise_ = false;
   EwProgram epilogue_;
+  FastEpilogue fast_;
   const float* w_ = nullptr;
   std::vector<PackedOperand> packed_;
   std::unique_ptr<Im2colTables> tables_;

@@ -31,7 +31,13 @@ class MatMulKernel : public Kernel {
       setup_matmul(a, b);
     }
     epilogue_ = EwProgram(ctx, y_.shape);
+    const int64_t m_rows = M_;
     fold_batch();
+    if (y_.rank() >= 2 && K_ > 0 && a.rank() >= 2 && b.rank() >= 2) {
+      fast_ = epilogue_.fast(y_.rank() - 2, m_rows, y_.dim(y_.rank() - 1) == N_);
+      // Per-row values index rows of one matrix: only without batches.
+      if (!fast_.row_scale.empty() && (a_off_.size() > 1 || M_ != m_rows)) fast_.ok = false;
+    }
     if (b.storage == Storage::constant) {
       for (int64_t off : distinct_b_offsets()) {
         packed_.emplace_back(off, pack_b_const(simd_, b_ + off, bm_.rs, bm_.cs, K_, N_));
@@ -163,6 +169,7 @@ class MatMulKernel : public Kernel {
     c.ldc = N_;
     c.epilogue = &epilogue_;
     c.out_base = y_.f32();
+    c.fast = fast_.ok ? &fast_ : nullptr;
     gemm(simd_, M_, N_, K_, a, b, c, rows.begin, rows.end, cols.begin, cols.end, ws);
   }
 
@@ -175,6 +182,7 @@ class MatMulKernel : public Kernel {
   std::vector<int64_t> batch_, a_off_, b_off_;
   std::vector<std::pair<int64_t, PackedOperand>> packed_;
   EwProgram epilogue_;
+  FastEpilogue fast_;
 };
 
 }  // namespace
