@@ -105,10 +105,11 @@ class AnalysisResult:
         }
 
     # ---- renderings -----------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, nodes: bool = True) -> dict[str, Any]:
+        """The JSON contract as a dict (`nodes=False`: without the per-node rows)."""
         from .serialize import analysis_to_dict
 
-        return analysis_to_dict(self)
+        return analysis_to_dict(self, nodes=nodes)
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         from .serialize import write_json

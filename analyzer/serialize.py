@@ -28,15 +28,17 @@ def _cost_fields(nc: Any, flops_per_mac: int) -> dict[str, Any]:
             "bytes_read": c.bytes_read, "bytes_written": c.bytes_written, "params": c.params}
 
 
-def analysis_to_dict(result: AnalysisResult) -> dict[str, Any]:
+def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str, Any]:
+    """The JSON contract; without `nodes` the per-node rows are left out (`"nodes": []`), for a
+    caller that only shows totals and groups (the terminal summary of a 50,000-node model)."""
     from .analysis import SCHEMA, describe_tensor
 
     model, mg = result.model, result.graph
     group_of = {key: g.id for g in result.groups for key in g.nodes}
-    nodes = []
-    for key in mg.order:
+    node_rows = []
+    for key in mg.order if nodes else ():
         info = mg.info(key)
-        nodes.append({
+        node_rows.append({
             "name": key,
             "op_type": info.op_type,
             "group": group_of[key],
@@ -67,7 +69,7 @@ def analysis_to_dict(result: AnalysisResult) -> dict[str, Any]:
         "totals": result.totals,
         **({"symbolic": {"dims": result.symbols, "totals": result.formulas}}
            if result.symbols else {}),
-        "nodes": nodes,
+        "nodes": node_rows,
         "groups": groups,
         **({"estimates": {hw: {"latency_s": est.latency_s, "energy_j": est.energy_j,
                                "calibrated": est.calibrated, "precision": est.precision,
@@ -131,7 +133,10 @@ def write_csv(result: AnalysisResult, path: str | os.PathLike | None = None, *,
     rows = result.to_dict()[level]
     columns = [c for c in rows[0] if c != "unknown_reason"] + ["unknown_reason"] if rows else []
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    # CRLF (RFC 4180): the writer quotes a cell holding any character of the line terminator,
+    # so a name with a bare "\r" cannot end the row early and start a row of its own.
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore",
+                            lineterminator="\r\n")
     writer.writeheader()
     for row in rows:
         writer.writerow({c: safe_cell(row.get(c)) for c in columns})
