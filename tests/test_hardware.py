@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from onnxlens.analyzer import host
 from onnxlens.analyzer.hardware import (
     OP_CLASSES,
