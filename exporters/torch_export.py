@@ -30,7 +30,7 @@ import re
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 DEFAULT_OPSET = 17
 DEFAULT_IMAGE_SIZE = 224  # for module:factory specs and models whose weights name no crop size
-CACHE_FORMAT = 2  # bump when a change here changes what an export of the same spec contains
+CACHE_FORMAT = 3  # bump when a change here changes what an export of the same spec contains
 # Random weights, but the same ones every time: the torch backend rebuilds the module and must
 # get the weights the cached export holds.
 WEIGHT_SEED = 0
@@ -62,7 +62,8 @@ _AUX_LOGITS = ("googlenet", "inception_v3")
 def export_module(module: torch.nn.Module, example_inputs: tuple, out: str | Path, *,
                   keep_batchnorm: bool = False, opset: int | None = None,
                   dynamic_batch: bool = False, input_names: Sequence[str] | None = None,
-                  output_names: Sequence[str] | None = None) -> Path:
+                  output_names: Sequence[str] | None = None,
+                  metadata: Mapping[str, str] | None = None) -> Path:
     """Export `module` (put in eval mode) called on `example_inputs` to the file `out`.
 
     The file is written atomically (a temporary file renamed into place). Without
@@ -91,6 +92,8 @@ def export_module(module: torch.nn.Module, example_inputs: tuple, out: str | Pat
             model = onnx.load(str(raw))
             _drop_initializer_inputs(model)
             _fold_static_shapes(model)
+            for key, value in (metadata or {}).items():
+                model.metadata_props.add(key=key, value=value)
             _save_atomic(model, out)
     except ExportError:
         raise
@@ -459,7 +462,28 @@ def export_model(spec: str, out: str | Path, *, batch: int = 1, image_size: int 
     example = (torch.randn(batch, 3, size, size),)
     return export_module(module, example, out, keep_batchnorm=keep_batchnorm, opset=opset,
                          dynamic_batch=dynamic_batch,
-                         output_names=None if ":" in spec else ["output"])
+                         output_names=None if ":" in spec else ["output"],
+                         metadata=_provenance(spec, size))
+
+
+def _provenance(spec: str, size: int) -> dict[str, str]:
+    """Where the model came from, and torchvision's published figures for it (read offline
+    from the weights' metadata) when they apply: its MACs are for the default crop size."""
+    if ":" in spec:
+        return {"onnxlens.source": spec, "onnxlens.image_size": str(size)}
+    import torchvision
+
+    name = resolve_name(spec)
+    out = {"onnxlens.source": f"torchvision:{name}", "onnxlens.image_size": str(size)}
+    try:
+        meta = torchvision.models.get_model_weights(name).DEFAULT.meta
+    except (ValueError, AttributeError):
+        return out
+    if "num_params" in meta:
+        out["torchvision.num_params"] = str(meta["num_params"])
+    if "_ops" in meta and size == default_image_size(name):
+        out["torchvision.gmacs"] = str(meta["_ops"])
+    return out
 
 
 # ---- the cache -----------------------------------------------------------------------------

@@ -516,14 +516,21 @@ def _pct(v: Any) -> str:
 
 
 def _validation_section(d: dict[str, Any]) -> str:
-    refs = d.get("references") or []
+    from .validation import references
+
+    refs = references(d)
     if not refs:
         return ""
-    rows = [[r["figure"], r["ours"], r["reference"], r["source"], r.get("verdict", "")]
+    rows = [[r["figure"], _figure(r["ours"]), _figure(r["reference"]),
+             f"{r['ratio']:.4f}" if r["ratio"] else "-", r["source"], r["verdict"]]
             for r in refs]
     return _section("validation", "Validation against published figures",
-                    _table(["figure", "onnxlens", "published", "source", "why they differ"],
-                           rows))
+                    _table(["figure", "onnxlens", "published", "ratio", "source",
+                            "why they differ"], rows))
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if value < 1e6 else si(value)
 
 
 def _warnings_section(d: dict[str, Any]) -> str:
