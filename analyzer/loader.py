@@ -34,7 +34,7 @@ from onnx import numpy_helper
 
 from .errors import ExternalDataError, InvalidModelError, ModelLoadError, ShapeError, UsageError
 from .ir import Dim, Shape, TensorInfo, dtype_bytes
-from .validate import DEFAULT_LIMITS, Limits, validate_model
+from .validate import DEFAULT_LIMITS, Limits, check_text, validate_model
 
 # A tensor bigger than this is taken as a hostile or broken model, not a real one.
 DEFAULT_MAX_TENSOR_BYTES = DEFAULT_LIMITS.max_tensor_bytes  # 256 GiB
@@ -129,11 +129,12 @@ def load_model(
     validation = validate_model(proto, limits=limits)
     warnings += validation.warnings
     light = _light_copy(proto, initializers, max_tensor_bytes)
+    validation.make_inference_safe(light)
     serialized = light.SerializeToString()  # once, for both the checker and inference
     _check(serialized, light.graph)
     symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
     inferred, tensors = _infer_shapes(light, serialized, initializers, symbols, produced, pinned,
-                                      warnings)
+                                      warnings, data_prop=validation.data_prop)
     validation.check_shapes(tensors)
     _check_sizes(tensors, max_tensor_bytes)
     # The returned proto carries the inferred types, for backends and reports.
@@ -266,6 +267,9 @@ def _read_external(tensor: onnx.TensorProto, base: Path | None,
         if entry.key not in _EXTERNAL_KEYS:
             raise ExternalDataError(f"{where} has unknown key {entry.key!r} (known: "
                                     f"{', '.join(sorted(_EXTERNAL_KEYS))})")
+        if not isinstance(entry.value, str):  # protobuf gives invalid UTF-8 as bytes
+            raise ExternalDataError(f"{where} {entry.key} {entry.value[:60]!r} is not valid "
+                                    "UTF-8 text")
         info[entry.key] = entry.value
     location = info.get("location", "")
     if base is None:
@@ -349,6 +353,7 @@ def _int_field(info: dict[str, str], key: str, where: str) -> int | None:
 def _initializers(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
     initializers: dict[str, onnx.TensorProto] = {}
     for t in graph.initializer:
+        check_text(t.name, "initializer")
         if t.name in initializers:
             raise InvalidModelError(f"initializer {t.name!r} is defined twice")
         initializers[t.name] = t
@@ -380,6 +385,8 @@ def _check_structure(graph: onnx.GraphProto) -> list[str]:
         for out in node.output:
             if not out:
                 continue
+            if out.__class__ is not str:  # inputs name graph inputs, initializers or outputs
+                check_text(out, f"node {_node_label(node, index)} output")
             if out in producer:
                 raise InvalidModelError(
                     f"tensor {out!r} is produced twice, by node "
@@ -580,29 +587,32 @@ def _checker_message(text: str, graph: onnx.GraphProto) -> str:
 
 def _infer_shapes(light: onnx.ModelProto, serialized: bytes,
                   initializers: Mapping[str, onnx.TensorProto], symbols: set[str],
-                  produced: list[str], pinned: bool, warnings: list[str]
+                  produced: list[str], pinned: bool, warnings: list[str], *, data_prop: bool
                   ) -> tuple[onnx.ModelProto, dict[str, TensorInfo]]:
     """onnx's inference (strict), then ORT's symbolic inference for what is still unknown.
+
+    `data_prop`: onnx's data propagation (shapes computed from shapes); off for models where
+    it would take minutes (`validate.Validation.data_prop`).
 
     Strict mode fails on a node whose own inference fails (ORT refuses such a model too): that
     is a `ShapeError` naming the node. It also fails when the shapes recorded in the model
     disagree with the inferred ones; then the recorded ones are dropped and inference retried.
     """
     try:
-        inferred = _onnx_inference(serialized)
+        inferred = _onnx_inference(serialized, data_prop)
     except Exception as e:
         if pinned:  # nothing recorded is left to drop
-            raise ShapeError(_inference_failure(e, light)) from None
+            raise ShapeError(_inference_failure(e, light, data_prop)) from None
         bare = _without_recorded_shapes(light)
         try:
-            inferred = _onnx_inference(bare)
+            inferred = _onnx_inference(bare, data_prop)
         except Exception as e2:
-            raise ShapeError(_inference_failure(e2, bare)) from None
+            raise ShapeError(_inference_failure(e2, bare, data_prop)) from None
         warnings.append(_disagreement(light, inferred, e))
     tensors = _tensor_table(inferred.graph, initializers, symbols)
     if not _has_unknown(produced, tensors):
         return inferred, tensors
-    inferred, tensors = _fold_and_infer(inferred, tensors, initializers, symbols)
+    inferred, tensors = _fold_and_infer(inferred, tensors, initializers, symbols, data_prop)
     if not _has_unknown(produced, tensors):
         return inferred, tensors
     if len(inferred.graph.node) > SYMBOLIC_INFERENCE_MAX_NODES:
@@ -617,7 +627,8 @@ def _infer_shapes(light: onnx.ModelProto, serialized: bytes,
 
 def _fold_and_infer(inferred: onnx.ModelProto, tensors: dict[str, TensorInfo],
                     initializers: Mapping[str, onnx.TensorProto], symbols: set[str],
-                    rounds: int = 16) -> tuple[onnx.ModelProto, dict[str, TensorInfo]]:
+                    data_prop: bool, rounds: int = 16
+                    ) -> tuple[onnx.ModelProto, dict[str, TensorInfo]]:
     """Evaluate shape subgraphs that known shapes make constant (`fold`), infer again.
 
     Each round may reveal more shapes (Swin: one stage per round), and so more foldable
@@ -648,7 +659,7 @@ def _fold_and_infer(inferred: onnx.ModelProto, tensors: dict[str, TensorInfo],
         graph.initializer.extend(constants)
         del graph.value_info[:]  # inferred afresh: a stale guess ("unk__3") would stick
         try:
-            result = _onnx_inference(constant)
+            result = _onnx_inference(constant, data_prop)
         except Exception:  # folding must never make loading fail: keep what we had
             break
         shapes = {v.name: TensorInfo(v.name, *_type_of(v.type, symbols))
@@ -665,8 +676,8 @@ def _fold_and_infer(inferred: onnx.ModelProto, tensors: dict[str, TensorInfo],
     return inferred, _tensor_table(inferred.graph, initializers, symbols)
 
 
-def _onnx_inference(model: onnx.ModelProto | bytes) -> onnx.ModelProto:
-    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+def _onnx_inference(model: onnx.ModelProto | bytes, data_prop: bool) -> onnx.ModelProto:
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=data_prop)
 
 
 def _without_recorded_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -679,7 +690,7 @@ def _without_recorded_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return bare
 
 
-def _inference_failure(e: Exception, model: onnx.ModelProto) -> str:
+def _inference_failure(e: Exception, model: onnx.ModelProto, data_prop: bool) -> str:
     """"...at node 'mm' (MatMul): Incompatible dimensions ... (inputs 'a' 2x3, 'b' 4x5)"."""
     match = _INFERENCE_ERROR.search(str(e))
     if match is None:
@@ -692,7 +703,7 @@ def _inference_failure(e: Exception, model: onnx.ModelProto) -> str:
         for index, node in enumerate(named.graph.node):
             node.name = node.name or f"#{index}"
         try:
-            _onnx_inference(named)
+            _onnx_inference(named, data_prop)
         except Exception as again:
             match = _INFERENCE_ERROR.search(str(again)) or match
             op_type, name, reason = match.group(1), match.group(2) or "", match.group(3)
@@ -703,13 +714,15 @@ def _inference_failure(e: Exception, model: onnx.ModelProto) -> str:
         return f"shape inference failed at a {op_type} node: {reason}"
     node = model.graph.node[index]
     label = f"{node.name!r} ({op_type})" if node.name else _node_label(node, index)
-    return f"shape inference failed at node {label}: {reason}{_input_shapes(model, node)}"
+    return (f"shape inference failed at node {label}: {reason}"
+            f"{_input_shapes(model, node, data_prop)}")
 
 
-def _input_shapes(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
+def _input_shapes(model: onnx.ModelProto, node: onnx.NodeProto, data_prop: bool) -> str:
     """" (inputs 'a' 2x3, 'b' 4x5)": what reaches a node, from a lenient inference run."""
     try:
-        lenient = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        lenient = onnx.shape_inference.infer_shapes(model, strict_mode=False,
+                                                    data_prop=data_prop)
     except Exception:
         return ""
     known = {v.name: _dims_of(v) for g in (lenient.graph.input, lenient.graph.value_info)
@@ -812,8 +825,9 @@ def _type_of(t: onnx.TypeProto, symbols: set[str]) -> tuple[int, Shape | None]:
     for d in tensor_type.shape.dim:
         if d.HasField("dim_value"):
             dims.append(d.dim_value)
-        elif d.dim_param and all(name in symbols or name in _EXPRESSION_FUNCTIONS
-                                 for name in _IDENTIFIER.findall(d.dim_param)):
+        elif isinstance(d.dim_param, str) and d.dim_param and all(  # bytes: not UTF-8
+                name in symbols or name in _EXPRESSION_FUNCTIONS
+                for name in _IDENTIFIER.findall(d.dim_param)):
             dims.append(d.dim_param)
         else:
             dims.append(None)

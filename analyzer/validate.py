@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 import onnx
@@ -67,6 +67,9 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 
+# Past this many elements in a graph input or a requested tensor, onnx's data propagation is
+# left off (about 5 s of it at 2**25 elements on this machine).
+_DATA_PROP_MAX_ELEMENTS = 1 << 25
 # Constant inputs bigger than this are not read (checking them would cost more than it saves;
 # shape inference and the size checks still see what they produce).
 _MAX_CONSTANT_ELEMENTS = 1 << 20
@@ -106,12 +109,62 @@ class Validation:
     limits: Limits
     warnings: list[str] = field(default_factory=list)
     shape_checks: list[tuple[Check, NodeView]] = field(default_factory=list, repr=False)
+    eyelike_dtype: bool = False  # an EyeLike with a dtype somewhere: see `make_inference_safe`
+    largest_elements: int = 0  # of a graph input or a tensor a constant input asks for
+
+    @property
+    def data_prop(self) -> bool:
+        """Whether onnx's shape inference may propagate data (shapes computed from shapes).
+
+        Its data propagation takes time linear in the length of every 1-D tensor that reaches
+        Gather, Slice, Squeeze, Add ... (onnx 1.23: 6 s for 3e7 elements, minutes for 2**31).
+        It is left off, with a warning, when a graph input or a tensor that a constant input
+        asks for (Range, ConstantOfShape, Expand, Tile, Resize) is that big.
+        """
+        return self.largest_elements <= _DATA_PROP_MAX_ELEMENTS
+
+    def make_inference_safe(self, copy: onnx.ModelProto) -> None:
+        """Rewrite, in the copy of the model made for onnx's checker and shape inference, the
+        nodes whose inference crashes onnx.
+
+        Known: EyeLike with a `dtype` whose input has no type (the output of a custom op, or of
+        a node whose own inference failed): onnx 1.23 reads the missing type, a segmentation
+        fault. It becomes Cast(to=dtype), which infers the same type and shape; the 2-D rule
+        of EyeLike is checked on the inferred shapes instead (`check_shapes`).
+        """
+        if not self.eyelike_dtype:
+            return
+        graphs: list[onnx.GraphProto] = [copy.graph]
+        bodies: list[Sequence[onnx.NodeProto]] = [f.node for f in copy.functions]
+        while graphs or bodies:
+            nodes = graphs.pop().node if graphs else bodies.pop()
+            for node in nodes:
+                for attr in node.attribute:
+                    graphs += [attr.g] if attr.type == AttributeProto.GRAPH else attr.graphs
+                dtype = next((a for a in node.attribute if a.name == "dtype"), None)
+                if node.op_type == "EyeLike" and dtype is not None and node.domain in \
+                        _DEFAULT_DOMAINS:
+                    to = AttributeProto()
+                    to.CopyFrom(dtype)
+                    to.name = "to"
+                    node.op_type = "Cast"
+                    del node.attribute[:]
+                    node.attribute.append(to)
 
     def check_shapes(self, tensors: Mapping[str, TensorInfo]) -> None:
-        """The checks that need inferred shapes, on the main graph's nodes."""
+        """The checks that need inferred shapes, on the main graph's nodes.
+
+        A check that reads only attributes and shapes passes or fails alike on nodes that
+        agree in both (most Conv nodes of a model do): each such combination is checked once.
+        """
+        passed: set[tuple[Any, ...]] = set()
         for check, view in self.shape_checks:
             view.tensors = tensors
-            check(view)
+            key = view.signature(check) if check in _SHAPE_ONLY else None
+            if key is None or key not in passed:
+                check(view)
+                if key is not None:
+                    passed.add(key)
 
 
 def validate_model(proto: onnx.ModelProto, *, limits: Limits = DEFAULT_LIMITS) -> Validation:
@@ -120,10 +173,18 @@ def validate_model(proto: onnx.ModelProto, *, limits: Limits = DEFAULT_LIMITS) -
     External data must already be read (constant inputs with external data are not looked at).
     """
     validation = Validation(limits, _check_opsets(proto))
-    _check_graph_outputs(proto.graph)
+    for prop in proto.metadata_props:  # exported with the analysis
+        check_text(prop.key, "metadata key")
+        check_text(prop.value, f"metadata {prop.key!r} value")
+    _check_graph(proto.graph, validation)
     walker = _Walker(proto, limits, validation)
     walker.check_functions()
     walker.check_main_graph()
+    if not validation.data_prop:
+        validation.warnings.append(
+            f"onnx's shape data propagation is off: a tensor of "
+            f"{validation.largest_elements:,} elements would make it take minutes; shapes "
+            "computed from shapes may stay unknown")
     return validation
 
 
@@ -135,9 +196,13 @@ def _check_opsets(proto: onnx.ModelProto) -> list[str]:
     scopes = [("opset_import", proto.opset_import)]
     scopes += [(f"local function {f.domain}::{f.name} opset_import", f.opset_import)
                for f in proto.functions]
+    for f in proto.functions:
+        for field_name in ("domain", "name", "overload"):
+            check_text(getattr(f, field_name), f"local function {field_name}")
     for where, imports in scopes:
         seen: dict[str, int] = {}
         for entry in imports:
+            check_text(entry.domain, f"{where}: domain")
             domain = "" if entry.domain == "ai.onnx" else entry.domain
             shown = repr(entry.domain or "ai.onnx")
             if domain in seen:
@@ -159,7 +224,26 @@ def _check_opsets(proto: onnx.ModelProto) -> list[str]:
             "nothing here and their cost is unknown"]
 
 
-def _check_graph_outputs(graph: onnx.GraphProto) -> None:
+def check_text(value: str | bytes, what: str) -> None:
+    """protobuf hands a string field that is not valid UTF-8 over as bytes: refuse it (names
+    end up in dict keys, JSON, reports and regular expressions)."""
+    if value.__class__ is not str:
+        raise InvalidModelError(f"{what} {value[:60]!r} is not valid UTF-8 text")
+
+
+def _check_graph(graph: onnx.GraphProto, validation: Validation) -> None:
+    """The main graph's name, its inputs' and outputs' names and dim names are text; no output
+    is listed twice. Notes the size of the largest input."""
+    check_text(graph.name, "graph name")
+    for kind, values in (("input", graph.input), ("output", graph.output)):
+        for value in values:
+            check_text(value.name, f"graph {kind}")
+            elements = 1
+            for d in value.type.tensor_type.shape.dim:
+                check_text(d.dim_param, f"graph {kind} {value.name!r} dim")
+                elements *= max(d.dim_value, 1)
+            if kind == "input":
+                validation.largest_elements = max(validation.largest_elements, elements)
     seen: set[str] = set()
     for out in graph.output:
         if out.name in seen:
@@ -167,55 +251,106 @@ def _check_graph_outputs(graph: onnx.GraphProto) -> None:
         seen.add(out.name)
 
 
-class NodeView:
-    """One node as the checks see it: attributes, constant inputs, known shapes, a label."""
+_INT, _INTS, _STRING, _TENSOR = (AttributeProto.INT, AttributeProto.INTS, AttributeProto.STRING,
+                                  AttributeProto.TENSOR)
 
-    def __init__(self, node: onnx.NodeProto, index: int, where: str, opset: int,
-                 constants: Mapping[str, Callable[[], Array | None]], limits: Limits,
-                 tensors: Mapping[str, TensorInfo]) -> None:
-        self.node = node
+
+class NodeView:
+    """One node as the checks see it: attributes, constant inputs, known shapes, a label.
+
+    Attributes and input names are read from the proto once (protobuf field access is slow)
+    and kept as plain values for the checks before and after shape inference."""
+
+    __slots__ = ("_index", "_inputs", "_scope", "_where", "attrs", "limits", "node", "op",
+                 "opset", "tensors", "validation")
+
+    def __init__(self, node: onnx.NodeProto, op: str, index: int, where: str, opset: int,
+                 scope: _Scope, validation: Validation, tensors: Mapping[str, TensorInfo]
+                 ) -> None:
+        self.node, self.op = node, op
         self.opset = opset
-        self.limits = limits
+        self.validation = validation
+        self.limits = validation.limits
         self.tensors = tensors  # the shapes known so far
-        self._constants = constants
-        self.label = _node_label(node, index, where)
-        self._attrs = {a.name: a for a in node.attribute if not a.ref_attr_name}
+        self._scope = scope
+        self._index, self._where = index, where
+        self._inputs: list[str] | None = None
+        # Attribute name -> (type, value) for ints, int lists, strings and tensors (attribute
+        # references of local functions left out).
+        self.attrs: dict[str, tuple[int, Any]] = {}
+        for a in node.attribute:
+            kind = a.type
+            if a.ref_attr_name:
+                continue
+            if kind == _INTS:
+                self.attrs[a.name] = (kind, list(a.ints))
+            elif kind == _INT:
+                self.attrs[a.name] = (kind, a.i)
+            elif kind == _STRING:
+                self.attrs[a.name] = (kind, a.s.decode("utf-8", "replace"))
+            elif kind == _TENSOR:
+                self.attrs[a.name] = (kind, a.t)
+
+    @property
+    def label(self) -> str:
+        return _node_label(self.node, self._index, self._where)
 
     def fail(self, error: type[OnnxLensError], text: str) -> NoReturn:
         raise error(f"{self.label}: {text}")
 
+    def signature(self, check: Check) -> tuple[Any, ...] | None:
+        """What `check` reads, if only attributes and input shapes (None if a tensor)."""
+        attrs = []
+        for name, (kind, value) in self.attrs.items():
+            if kind == _TENSOR:
+                return None
+            attrs.append((name, tuple(value) if kind == _INTS else value))
+        shapes = []
+        for name in self.input_names():
+            info = self.tensors.get(name) if name else None
+            shapes.append(None if info is None else (info.elem_type, info.shape))
+        return check, self.op, tuple(attrs), tuple(shapes)
+
+    def _get(self, name: str, kind: int) -> Any:
+        found = self.attrs.get(name)
+        return found[1] if found is not None and found[0] == kind else None
+
     def ints(self, name: str) -> list[int] | None:
-        attr = self._attrs.get(name)
-        if attr is None or attr.type != AttributeProto.INTS:
-            return None
-        return list(attr.ints)
+        return self._get(name, _INTS)
 
     def int(self, name: str, default: int) -> int:
-        attr = self._attrs.get(name)
-        return attr.i if attr is not None and attr.type == AttributeProto.INT else default
+        value = self._get(name, _INT)
+        return default if value is None else value
 
     def tensor(self, name: str) -> TensorProto | None:
-        attr = self._attrs.get(name)
-        return attr.t if attr is not None and attr.type == AttributeProto.TENSOR else None
+        return self._get(name, _TENSOR)
 
     def text(self, name: str, default: str) -> str:
-        attr = self._attrs.get(name)
-        if attr is None or attr.type != AttributeProto.STRING:
-            return default
-        return attr.s.decode("utf-8", "replace")
+        value = self._get(name, _STRING)
+        return default if value is None else value
 
     def input_name(self, position: int) -> str:
-        inputs = self.node.input
-        return inputs[position] if position < len(inputs) else ""
+        if self._inputs is None:
+            self._inputs = list(self.node.input)
+        return self._inputs[position] if position < len(self._inputs) else ""
+
+    def input_names(self) -> list[str]:
+        self.input_name(0)
+        return self._inputs  # type: ignore[return-value]
 
     def const(self, position: int) -> Array | None:
         """The value of a constant input (initializer or Constant node), if small and sound."""
-        read = self._constants.get(self.input_name(position))
-        return read() if read is not None else None
+        name = self.input_name(position)
+        return self._scope.value(name) if name else None
 
     def dims(self, position: int) -> list[Dim] | None:
         """The shape of an input where known (dims may be symbolic or None)."""
         info = self.tensors.get(self.input_name(position))
+        return list(info.shape) if info is not None and info.shape is not None else None
+
+    def output_dims(self, position: int) -> list[Dim] | None:
+        outputs = self.node.output
+        info = self.tensors.get(outputs[position]) if position < len(outputs) else None
         return list(info.shape) if info is not None and info.shape is not None else None
 
     def elem_type(self, position: int) -> int:
@@ -225,14 +360,15 @@ class NodeView:
     def fits(self, dims: Sequence[int], elem_type: int, what: str) -> None:
         """Refuse a request for a tensor over the byte budget, or with one dim over it."""
         budget = self.limits.max_tensor_bytes
-        nbytes = math.prod(dims) * dtype_bytes(elem_type)
+        elements = math.prod(dims)
+        self.validation.largest_elements = max(self.validation.largest_elements, elements)
+        nbytes = elements * dtype_bytes(elem_type)
         if nbytes > budget or any(d > budget for d in dims):
             self.fail(ShapeError, f"{what} asks for a {_show(dims)} tensor ({nbytes:,} bytes), "
                       f"over the {budget:,}-byte limit (--max-tensor-bytes)")
 
 
 Check = Callable[[NodeView], None]
-Constants = dict[str, Callable[[], Array | None]]
 
 
 class _Walker:
@@ -261,7 +397,7 @@ class _Walker:
             where = f"local function {_function_name(key)}: "
             opset = next((o.version for o in function.opset_import
                           if o.domain in _DEFAULT_DOMAINS), self.opset)
-            inner[key], calls[key] = self._walk(function.node, where, opset, {}, {},
+            inner[key], calls[key] = self._walk(function.node, where, opset, _Scope(()), {},
                                                 main=False)
         for root in self.functions:
             if root not in self.depth:
@@ -322,17 +458,8 @@ class _Walker:
 
     def check_main_graph(self) -> None:
         graph = self.proto.graph
-        known: dict[str, TensorInfo] = {}  # the shapes known before inference
-        for value in graph.input:
-            tensor_type = value.type.tensor_type
-            dims = tuple(d.dim_value if d.HasField("dim_value") else None
-                         for d in tensor_type.shape.dim)
-            known[value.name] = TensorInfo(value.name, tensor_type.elem_type,
-                                           dims if tensor_type.HasField("shape") else None)
-        for t in graph.initializer:
-            known[t.name] = TensorInfo(t.name, t.data_type, tuple(t.dims))
-        deepest, calls = self._walk(graph.node, "", self.opset, _scope_constants(graph, {}),
-                                    known, main=True)
+        deepest, calls = self._walk(graph.node, "", self.opset, _Scope(graph.initializer),
+                                    _ShapesBeforeInference(graph), main=True)
         for level, callee in calls:
             if level + self.depth[callee] > deepest:
                 deepest = level + self.depth[callee]
@@ -341,8 +468,8 @@ class _Walker:
 
     # -- one graph and its bodies ---------------------------------------------------------
 
-    def _walk(self, nodes: Sequence[onnx.NodeProto], where: str, opset: int,
-              constants: Constants, known: Mapping[str, TensorInfo], *, main: bool
+    def _walk(self, nodes: Sequence[onnx.NodeProto], where: str, opset: int, scope: _Scope,
+              known: Mapping[str, TensorInfo], *, main: bool
               ) -> tuple[int, list[tuple[int, FunctionKey]]]:
         """Check `nodes` and every body under them (iteratively, depth-first).
 
@@ -352,47 +479,53 @@ class _Walker:
         limit = self.limits.max_nesting_depth
         calls: list[tuple[int, FunctionKey]] = []
         deepest = 0
-        work: list[tuple[Sequence[onnx.NodeProto], str, int, Constants]] = [
-            (nodes, where, 0, constants)]
+        work: list[tuple[Sequence[onnx.NodeProto], str, int, _Scope]] = [
+            (nodes, where, 0, scope)]
+        wanted = _WANTED | self.function_names
         while work:
             body, here, level, scope = work.pop()
             deepest = max(deepest, level)
+            shape_checks = _SHAPE_CHECKS if main and level == 0 else {}
             for index, node in enumerate(body):
-                op = node.op_type
-                if op == "Constant":
-                    _add_constant(node, scope)
+                op, domain = node.op_type, node.domain
+                if not (op.__class__ is str and domain.__class__ is str
+                        and node.name.__class__ is str):
+                    for field_name in ("op_type", "domain", "name"):
+                        check_text(getattr(node, field_name),
+                                   f"{here}node #{index} {field_name}")
+                if op not in wanted:
                     continue
-                check = _CHECKS.get(op)
-                shape_check = _SHAPE_CHECKS.get(op) if main and level == 0 else None
-                if check is None and shape_check is None and op not in _CONTROL_FLOW \
-                        and op not in self.function_names:
-                    continue
-                domain = node.domain
-                if domain in _DEFAULT_DOMAINS:
-                    if check is not None or shape_check is not None:
-                        view = NodeView(node, index, here, opset, scope, self.limits, known)
-                        if check is not None:
-                            check(view)
-                        if shape_check is not None:
-                            self.validation.shape_checks.append((shape_check, view))
-                    if op in _CONTROL_FLOW:
-                        label = _node_label(node, index, here)
-                        for attr in node.attribute:
-                            graphs = [attr.g] if attr.type == AttributeProto.GRAPH else (
-                                list(attr.graphs) if attr.type == AttributeProto.GRAPHS else [])
-                            for g in graphs:
-                                if level + 1 > limit:
-                                    raise InvalidModelError(
-                                        f"{label}: body {attr.name!r} is nested {level + 1} "
-                                        f"deep, over the limit of {limit} "
-                                        "(Limits.max_nesting_depth)")
-                                parent = _node_label(node, index, "")
-                                work.append((g.node, f"body {attr.name!r} of {parent}: ",
-                                             level + 1, _scope_constants(g, scope)))
-                else:
+                if domain not in _DEFAULT_DOMAINS:
                     key = (domain, op, node.overload)
                     if key in self.functions:
                         calls.append((level, key))
+                    continue
+                if op == "Constant":
+                    scope.add_constant(node)
+                    continue
+                check, shape_check = _CHECKS.get(op), shape_checks.get(op)
+                if check is not None or shape_check is not None:
+                    view = NodeView(node, op, index, here, opset, scope, self.validation,
+                                    known)
+                    if check is not None:
+                        check(view)
+                    if shape_check is not None:
+                        self.validation.shape_checks.append((shape_check, view))
+                if op == "EyeLike" and any(a.name == "dtype" for a in node.attribute):
+                    self.validation.eyelike_dtype = True
+                if op in _CONTROL_FLOW:
+                    for attr in node.attribute:
+                        graphs = [attr.g] if attr.type == AttributeProto.GRAPH else (
+                            list(attr.graphs) if attr.type == AttributeProto.GRAPHS else [])
+                        for g in graphs:
+                            if level + 1 > limit:
+                                raise InvalidModelError(
+                                    f"{_node_label(node, index, here)}: body {attr.name!r} is "
+                                    f"nested {level + 1} deep, over the limit of {limit} "
+                                    "(Limits.max_nesting_depth)")
+                            parent = _node_label(node, index, "")
+                            work.append((g.node, f"body {attr.name!r} of {parent}: ",
+                                         level + 1, _Scope(g.initializer, scope)))
         return deepest, calls
 
 
@@ -409,39 +542,77 @@ def _function_name(key: FunctionKey) -> str:
 # ---- constants --------------------------------------------------------------------------------
 
 
-def _scope_constants(graph: onnx.GraphProto, outer: Constants) -> Constants:
-    """A graph's constants by name (read on demand), over those of the scopes around it."""
-    scope = dict(outer)
-    for t in graph.initializer:
-        scope[t.name] = _reader(t)
-    return scope
+class _Scope:
+    """The constants a graph sees: its initializers and Constant outputs, read on demand (the
+    first lookup indexes the initializers), over those of the graphs around it."""
+
+    __slots__ = ("_constants", "_index", "_initializers", "_outer", "_values")
+
+    def __init__(self, initializers: Sequence[TensorProto], outer: _Scope | None = None) -> None:
+        self._initializers = initializers
+        self._outer = outer
+        self._index: dict[str, TensorProto] | None = None
+        self._constants: dict[str, TensorProto | Array] = {}
+        self._values: dict[str, Array | None] = {}
+
+    def add_constant(self, node: onnx.NodeProto) -> None:
+        if not node.output or not node.attribute or node.attribute[0].ref_attr_name:
+            return
+        attr = node.attribute[0]
+        if attr.type == AttributeProto.TENSOR:
+            self._constants[node.output[0]] = attr.t
+        elif attr.type in (AttributeProto.INT, AttributeProto.INTS):
+            self._constants[node.output[0]] = np.array(onnx.helper.get_attribute_value(attr),
+                                                       np.int64)
+        elif attr.type in (AttributeProto.FLOAT, AttributeProto.FLOATS):
+            self._constants[node.output[0]] = np.array(onnx.helper.get_attribute_value(attr),
+                                                       np.float32)
+
+    def value(self, name: str) -> Array | None:
+        if name in self._values:
+            return self._values[name]
+        source = self._constants.get(name)
+        if source is None:
+            if self._index is None:
+                self._index = {t.name: t for t in self._initializers}
+            source = self._index.get(name)
+        if source is None:
+            return self._outer.value(name) if self._outer is not None else None
+        value = source if isinstance(source, np.ndarray) else _array(source)
+        self._values[name] = value
+        return value
 
 
-def _add_constant(node: onnx.NodeProto, scope: Constants) -> None:
-    if not node.output or not node.attribute:
-        return
-    attr = node.attribute[0]
-    if attr.ref_attr_name:
-        return
-    if attr.type == AttributeProto.TENSOR:
-        scope[node.output[0]] = _reader(attr.t)
-    elif attr.type in (AttributeProto.INT, AttributeProto.INTS, AttributeProto.FLOAT,
-                       AttributeProto.FLOATS):
-        value = onnx.helper.get_attribute_value(attr)
-        array = np.array(value, np.int64 if attr.type in (AttributeProto.INT,
-                                                          AttributeProto.INTS) else np.float32)
-        scope[node.output[0]] = lambda: array
+class _ShapesBeforeInference(Mapping[str, TensorInfo]):
+    """The main graph's shapes known before inference (graph inputs, initializers), indexed on
+    the first lookup."""
 
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self._graph = graph
+        self._table: dict[str, TensorInfo] | None = None
 
-def _reader(t: TensorProto) -> Callable[[], Array | None]:
-    cache: list[Array | None] = []
+    def _known(self) -> dict[str, TensorInfo]:
+        if self._table is None:
+            self._table = {}
+            for value in self._graph.input:
+                tensor_type = value.type.tensor_type
+                dims = tuple(d.dim_value if d.HasField("dim_value") else None
+                             for d in tensor_type.shape.dim)
+                self._table[value.name] = TensorInfo(
+                    value.name, tensor_type.elem_type,
+                    dims if tensor_type.HasField("shape") else None)
+            for t in self._graph.initializer:
+                self._table[t.name] = TensorInfo(t.name, t.data_type, tuple(t.dims))
+        return self._table
 
-    def read() -> Array | None:
-        if not cache:
-            cache.append(_array(t))
-        return cache[0]
+    def __getitem__(self, name: str) -> TensorInfo:
+        return self._known()[name]
 
-    return read
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._known())
+
+    def __len__(self) -> int:
+        return len(self._known())
 
 
 def _array(t: TensorProto) -> Array | None:
@@ -472,30 +643,34 @@ def _show(values: Sequence[object]) -> str:
     return f"[{shown}{', ...' if len(values) > _SHOWN_VALUES else ''}]"
 
 
+_WINDOW_LOW = {"kernel_shape": 1, "strides": 1, "dilations": 1, "pads": 0, "output_padding": 0,
+               "output_shape": 1}
+
+
 def _window(v: NodeView) -> None:
     """Conv and pooling attributes: kernel, strides and dilations at least 1, pads and
     output_padding at least 0, group at least 1, none past `max_window_value`; ranks agree."""
     limit = v.limits.max_window_value
     ranks: dict[str, int] = {}
-    for name, low in (("kernel_shape", 1), ("strides", 1), ("dilations", 1), ("pads", 0),
-                      ("output_padding", 0), ("output_shape", 1)):
-        values = v.ints(name)
-        if values is None:
+    for name, (kind, values) in v.attrs.items():
+        low = _WINDOW_LOW.get(name)
+        if low is None or kind != _INTS:
             continue
-        for value in values:
-            if value < low:
-                v.fail(InvalidModelError, f"attribute {name} = {_show(values)}: {value} is "
-                       + ("negative" if low == 0 else "not positive"))
-            if value > limit:
-                v.fail(InvalidModelError, f"attribute {name} = {_show(values)}: {value:,} is "
-                       f"over the limit of {limit:,} (Limits.max_window_value)")
+        if values and (min(values) < low or max(values) > limit):
+            for value in values:
+                if value < low:
+                    v.fail(InvalidModelError, f"attribute {name} = {_show(values)}: {value} is "
+                           + ("negative" if low == 0 else "not positive"))
+                if value > limit:
+                    v.fail(InvalidModelError, f"attribute {name} = {_show(values)}: {value:,} "
+                           f"is over the limit of {limit:,} (Limits.max_window_value)")
         if name == "pads" and len(values) % 2:
             v.fail(InvalidModelError, f"attribute pads = {_show(values)}: an odd count "
                    f"({len(values)}); pads holds a begin and an end per spatial axis")
         ranks[name] = len(values) // 2 if name == "pads" else len(values)
     if len(set(ranks.values())) > 1:
         v.fail(InvalidModelError, "attributes disagree on the number of spatial axes: "
-               + ", ".join(f"{k} {n}" for k, n in ranks.items()))
+               + ", ".join(f"{k} {n}" for k, n in sorted(ranks.items())))
     group = v.int("group", 1)
     if not 1 <= group <= limit:
         v.fail(InvalidModelError, f"attribute group = {group}: must be between 1 and {limit:,}")
@@ -593,7 +768,7 @@ def _range(v: NodeView) -> None:
 def _resize(v: NodeView) -> None:
     """Resize (and Upsample): scales finite and positive, what they or `sizes` ask for within
     the budget. Inputs: X, roi, scales, sizes from opset 11; X, scales before."""
-    scales_at, sizes_at = (2, 3) if v.node.op_type == "Resize" and v.opset >= 11 else (1, None)
+    scales_at, sizes_at = (2, 3) if v.op == "Resize" and v.opset >= 11 else (1, None)
     data = _known_dims(v, 0)
     scales = v.const(scales_at)
     if scales is not None and scales.size:
@@ -616,6 +791,57 @@ def _resize(v: NodeView) -> None:
             v.fits(sizes, v.elem_type(0), f"sizes input {v.input_name(sizes_at)!r}")
 
 
+def _einsum_terms(v: NodeView) -> list[str]:
+    """The operand terms of the equation, without spaces."""
+    return v.text("equation", "").replace(" ", "").split("->")[0].split(",")
+
+
+def _einsum(v: NodeView) -> None:
+    """One term per operand, each of letters and at most one '...'."""
+    equation = v.text("equation", "")
+    terms = _einsum_terms(v)
+    operands = [name for name in v.input_names() if name]
+    if len(terms) != len(operands):
+        v.fail(InvalidModelError, f"attribute equation {equation!r} has {len(terms)} operand "
+               f"term(s) for {len(operands)} input(s)")
+    for term in terms:
+        head, _, tail = term.partition("...")
+        if not all(c.isascii() and c.isalpha() for c in head + tail):
+            v.fail(InvalidModelError, f"attribute equation {equation!r}: term {term!r} is not "
+                   "letters with at most one '...'")
+
+
+def _blocksize(v: NodeView) -> None:
+    size = v.int("blocksize", 1)
+    if not 1 <= size <= v.limits.max_window_value:
+        v.fail(InvalidModelError, f"attribute blocksize = {size}: must be between 1 and "
+               f"{v.limits.max_window_value:,}")
+
+
+def _gather_nd(v: NodeView) -> None:
+    """GatherND's batch_dims is not negative: onnx 1.23's inference crashes on -2**31."""
+    batch_dims = v.int("batch_dims", 0)
+    if not 0 <= batch_dims <= v.limits.max_window_value:
+        v.fail(InvalidModelError, f"attribute batch_dims = {batch_dims}: must be between 0 and "
+               f"{v.limits.max_window_value:,}")
+
+
+def _split(v: NodeView) -> None:
+    """Split's num_outputs (opset 18) is the number of outputs: onnx 1.23's inference indexes
+    past its table otherwise (an abort)."""
+    parts = v.int("num_outputs", 0)
+    outputs = len(v.node.output)
+    if "num_outputs" in v.attrs and parts != outputs:
+        v.fail(InvalidModelError, f"attribute num_outputs = {parts}, but the node has {outputs} "
+               "output(s)")
+
+
+def _group_norm(v: NodeView) -> None:
+    groups = v.int("num_groups", 1)
+    if groups < 1:
+        v.fail(InvalidModelError, f"attribute num_groups = {groups}: must be at least 1")
+
+
 _WINDOW_OPS = ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "MaxPool", "AveragePool",
                "LpPool")
 _CHECKS: dict[str, Check] = {
@@ -627,6 +853,12 @@ _CHECKS: dict[str, Check] = {
     "Range": _range,
     "Resize": _resize,
     "Upsample": _resize,
+    "Einsum": _einsum,
+    "GroupNormalization": _group_norm,
+    "DepthToSpace": _blocksize,
+    "SpaceToDepth": _blocksize,
+    "Split": _split,
+    "GatherND": _gather_nd,
 }
 
 
@@ -690,13 +922,19 @@ _CONV_POSITIONS = {"Conv": (0, 1, 2), "ConvInteger": (0, 1, None), "QLinearConv"
 
 def _conv_shapes(v: NodeView) -> None:
     """Conv: X [N, C, ...], W [M, C / group, k...], B [M]: C = W[1] * group, M % group = 0."""
-    xi, wi, bi = _CONV_POSITIONS[v.node.op_type]
+    xi, wi, bi = _CONV_POSITIONS[v.op]
     x, w = _ints(v.dims(xi)), _ints(v.dims(wi))
-    if x is None or w is None or len(x) < 3 or len(w) != len(x):
+    xn, wn = v.input_name(xi), v.input_name(wi)
+    for name, dims in ((xn, x), (wn, w)):
+        if dims is not None and len(dims) < 3:
+            v.fail(ShapeError, f"{name!r} {_show(dims)} has rank {len(dims)}; Conv takes rank 3 "
+                   "or more (batch or output channels, channels, spatial axes)")
+    if x is None or w is None:
         return
+    if len(w) != len(x):
+        v.fail(ShapeError, f"input {xn!r} {_show(x)} and weight {wn!r} {_show(w)} differ in rank")
     group = v.int("group", 1)
     channels, per_group, maps = x[1], w[1], w[0]
-    xn, wn = v.input_name(xi), v.input_name(wi)
     if channels is not None and per_group is not None and channels != per_group * group:
         v.fail(ShapeError, f"input {xn!r} has {channels} channels, but weight {wn!r} "
                f"{_show(w)} with group {group} takes {per_group} x {group} = "
@@ -743,11 +981,11 @@ def _matmul_shapes(v: NodeView) -> None:
 
     Strict onnx inference refuses a mismatch it sees; this also guards shapes that ONNX
     Runtime's symbolic inference merged, which the cost formulas take K from."""
-    ai, bi = _MATMUL_POSITIONS[v.node.op_type]
+    ai, bi = _MATMUL_POSITIONS[v.op]
     a, b = _ints(v.dims(ai)), _ints(v.dims(bi))
     if not a or not b:
         return
-    if v.node.op_type == "Gemm":
+    if v.op == "Gemm":
         if len(a) != 2 or len(b) != 2:
             return
         ka, kb = a[0 if v.int("transA", 0) else 1], b[1 if v.int("transB", 0) else 0]
@@ -776,6 +1014,75 @@ def _gather_shapes(v: NodeView) -> None:
                f"of range for axis {axis} of {v.input_name(0)!r} (size {size})")
 
 
+def _einsum_shapes(v: NodeView) -> None:
+    """Each term names one index per dim of its operand ('...' stands for the rest)."""
+    for position, term in enumerate(_einsum_terms(v)):
+        dims = v.dims(position)
+        labels = len(term.replace("...", ""))
+        if dims is not None and (labels > len(dims) if "..." in term else labels != len(dims)):
+            v.fail(ShapeError, f"equation term {term!r} does not fit input "
+                   f"{v.input_name(position)!r} of rank {len(dims)}")
+
+
+def _norm_shapes(v: NodeView) -> None:
+    """Instance and group normalization: X [N, C, ...]; C a multiple of num_groups."""
+    x = _ints(v.dims(0))
+    if x is None:
+        return
+    if len(x) < 2:
+        v.fail(ShapeError, f"input {v.input_name(0)!r} has rank {len(x)}; it must be "
+               "[batch, channels, ...]")
+    groups = v.int("num_groups", 1)
+    if v.op == "GroupNormalization" and x[1] is not None and x[1] % groups:
+        v.fail(ShapeError, f"input {v.input_name(0)!r} has {x[1]} channels, not a multiple of "
+               f"num_groups {groups}")
+
+
+def _axes_shapes(v: NodeView) -> None:
+    """MeanVarianceNormalization: every axis (default 0, 2, 3) within the input's rank."""
+    dims = v.dims(0)
+    axes = v.ints("axes") or [0, 2, 3]
+    if dims is not None and any(not -len(dims) <= a < len(dims) for a in axes):
+        v.fail(ShapeError, f"axes {_show(axes)} out of range for input {v.input_name(0)!r} of "
+               f"rank {len(dims)}")
+
+
+def _block_shapes(v: NodeView) -> None:
+    """DepthToSpace: C a multiple of blocksize**2; SpaceToDepth: H and W multiples of it."""
+    x, size = _ints(v.dims(0)), v.int("blocksize", 1)
+    if x is None or len(x) != 4:
+        return
+    depth = v.op == "DepthToSpace"
+    for axis, multiple in ([(1, size * size)] if depth else [(2, size), (3, size)]):
+        if x[axis] is not None and x[axis] % multiple:
+            v.fail(ShapeError, f"input {v.input_name(0)!r} {_show(x)}: dim {axis} is not a "
+                   f"multiple of {multiple} (blocksize {size})")
+
+
+def _axis_shapes(v: NodeView) -> None:
+    """Layer and RMS normalization: an input of rank 1 or more, `axis` within it."""
+    dims, axis = v.dims(0), v.int("axis", -1)
+    if dims is not None and not -len(dims) <= axis < len(dims):
+        v.fail(ShapeError, f"attribute axis = {axis} is out of range for input "
+               f"{v.input_name(0)!r} of rank {len(dims)}")
+
+
+def _resize_shapes(v: NodeView) -> None:
+    """Resize and Upsample keep the rank (the cost formula pairs input and output dims)."""
+    x, y = v.dims(0), v.output_dims(0)
+    if x is not None and y is not None and len(x) != len(y):
+        v.fail(ShapeError, f"output {v.node.output[0]!r} of rank {len(y)} for input "
+               f"{v.input_name(0)!r} of rank {len(x)}: scales, sizes or roi do not fit the "
+               "input")
+
+
+def _eyelike_shapes(v: NodeView) -> None:
+    dims = v.dims(0)
+    if dims is not None and len(dims) != 2:
+        v.fail(ShapeError, f"input {v.input_name(0)!r} has rank {len(dims)}; EyeLike takes a "
+               "2-D tensor")
+
+
 _SHAPE_CHECKS: dict[str, Check] = {
     "Conv": _conv_shapes,
     "ConvInteger": _conv_shapes,
@@ -786,7 +1093,20 @@ _SHAPE_CHECKS: dict[str, Check] = {
     "LpPool": _pool_shapes,
     **dict.fromkeys(_MATMUL_POSITIONS, _matmul_shapes),
     "Gather": _gather_shapes,
+    "EyeLike": _eyelike_shapes,
+    "Einsum": _einsum_shapes,
+    "InstanceNormalization": _norm_shapes,
+    "GroupNormalization": _norm_shapes,
+    "MeanVarianceNormalization": _axes_shapes,
+    "DepthToSpace": _block_shapes,
+    "SpaceToDepth": _block_shapes,
+    "LayerNormalization": _axis_shapes,
+    "RMSNormalization": _axis_shapes,
+    "Resize": _resize_shapes,
+    "Upsample": _resize_shapes,
 }
+_SHAPE_ONLY = frozenset({_conv_shapes, _conv_transpose_shapes, _pool_shapes, _matmul_shapes})
+_WANTED = frozenset({*_CHECKS, *_SHAPE_CHECKS, *_CONTROL_FLOW, "Constant"})
 
 
 # ---- inputs given by the user -----------------------------------------------------------------

@@ -29,6 +29,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..analyzer.errors import ModelLoadError, OnnxLensError, UsageError
+from ..analyzer.validate import check_input_tensor, check_inputs
 from .ort_timing import ModelSource, NodeTime, Timing, time_session
 
 Feeds = Mapping[str, np.ndarray]
@@ -193,7 +194,8 @@ def random_inputs(specs: Sequence[InputSpec], *, count: int, batch: int, seed: i
 def load_inputs(files: Sequence[str | Path], specs: Sequence[InputSpec]
                 ) -> list[dict[str, np.ndarray]]:
     """One input set per file: `.npz` (arrays named like the inputs), or `.npy` / `.pb` (a
-    single array or TensorProto, for a model with one input)."""
+    single array or TensorProto, for a model with one input). Each array must fit its input
+    (`analyzer.validate.check_inputs`)."""
     samples = []
     names = [s.name for s in specs]
     for file in files:
@@ -206,16 +208,23 @@ def load_inputs(files: Sequence[str | Path], specs: Sequence[InputSpec]
                 if len(names) != 1:
                     raise UsageError(f"{path}: the model has {len(names)} inputs; give an .npz "
                                      f"with arrays named {', '.join(names)}")
-                array = (np.load(path, allow_pickle=False) if path.suffix == ".npy" else
-                         onnx.numpy_helper.to_array(onnx.load_tensor(str(path))))
+                if path.suffix == ".npy":
+                    array = np.load(path, allow_pickle=False)
+                else:
+                    tensor = onnx.load_tensor(str(path))
+                    check_input_tensor(tensor, str(path))
+                    array = onnx.numpy_helper.to_array(tensor)
                 sample = {names[0]: array}
             else:
                 raise UsageError(f"{path}: expected an .npy, .npz or .pb file")
-        except (OSError, ValueError, DecodeError) as e:
+        except OnnxLensError:
+            raise
+        except Exception as e:  # numpy and onnx raise many kinds on a malformed file
             raise UsageError(f"{path}: cannot read inputs ({e})") from None
         missing = [n for n in names if n not in sample]
         if missing:
             raise UsageError(f"{path}: no array for input(s) {', '.join(missing)}")
+        check_inputs(sample, specs, str(path))
         samples.append({n: sample[n].astype(s.dtype, copy=False) for n, s in
                         zip(names, specs, strict=True)})
     return samples

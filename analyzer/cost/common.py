@@ -20,6 +20,9 @@ def pointwise(flops: int, transcendental: int = 0) -> Formula:
 
 
 def along_axis(dims: tuple[int, ...], axis: int) -> tuple[int, int]:
-    """(number of 1-D slices, slice length) along `axis` (negative counts from the end)."""
+    """(number of 1-D slices, slice length) along `axis` (negative counts from the end); a
+    scalar is one slice of one element."""
+    if not dims:
+        return 1, 1
     axis %= len(dims)
     return math.prod(dims[:axis] + dims[axis + 1:]), dims[axis]

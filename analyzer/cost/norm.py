@@ -58,6 +58,8 @@ def instance_group_norm(node: NodeInfo) -> Cost:
     # Instance: one group per (sample, channel); Group: num_groups per sample. Scale and bias
     # are both required: 7n + 3 per group.
     groups = node.attr("num_groups") if node.op_type == "GroupNormalization" else channels
+    if not groups:  # no channels: an empty tensor (num_groups >= 1 is validated)
+        return Cost()
     return _normalize(batch * groups, channels // groups * math.prod(spatial), center=True,
                       affine=2)
 

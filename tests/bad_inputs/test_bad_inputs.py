@@ -237,10 +237,12 @@ def _huge_initializer(f: Folders) -> Call:
 
 
 def _huge_inferred(f: Folders) -> Call:
-    shape = numpy_helper.from_array(np.array([2**20, 2**20], np.int64), "shape")
-    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"], name="fill"),
+    # The shape is computed (no constant input asks for it): only inference finds the size.
+    side = numpy_helper.from_array(np.array([2**20], np.int64), "side")
+    nodes = [helper.make_node("Concat", ["side", "side"], ["shape"], name="shape", axis=0),
+             helper.make_node("ConstantOfShape", ["shape"], ["big"], name="fill"),
              helper.make_node("ReduceSum", ["big"], ["y"], name="sum", keepdims=0)]
-    return f.save(_model(nodes, [], [vi("y", TensorProto.FLOAT, [])], [shape]))
+    return f.save(_model(nodes, [], [vi("y", TensorProto.FLOAT, [])], [side]))
 
 
 def _negative_input_dim(f: Folders) -> Call:
@@ -299,6 +301,153 @@ def _bytes_with_external(f: Folders) -> Call:
 def _proto_with_external(f: Folders) -> Call:
     (f.model / "weights.bin").write_bytes(_weights().raw_data)
     return Call(external(conv_model(), location="weights.bin"))
+
+
+
+# ---- the validation layer (analyzer/validate.py) ----------------------------------------------
+
+
+def _const(name: str, values: Any, dtype: Any = np.int64) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, dtype), name)
+
+
+def _conv(x_shape: list[Any] | None = None, w_shape: tuple[int, ...] = (4, 3, 3, 3),
+          op: str = "Conv", bias: int | None = None, **attrs: Any) -> Build:
+    """x -> `op`(w[, b], attrs) -> y, the output's rank recorded only."""
+    def build(f: Folders) -> Call:
+        x = x_shape or [1, 3, 8, 8]
+        inits = [_weights(w_shape)] + ([_weights((bias,), "b")] if bias else [])
+        node = helper.make_node(op, ["x", "w"] + (["b"] if bias else []), ["y"], name="conv",
+                                **attrs)
+        return f.save(_model([node], [vi("x", TensorProto.FLOAT, x)],
+                             [vi("y", TensorProto.FLOAT, [None] * len(x))], inits))
+
+    return build
+
+
+def _pool(op: str = "MaxPool", x_shape: tuple[int, ...] = (1, 3, 8, 8), **attrs: Any) -> Build:
+    attrs.setdefault("kernel_shape", [2, 2])
+    return lambda f: f.save(_model([helper.make_node(op, ["x"], ["y"], name="pool", **attrs)],
+                                   [vi("x", TensorProto.FLOAT, list(x_shape))],
+                                   [vi("y", TensorProto.FLOAT, [None] * len(x_shape))]))
+
+
+def _one_op(op: str, inputs: list[tuple[str, list[Any]]], consts: list[onnx.TensorProto],
+            rank: int, elem: int = TensorProto.FLOAT, **attrs: Any) -> Build:
+    """One `op` node named 'n' reading graph inputs (name, shape), then constants, and making
+    y of rank `rank`."""
+    names = [n for n, _ in inputs] + [c.name for c in consts]
+    node = helper.make_node(op, names, ["y"], name="n", **attrs)
+    graph_inputs = [vi(n, elem, s) for n, s in inputs]
+    return lambda f: f.save(_model([node], graph_inputs, [vi("y", elem, [None] * rank)], consts))
+
+
+def _gather(indices: list[int]) -> Build:
+    return _one_op("Gather", [("x", [5, 3])], [_const("i", indices)], 2)
+
+
+def _resize(scales: list[float] | None = None, sizes: list[int] | None = None) -> Build:
+    """Resize-13 of x[1,1,4,4]: inputs X, roi (omitted), scales, sizes."""
+    if scales is not None:
+        names, consts = ["x", "", "scales"], [_const("scales", scales, np.float32)]
+    else:
+        names, consts = ["x", "", "", "sizes"], [_const("sizes", sizes)]
+    node = helper.make_node("Resize", names, ["y"], name="n", mode="nearest")
+    return lambda f: f.save(_model([node], [vi("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                                   [vi("y", TensorProto.FLOAT, [None] * 4)], consts))
+
+
+def _range(start: Any, limit: Any, delta: Any, dtype: Any = np.float32) -> Build:
+    return _one_op("Range", [], [_const("start", start, dtype), _const("limit", limit, dtype),
+                                 _const("delta", delta, dtype)], 1,
+                   elem=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+
+def _reshape_constant_node(f: Folders) -> Call:
+    """The shape comes from a Constant node, not an initializer."""
+    nodes = [helper.make_node("Constant", [], ["shape"], name="k", value_ints=[-1, 2, -1]),
+             helper.make_node("Reshape", ["x", "shape"], ["y"], name="n")]
+    return f.save(_model(nodes, [vi("x", TensorProto.FLOAT, [2, 3, 4])],
+                         [vi("y", TensorProto.FLOAT, [None] * 3)]))
+
+
+def _opsets(*opsets: tuple[str, int]) -> Build:
+    return lambda f: f.save(_model([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                                   [vi("x", TensorProto.FLOAT, [2])],
+                                   [vi("y", TensorProto.FLOAT, [2])], opsets=opsets))
+
+
+def _duplicate_output(f: Folders) -> Call:
+    model = chain(("Relu", ["x"], "y", "r"))
+    model.graph.output.append(model.graph.output[0])
+    return f.save(model)
+
+
+LOCAL = helper.make_opsetid("local", 1)
+
+
+def _function(name: str, body: list[onnx.NodeProto]) -> onnx.FunctionProto:
+    return helper.make_function("local", name, ["a"], ["b"], body,
+                                [helper.make_opsetid("", 17), LOCAL])
+
+
+def _calls(callee: str) -> list[onnx.NodeProto]:
+    return [helper.make_node(callee, ["a"], ["b"], domain="local")]
+
+
+def _with_functions(functions: list[onnx.FunctionProto]) -> Build:
+    def build(f: Folders) -> Call:
+        node = helper.make_node(functions[0].name, ["x"], ["y"], domain="local", name="call")
+        graph = helper.make_graph([node], "g", [vi("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                                  [vi("y", TensorProto.FLOAT, [None] * 4)])
+        return f.save(helper.make_model(graph, functions=functions,
+                                        opset_imports=[helper.make_opsetid("", 17), LOCAL]))
+
+    return build
+
+
+def _function_chain(length: int) -> list[onnx.FunctionProto]:
+    return [_function(f"F{i}", _calls(f"F{i + 1}") if i < length - 1 else
+                      [helper.make_node("Relu", ["a"], ["b"])]) for i in range(length)]
+
+
+def _nested_ifs(depth: int) -> onnx.ModelProto:
+    """If nodes nested `depth` deep (in their then_branch), built in place: protobuf refuses to
+    parse messages nested that deep, so neither bytes nor helper.make_node can hold them."""
+    model = onnx.ModelProto(ir_version=8)
+    model.opset_import.add(domain="", version=17)
+    graph, out = model.graph, "y"
+    graph.name = "g"
+    graph.input.extend([vi("x", TensorProto.FLOAT, [2]), vi("c", TensorProto.BOOL, [])])
+    graph.output.extend([vi("y", TensorProto.FLOAT, [2])])
+    for i in range(depth):
+        node = graph.node.add(op_type="If", name=f"if{i}", input=["c"], output=[out])
+        then = node.attribute.add(name="then_branch", type=onnx.AttributeProto.GRAPH)
+        other = node.attribute.add(name="else_branch", type=onnx.AttributeProto.GRAPH)
+        other.g.name = f"else{i}"
+        other.g.node.add(op_type="Relu", input=["x"], output=[f"e{i}"])
+        other.g.output.extend([vi(f"e{i}", TensorProto.FLOAT, [2])])
+        graph, out = then.g, f"t{i}"
+        graph.name = f"then{i}"
+        graph.output.extend([vi(out, TensorProto.FLOAT, [2])])
+    graph.node.add(op_type="Relu", name="leaf", input=["x"], output=[out])
+    return model
+
+
+def _deep_ifs_proto(f: Folders) -> Call:
+    return Call(_nested_ifs(33))
+
+
+def _conv_in_if_body(f: Folders) -> Call:
+    def body(name: str, **attrs: Any) -> onnx.GraphProto:
+        conv = helper.make_node("Conv", ["x", "w"], [name], name=name, **attrs)
+        return helper.make_graph([conv], name, [], [vi(name, TensorProto.FLOAT, [None] * 4)])
+
+    node = helper.make_node("If", ["c"], ["y"], name="if", then_branch=body("bad", strides=[0, 1]),
+                            else_branch=body("good"))
+    return f.save(_model([node], [vi("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+                                  vi("c", TensorProto.BOOL, [])],
+                         [vi("y", TensorProto.FLOAT, [None] * 4)], [_weights()]))
 
 
 CASES = [
@@ -403,6 +552,163 @@ CASES = [
          "model was given without a folder: pass base_dir"),
     Case("external data as a proto without base_dir", _proto_with_external, ExternalDataError,
          "model was given without a folder: pass base_dir"),
+    # Window attributes of Conv and pooling, before shape inference.
+    Case("Conv strides 0", _conv(strides=[0, 1]), InvalidModelError,
+         "node 'conv' (Conv): attribute strides = [0, 1]: 0 is not positive"),
+    Case("Conv negative strides", _conv(strides=[1, -2]), InvalidModelError,
+         "attribute strides = [1, -2]: -2 is not positive"),
+    Case("Conv dilations 0", _conv(dilations=[0, 0]), InvalidModelError,
+         "node 'conv' (Conv): attribute dilations = [0, 0]: 0 is not positive"),
+    Case("Conv negative pads", _conv(pads=[-1, 0, 0, 0]), InvalidModelError,
+         "node 'conv' (Conv): attribute pads = [-1, 0, 0, 0]: -1 is negative"),
+    Case("Conv pads 2**62", _conv(pads=[2**62, 0, 0, 0]), InvalidModelError,
+         "attribute pads = [4611686018427387904, 0, 0, 0]: 4,611,686,018,427,387,904 is over "
+         "the limit of 2,147,483,647 (Limits.max_window_value)"),
+    Case("Conv odd pads", _conv(pads=[1, 1, 1]), InvalidModelError,
+         "attribute pads = [1, 1, 1]: an odd count (3)"),
+    Case("Conv attributes of different ranks", _conv(strides=[1, 1, 1], kernel_shape=[3, 3]),
+         InvalidModelError,
+         "attributes disagree on the number of spatial axes: kernel_shape 2, strides 3"),
+    Case("Conv kernel_shape 0", _conv(kernel_shape=[0, 3]), InvalidModelError,
+         "attribute kernel_shape = [0, 3]: 0 is not positive"),
+    Case("Conv group 0", _conv(group=0), InvalidModelError,
+         "node 'conv' (Conv): attribute group = 0: must be between 1 and 2,147,483,647"),
+    Case("Conv negative group", _conv(group=-3), InvalidModelError, "attribute group = -3"),
+    Case("MaxPool strides 0", _pool(strides=[0, 0]), InvalidModelError,
+         "node 'pool' (MaxPool): attribute strides = [0, 0]: 0 is not positive"),
+    Case("AveragePool pads 2**40", _pool("AveragePool", pads=[2**40] * 4), InvalidModelError,
+         "node 'pool' (AveragePool): attribute pads = [1099511627776, "),
+    Case("ConvTranspose negative output_padding",
+         _conv(w_shape=(3, 2, 3, 3), op="ConvTranspose", output_padding=[-1, 0]),
+         InvalidModelError, "(ConvTranspose): attribute output_padding = [-1, 0]: -1 is negative"),
+    Case("ConvTranspose strides 2**40 (output overflow)",
+         _conv(w_shape=(3, 2, 3, 3), op="ConvTranspose", strides=[2**40, 1]), InvalidModelError,
+         "attribute strides = [1099511627776, 1]: 1,099,511,627,776 is over the limit"),
+    # Channel and group arithmetic, output sizes, on inferred shapes.
+    Case("Conv C != W[1] * group", _conv(group=3), ShapeError,
+         "node 'conv' (Conv): input 'x' has 3 channels, but weight 'w' [4, 3, 3, 3] with group 3 "
+         "takes 3 x 3 = 9"),
+    Case("Conv M % group != 0", _conv(w_shape=(4, 1, 3, 3), group=3), ShapeError,
+         "weight 'w' [4, 1, 3, 3] has 4 output channels, not a multiple of group 3"),
+    Case("Conv kernel_shape differs from the weight", _conv(kernel_shape=[5, 5]), ShapeError,
+         "attribute kernel_shape = [5, 5] does not match weight 'w' [4, 3, 3, 3]"),
+    Case("Conv kernel_shape of the wrong rank", _conv(kernel_shape=[3]), ShapeError,
+         "node 'conv' (Conv): Attribute kernel_shape has incorrect size"),
+    Case("Conv bias of the wrong length", _conv(bias=7), ShapeError,
+         "bias 'b' [7] should be [4], one value per output channel"),
+    Case("Conv output size 0", _conv(x_shape=[1, 3, 2, 2]), ShapeError,
+         "output spatial dim 0 would be 0: the window (kernel 3, dilation 1) is larger than the "
+         "padded input (2 + pads 0 + 0)"),
+    Case("Conv dilated window past the input", _conv(dilations=[4, 1]), ShapeError,
+         "output spatial dim 0 would be 0: the window (kernel 3, dilation 4)"),
+    Case("AveragePool output size negative", _pool("AveragePool", (1, 1, 4, 4),
+                                                   kernel_shape=[20, 20]), ShapeError,
+         "node 'pool' (AveragePool): output spatial dim 0 would be -15"),
+    Case("ConvTranspose C != W[0]", _conv(w_shape=(2, 2, 3, 3), op="ConvTranspose"), ShapeError,
+         "(ConvTranspose): input 'x' has 3 channels, but weight 'w' [2, 2, 3, 3] takes 2"),
+    Case("Gemm inner dimensions differ",
+         _one_op("Gemm", [("a", [2, 3]), ("b", [4, 5])], [], 2), ShapeError,
+         "node 'n' (Gemm): Dimension mismatch in unification between 4 and 3 (inputs 'a' 2x3, "
+         "'b' 4x5)"),
+    Case("Gemm transB inner dimensions differ",
+         _one_op("Gemm", [("a", [2, 3])], [_weights((5, 4), "b")], 2, transB=1), ShapeError,
+         "node 'n' (Gemm): Dimension mismatch in unification between 4 and 3"),
+    Case("Gather index past the end", _gather([0, 7]), InvalidModelError,
+         "node 'n' (Gather): index 7 in constant input 'i' is out of range for axis 0 of 'x' "
+         "(size 5)"),
+    Case("Gather negative index before the start", _gather([-6]), InvalidModelError,
+         "index -6 in constant input 'i' is out of range for axis 0 of 'x' (size 5)"),
+    Case("Slice axis out of range",
+         _one_op("Slice", [("x", [4, 4])], [_const("starts", [0]), _const("ends", [2]),
+                                            _const("axes", [5])], 2),
+         ShapeError, "node 'n' (Slice): Unexpected axis value: 5"),
+    Case("Slice step 0",
+         _one_op("Slice", [("x", [4, 4])], [_const("starts", [0]), _const("ends", [2]),
+                                            _const("axes", [0]), _const("steps", [0])], 2),
+         ShapeError, "node 'n' (Slice): 'step' cannot be 0"),
+    # What constant inputs ask for.
+    Case("Reshape with two -1", _one_op("Reshape", [("x", [2, 3, 4])],
+                                        [_const("shape", [-1, 2, -1])], 3),
+         InvalidModelError, "node 'n' (Reshape): shape input 'shape' = [-1, 2, -1] has more "
+         "than one -1"),
+    Case("Reshape with two -1 from a Constant node", _reshape_constant_node, InvalidModelError,
+         "node 'n' (Reshape): shape input 'shape' = [-1, 2, -1] has more than one -1"),
+    Case("Reshape dim -2", _one_op("Reshape", [("x", [2, 3, 4])], [_const("shape", [-2, 12])],
+                                   2),
+         InvalidModelError, "shape input 'shape' = [-2, 12] has -2; a dim is -1, 0 or positive"),
+    Case("Reshape allowzero with 0 and -1",
+         _one_op("Reshape", [("x", [2, 3, 4])], [_const("shape", [0, -1])], 2, allowzero=1),
+         InvalidModelError, "has both 0 and -1 with allowzero=1"),
+    Case("ConstantOfShape negative dim", _one_op("ConstantOfShape", [],
+                                                 [_const("shape", [-5, 3])], 2),
+         InvalidModelError, "node 'n' (ConstantOfShape): shape input 'shape' = [-5, 3] has the "
+         "negative value -5"),
+    Case("ConstantOfShape over the budget",
+         _one_op("ConstantOfShape", [], [_const("shape", [2**16] * 4)], 4), ShapeError,
+         "node 'n' (ConstantOfShape): shape input 'shape' asks for a [65536, 65536, 65536, "
+         "65536] tensor (73,786,976,294,838,206,464 bytes), over the 274,877,906,944-byte limit"),
+    Case("Expand to 2**62 x 2**62", _one_op("Expand", [("x", [1, 1])],
+                                            [_const("shape", [2**62, 2**62])], 2),
+         ShapeError, "node 'n' (Expand): shape input 'shape' asks for a [4611686018427387904, "
+         "4611686018427387904] tensor"),
+    Case("Tile past int64", _one_op("Tile", [("x", [4, 4])], [_const("repeats", [2**62, 4])], 2),
+         ShapeError, "node 'n' (Tile): repeats input 'repeats' asks for a "
+         "[18446744073709551616, 16] tensor"),
+    Case("Range delta 0", _range(0, 10, 0, np.int64), InvalidModelError,
+         "node 'n' (Range): delta input 'delta' is 0: the range never ends"),
+    Case("Range over the budget", _range(0.0, 1e30, 1.0), ShapeError,
+         "node 'n' (Range): inputs 'start', 'limit', 'delta' = 0.0, 1.0000000150474662e+30, 1.0 "
+         "ask for 1e+30 elements"),
+    Case("Range NaN limit", _range(0.0, np.nan, 1.0), InvalidModelError,
+         "inputs 'start', 'limit', 'delta' = 0.0, nan, 1.0: not finite"),
+    Case("Resize scale NaN", _resize([1, 1, np.nan, 1]), InvalidModelError,
+         "node 'n' (Resize): scales input 'scales' = [1.0, 1.0, nan, 1.0] has nan; scales must be "
+         "finite and positive"),
+    Case("Resize scale 0", _resize([1, 1, 0, 1]), InvalidModelError,
+         "scales input 'scales' = [1.0, 1.0, 0.0, 1.0] has 0.0"),
+    Case("Resize scale 1e30", _resize([1, 1, 1e30, 1e30]), ShapeError,
+         "node 'n' (Resize): scales input 'scales' = [1.0, 1.0, 1.0000000150474662e+30, "
+         "1.0000000150474662e+30] asks for more than the 274,877,906,944-byte limit"),
+    Case("Resize sizes over the budget", _resize(sizes=[1, 1, 2**40, 2**40]), ShapeError,
+         "node 'n' (Resize): sizes input 'sizes' asks for a [1, 1, 1099511627776, "
+         "1099511627776] tensor"),
+    # Opsets, outputs, nesting and local functions.
+    Case("opset -1", _opsets(("", -1)), InvalidModelError,
+         "opset_import: domain 'ai.onnx' version -1 is out of range (1 to "),
+    Case("opset 0", _opsets(("", 0)), InvalidModelError,
+         "opset_import: domain 'ai.onnx' version 0 is out of range"),
+    Case("opset newer than onnx knows", _opsets(("", 999)), InvalidModelError,
+         "opset_import: domain 'ai.onnx' version 999 is out of range (1 to "),
+    Case("ai.onnx.ml opset 99", _opsets(("", 17), ("ai.onnx.ml", 99)), InvalidModelError,
+         "domain 'ai.onnx.ml' version 99 is out of range"),
+    Case("custom domain version -3", _opsets(("", 17), ("com.acme", -3)), InvalidModelError,
+         "domain 'com.acme' version -3 is out of range (1 or more)"),
+    Case("domain imported twice", _opsets(("", 17), ("", 13)), InvalidModelError,
+         "opset_import: domain 'ai.onnx' imported twice (versions 17 and 13)"),
+    Case("graph output listed twice", _duplicate_output, InvalidModelError,
+         "graph output 'y' is listed twice"),
+    Case("local function calling itself",
+         _with_functions([_function("F", _calls("F"))]), InvalidModelError,
+         "local functions are recursive: local::F -> local::F"),
+    Case("local functions calling each other",
+         _with_functions([_function("F", _calls("G")), _function("G", _calls("F"))]),
+         InvalidModelError, "local functions are recursive: local::F -> local::G -> local::F"),
+    Case("local functions nested 40 deep", _with_functions(_function_chain(40)),
+         InvalidModelError, "local function local::F0: If/Loop/Scan bodies and local-function "
+         "calls nest at least 33 deep (calls local::F1 -> local::F2 -> local::F3 -> local::F4 "
+         "-> ...), over the limit of 32"),
+    Case("bad attribute inside a local function",
+         _with_functions([_function("F", [helper.make_node("MaxPool", ["a"], ["b"],
+                                                           kernel_shape=[2, 2],
+                                                           strides=[1, 0])])]),
+         InvalidModelError, "local function local::F: node #0 (MaxPool): attribute strides = "
+         "[1, 0]: 0 is not positive"),
+    Case("If bodies nested 33 deep", _deep_ifs_proto, InvalidModelError,
+         "body 'then_branch' of node 'if31' (If): node 'if32' (If): body 'then_branch' is nested "
+         "33 deep, over the limit of 32 (Limits.max_nesting_depth)"),
+    Case("bad attribute inside an If body", _conv_in_if_body, InvalidModelError,
+         "body 'then_branch' of node 'if' (If): node 'bad' (Conv): attribute strides = [0, 1]: "
+         "0 is not positive"),
 ]
 EXTERNAL = {c.id for c in CASES if c.id.startswith("external")}
 
@@ -475,7 +781,8 @@ def test_audit_hook_sees_opens(tmp_path: Path) -> None:
 # and what the interpreter would print for an uncaught exception); a few cases also run as real
 # `analyze FILE` processes, alongside it.
 
-CLI_CASES = [c for c in CASES if c.build not in (_bytes_with_external, _proto_with_external)]
+API_ONLY = (_bytes_with_external, _proto_with_external, _deep_ifs_proto)  # no file to name
+CLI_CASES = [c for c in CASES if c.build not in API_ONLY]
 AS_PROCESS = ("truncated model", "external '..'")
 
 _DRIVER = """

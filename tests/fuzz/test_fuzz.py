@@ -1,0 +1,61 @@
+"""The bounded fuzz run of the test suite (about a minute): every generated input ends in a
+result or an `OnnxLensError`, within 20 s and without a memory blow-up (`fuzz_targets`).
+
+The examples are derandomized, so a run is repeatable; `ONNXLENS_FUZZ_EXAMPLES=N` changes how
+many each target gets. The long, random run is `python benchmarks/fuzz.py --seconds 600`.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import fuzz_targets as targets
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+EXAMPLES = int(os.environ.get("ONNXLENS_FUZZ_EXAMPLES", "120"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+                suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(autouse=True)
+def hang_watchdog() -> Iterator[None]:
+    """A C++ loop would never give control back to a Python timeout: past the limit (for one
+    whole test, generously), a watchdog thread dumps every stack and ends the process."""
+    faulthandler.dump_traceback_later(targets.HANG_SECONDS * EXAMPLES, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def test_seeds_are_valid_models() -> None:
+    for data in targets.SEEDS:
+        assert targets.loader(data)
+
+
+@FUZZ
+@given(targets.mutated_model_bytes())
+def test_loader_on_mutated_bytes(data: bytes) -> None:
+    targets.loader(data)
+
+
+@FUZZ
+@given(targets.op_graphs(max_nodes=1))
+def test_validation_on_one_op_graphs(model: onnx.ModelProto) -> None:
+    targets.validation(model)
+
+
+@FUZZ
+@given(targets.op_graphs(max_nodes=6))
+def test_analyzer_on_op_chains(model: onnx.ModelProto) -> None:
+    targets.analyzer(model)
+
+
+@FUZZ
+@given(targets.mutated_input_files())
+def test_input_files(tmp_path_factory: pytest.TempPathFactory, file: tuple[str, bytes]) -> None:
+    folder: Path = tmp_path_factory.mktemp("inputs", numbered=True)
+    targets.inputs(*file, folder)
