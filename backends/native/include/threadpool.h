@@ -1,8 +1,9 @@
-// A fixed set of worker threads; the calling thread is worker 0.
+// A fixed set of worker threads; the calling thread takes part as thread 0.
 //
-// `run(f)` calls f(tid, n) on every worker (tid 0..n-1) and returns when all have returned; the
-// kernels split their work by tid. Workers spin briefly between jobs (kernels come back to back)
-// and then sleep, so an idle executor costs nothing.
+// `for_range(total, chunk, f, work)` runs f(tid, begin, end) over [0, total) in chunks that
+// the threads claim one at a time, so a thread the OS has not scheduled yet (a shared, loaded
+// machine) holds nobody up: the others take its share. It returns when every chunk is done.
+// Workers spin briefly between jobs (kernels come back to back), then sleep.
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,12 @@
 
 namespace onnxlens {
 
+using RangeFn = std::function<void(int tid, int64_t begin, int64_t end)>;
+
+struct Range {
+  int64_t begin, end;
+};
+
 class ThreadPool {
  public:
   explicit ThreadPool(int threads);
@@ -23,25 +30,29 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return threads_; }
-  void run(const std::function<void(int tid, int n)>& job);
+  // `work` (about one unit per multiply-add or element touched): below kMinParallelWork the
+  // calling thread does it all, as waking the others would cost more.
+  void for_range(int64_t total, int64_t chunk, const RangeFn& f, int64_t work);
+  // A chunk size giving each thread about four chunks, a multiple of `align`.
+  int64_t chunk_for(int64_t total, int64_t align = 1) const;
+
+  static constexpr int64_t kMinParallelWork = 1 << 15;
 
  private:
   void worker(int tid);
+  void drain(int tid);
 
   int threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::atomic<uint64_t> generation_{0};
+  bool open_ = false;  // a job takes workers (guarded by mutex_)
+  bool stop_ = false;  // guarded by mutex_
+  const RangeFn* fn_ = nullptr;
+  int64_t total_ = 0, chunk_ = 1;
+  std::atomic<int64_t> next_{0}, done_{0};
+  std::atomic<int> active_{0};
 };
-
-// [begin, end) of part `tid` of `n` equal parts of [0, total), each a multiple of `align`.
-struct Range {
-  int64_t begin, end;
-};
-Range split_range(int64_t total, int tid, int n, int64_t align = 1);
 
 }  // namespace onnxlens

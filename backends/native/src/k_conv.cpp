@@ -212,8 +212,10 @@ class ConvKernel : public Kernel {
  private:
   void run_depthwise(ThreadPool& pool, const Workspace& ws) {
     const int64_t planes = g_.N * g_.C, ohw = g_.OH * g_.OW;
-    pool.run([&](int tid, int n) {
-      const Range r = split_range(planes, tid, n);
+    const int64_t work = planes * ohw * g_.kh * g_.kw;
+    pool.for_range(planes, pool.chunk_for(planes),
+                   [&](int tid, int64_t begin, int64_t end) {
+      const Range r{begin, end};
       for (int64_t p = r.begin; p < r.end; ++p) {
         const int64_t c = p % g_.C;
         float* scratch = ws.get(tid);
@@ -224,16 +226,19 @@ class ConvKernel : public Kernel {
         simd_.depthwise(a);
         epilogue_.apply(simd_, a.out, p * ohw, ohw, scratch);
       }
-    });
+    }, work);
   }
 
   void run_gemm(ThreadPool& pool, const Workspace& ws) {
     const int64_t ohw = g_.OH * g_.OW, ncols = g_.N * ohw;
     const int64_t mg = M_ / groups_, cg = g_.C / groups_;
     const bool by_cols = ncols >= int64_t{4} * simd_.nr * pool.size();
-    pool.run([&](int tid, int n) {
-      const Range cols = by_cols ? split_range(ncols, tid, n, simd_.nr) : Range{0, ncols};
-      const Range rows = by_cols ? Range{0, mg} : split_range(mg, tid, n, simd_.mr);
+    const int64_t work = M_ * ncols * cg * g_.kh * g_.kw;
+    const int64_t total = by_cols ? ncols : mg;
+    const int64_t chunk = pool.chunk_for(total, by_cols ? simd_.nr : simd_.mr);
+    pool.for_range(total, chunk, [&](int tid, int64_t begin, int64_t end) {
+      const Range cols = by_cols ? Range{begin, end} : Range{0, ncols};
+      const Range rows = by_cols ? Range{0, mg} : Range{begin, end};
       for (int64_t gi = 0; gi < groups_; ++gi) {
         const Im2col im = tables_->view(x_.f32() + gi * cg * g_.H * g_.W);
         const int64_t kg = cg * g_.kh * g_.kw;
@@ -258,7 +263,7 @@ class ConvKernel : public Kernel {
         gemm(simd_, mg, ncols, kg, a, b, c, rows.begin, rows.end, cols.begin,
              cols.end, ws.get(tid));
       }
-    });
+    }, work);
   }
 
   const SimdKernels& simd_;

@@ -72,9 +72,8 @@ class CopyKernel : public Kernel {
     const int64_t size = dtype_size(static_cast<int>(y_.dtype));
     const int64_t rows = row_count(), len = dims_.empty() ? 1 : dims_.back();
     const int64_t stride = dims_.empty() ? 1 : strides_.back();
-    auto body = [&](int tid, int n) {
-      const Range r = split_range(rows, tid, n);
-      for (int64_t row = r.begin; row < r.end; ++row) {
+    auto body = [&](int, int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
         int64_t off = offset_, rest = row;
         for (size_t d = dims_.size() - (dims_.empty() ? 0 : 1); d-- > 0;) {
           off += (rest % dims_[d]) * strides_[d];
@@ -84,11 +83,7 @@ class CopyKernel : public Kernel {
                  stride, size);
       }
     };
-    if (y_.nbytes < (int64_t{1} << 16)) {
-      body(0, 1);
-    } else {
-      pool.run(body);
-    }
+    pool.for_range(rows, pool.chunk_for(rows), body, y_.nbytes);
   }
 
  private:
@@ -327,8 +322,9 @@ class LinearResizeKernel : public Kernel {
   }
 
   void run(ThreadPool& pool, const Workspace&) override {
-    pool.run([&](int tid, int n) {
-      const Range r = split_range(y_.numel, tid, n);
+    pool.for_range(y_.numel, pool.chunk_for(y_.numel),
+                   [&](int, int64_t begin, int64_t end) {
+      const Range r{begin, end};
       std::vector<int64_t> at(axes_.size());
       for (int64_t o = r.begin; o < r.end; ++o) {
         int64_t rest = o;
@@ -338,7 +334,7 @@ class LinearResizeKernel : public Kernel {
         }
         y_.f32()[o] = corners(at, 0, 0, 1.0f);
       }
-    });
+    }, y_.numel * 8);
   }
 
  private:

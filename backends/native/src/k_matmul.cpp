@@ -51,19 +51,26 @@ class MatMulKernel : public Kernel {
 
   void run(ThreadPool& pool, const Workspace& ws) override {
     const int64_t items = static_cast<int64_t>(a_off_.size());
-    const bool by_item = items >= pool.size();
-    pool.run([&](int tid, int n) {
-      const Range r = by_item ? split_range(items, tid, n) : Range{0, items};
-      for (int64_t item = r.begin; item < r.end; ++item) {
-        Range rows{0, M_}, cols{0, N_};
-        if (!by_item) {
-          const bool split_rows = M_ >= N_ || N_ < int64_t{2} * simd_.nr * n;
-          (split_rows ? rows : cols) = split_range(split_rows ? M_ : N_, tid, n,
-                                                   split_rows ? simd_.mr : simd_.nr);
+    const int64_t work = items * M_ * N_ * std::max<int64_t>(K_, 1);
+    if (items >= pool.size()) {  // whole products per chunk
+      pool.for_range(items, pool.chunk_for(items),
+                   [&](int tid, int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+          product(item, {0, M_}, {0, N_}, ws.get(tid));
         }
-        product(item, rows, cols, ws.get(tid));
-      }
-    });
+      }, work);
+      return;
+    }
+    // One product (or fewer than the threads): its rows or columns in chunks.
+    const bool by_rows = M_ >= N_ || N_ < int64_t{2} * simd_.nr * pool.size();
+    const int64_t total = by_rows ? M_ : N_;
+    const int64_t chunk = pool.chunk_for(total, by_rows ? simd_.mr : simd_.nr);
+    for (int64_t item = 0; item < items; ++item) {
+      pool.for_range(total, chunk, [&](int tid, int64_t begin, int64_t end) {
+        product(item, by_rows ? Range{begin, end} : Range{0, M_},
+                by_rows ? Range{0, N_} : Range{begin, end}, ws.get(tid));
+      }, work);
+    }
   }
 
  private:

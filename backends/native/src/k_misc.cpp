@@ -23,15 +23,10 @@ class ElementwiseKernel : public Kernel {
   int64_t workspace_floats() const override { return program_.scratch_floats(); }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
-    auto body = [&](int tid, int n) {
-      const Range r = split_range(y_.numel, tid, n, 64);
-      program_.apply(simd_, y_.f32() + r.begin, r.begin, r.end - r.begin, ws.get(tid));
-    };
-    if (y_.numel < 16384) {
-      body(0, 1);
-    } else {
-      pool.run(body);
-    }
+    pool.for_range(y_.numel, pool.chunk_for(y_.numel, 64),
+                   [&](int tid, int64_t begin, int64_t end) {
+                     program_.apply(simd_, y_.f32() + begin, begin, end - begin, ws.get(tid));
+                   }, y_.numel * 4);
   }
 
  private:

@@ -38,8 +38,9 @@ class SoftmaxKernel : public Kernel {
   int64_t workspace_floats() const override { return inner_ > 1 ? 2 * len_ : 0; }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
-    pool.run([&](int tid, int n) {
-      const Range r = split_range(outer_ * inner_, tid, n);
+    pool.for_range(outer_ * inner_, pool.chunk_for(outer_ * inner_),
+                   [&](int tid, int64_t begin, int64_t end) {
+      const Range r{begin, end};
       float* buf = ws.get(tid);
       for (int64_t row = r.begin; row < r.end; ++row) {
         const int64_t o = row / inner_, i = row % inner_;
@@ -53,7 +54,7 @@ class SoftmaxKernel : public Kernel {
         one(buf, buf + len_);
         for (int64_t k = 0; k < len_; ++k) out[k * inner_] = buf[len_ + k];
       }
-    });
+    }, x_.numel * 4);
   }
 
  private:
@@ -110,15 +111,16 @@ class LayerNormKernel : public Kernel {
   int64_t workspace_floats() const override { return len_; }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
-    pool.run([&](int tid, int n) {
-      const Range r = split_range(rows_, tid, n);
+    pool.for_range(rows_, pool.chunk_for(rows_),
+                   [&](int tid, int64_t begin, int64_t end) {
+      const Range r{begin, end};
       for (int64_t row = r.begin; row < r.end; ++row) {
         const float* x = x_.f32() + row * len_;
         float mean, rstd;
         moments(simd_, x, len_, eps_, ws.get(tid), mean, rstd);
         simd_.normalize(y_.f32() + row * len_, x, mean, rstd, scale_, bias_, len_);
       }
-    });
+    }, x_.numel * 4);
   }
 
  private:
@@ -151,8 +153,9 @@ class InstanceNormKernel : public Kernel {
   int64_t workspace_floats() const override { return size_; }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
-    pool.run([&](int tid, int n) {
-      const Range r = split_range(planes_, tid, n);
+    pool.for_range(planes_, pool.chunk_for(planes_),
+                   [&](int tid, int64_t begin, int64_t end) {
+      const Range r{begin, end};
       for (int64_t p = r.begin; p < r.end; ++p) {
         const float* x = x_.f32() + p * size_;
         float mean, rstd;
@@ -161,7 +164,7 @@ class InstanceNormKernel : public Kernel {
         simd_.unary(EwOp::Affine, y_.f32() + p * size_, {x, 1}, size_, rstd * scale_[c],
                     bias_[c] - mean * rstd * scale_[c]);
       }
-    });
+    }, x_.numel * 4);
   }
 
  private:

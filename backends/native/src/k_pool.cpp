@@ -23,12 +23,13 @@ class PoolKernel : public Kernel {
   }
 
   void run(ThreadPool& pool, const Workspace&) override {
-    pool.run([&](int tid, int n) {
-      const Range r = split_range(g_.N * g_.C, tid, n);
+    pool.for_range(g_.N * g_.C, pool.chunk_for(g_.N * g_.C),
+                   [&](int, int64_t begin, int64_t end) {
+      const Range r{begin, end};
       for (int64_t p = r.begin; p < r.end; ++p) {
         plane(x_.f32() + p * g_.H * g_.W, y_.f32() + p * g_.OH * g_.OW);
       }
-    });
+    }, y_.numel * g_.kh * g_.kw);
   }
 
  private:
@@ -103,14 +104,15 @@ class GlobalPoolKernel : public Kernel {
   }
 
   void run(ThreadPool& pool, const Workspace&) override {
-    pool.run([&](int tid, int n) {
-      const Range r = split_range(planes_, tid, n);
+    pool.for_range(planes_, pool.chunk_for(planes_),
+                   [&](int, int64_t begin, int64_t end) {
+      const Range r{begin, end};
       for (int64_t p = r.begin; p < r.end; ++p) {
         const float* in = x_.f32() + p * size_;
         y_.f32()[p] = max_ ? simd_.max(in, size_)
                            : simd_.sum(in, size_) / static_cast<float>(size_);
       }
-    });
+    }, x_.numel);
   }
 
  private:

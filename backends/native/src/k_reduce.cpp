@@ -102,10 +102,11 @@ class ReduceKernel : public Kernel {
   }
 
   void run(ThreadPool& pool, const Workspace&) override {
-    pool.run([&](int tid, int n) {
-      const Range r = split_range(y_.numel, tid, n);
+    pool.for_range(y_.numel, pool.chunk_for(y_.numel),
+                   [&](int, int64_t begin, int64_t end) {
+      const Range r{begin, end};
       for (int64_t o = r.begin; o < r.end; ++o) y_.f32()[o] = one(o);
-    });
+    }, x_.numel);
   }
 
  private:
@@ -169,8 +170,9 @@ class ArgKernel : public Kernel {
   }
 
   void run(ThreadPool& pool, const Workspace&) override {
-    pool.run([&](int tid, int n) {
-      const Range r = split_range(y_.numel, tid, n);
+    pool.for_range(y_.numel, pool.chunk_for(y_.numel),
+                   [&](int, int64_t begin, int64_t end) {
+      const Range r{begin, end};
       for (int64_t o = r.begin; o < r.end; ++o) {
         const float* x = x_.f32() + (o / l_.inner) * l_.len * l_.inner + o % l_.inner;
         int64_t best = 0;
@@ -181,7 +183,7 @@ class ArgKernel : public Kernel {
         }
         y_.as<int64_t>()[o] = best;
       }
-    });
+    }, x_.numel);
   }
 
  private:

@@ -6,8 +6,29 @@
 namespace onnxlens {
 
 namespace {
-// How long a worker spins for the next job before it sleeps.
-constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Waits for `done` to hold: spinning first (yielding the core at once would hand it to another
+// process of a loaded machine, for a whole time slice), then yielding.
+template <typename F>
+void wait_until(F done) {
+  for (int i = 0; !done(); ++i) {
+    if (i < 20000) {
+      relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+// How long a worker spins for the next job before it sleeps: longer than the gap between two
+// kernels of a model, so that a run does not wait for threads to be woken.
+constexpr auto kSpin = std::chrono::milliseconds(2);
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
@@ -17,58 +38,75 @@ ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_.store(true);
+    stop_ = true;
     generation_.fetch_add(1);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& job) {
-  if (threads_ == 1) {
-    job(0, 1);
+int64_t ThreadPool::chunk_for(int64_t total, int64_t align) const {
+  const int64_t parts = int64_t{4} * threads_;
+  const int64_t chunk = (total + parts - 1) / parts;
+  return std::max<int64_t>(align, (chunk + align - 1) / align * align);
+}
+
+void ThreadPool::for_range(int64_t total, int64_t chunk, const RangeFn& f, int64_t work) {
+  if (total <= 0) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  if (threads_ == 1 || work < kMinParallelWork || total <= chunk) {
+    f(0, 0, total);
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &job;
-    pending_.store(threads_ - 1);
+    fn_ = &f;
+    total_ = total;
+    chunk_ = chunk;
+    next_.store(0);
+    done_.store(0);
+    open_ = true;
     generation_.fetch_add(1);
   }
   wake_.notify_all();
-  job(0, threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  drain(0);
+  wait_until([&] { return done_.load(std::memory_order_acquire) >= total; });
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = false;  // workers that wake from now on skip this job
+  }
+  wait_until([&] { return active_.load(std::memory_order_acquire) == 0; });
+}
+
+void ThreadPool::drain(int tid) {
+  for (;;) {
+    const int64_t begin = next_.fetch_add(chunk_);
+    if (begin >= total_) return;
+    const int64_t end = std::min(begin + chunk_, total_);
+    (*fn_)(tid, begin, end);
+    done_.fetch_add(end - begin, std::memory_order_acq_rel);
+  }
 }
 
 void ThreadPool::worker(int tid) {
   uint64_t seen = 0;
   for (;;) {
     const auto until = std::chrono::steady_clock::now() + kSpin;
-    while (generation_.load(std::memory_order_acquire) == seen &&
-           std::chrono::steady_clock::now() < until) {
+    for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
+      relax();
+      if ((i & 255) == 255 && std::chrono::steady_clock::now() >= until) break;
     }
-    if (generation_.load(std::memory_order_acquire) == seen) {
+    {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return generation_.load() != seen; });
-    }
-    if (stop_.load()) return;
-    const std::function<void(int, int)>* job;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
       seen = generation_.load();
-      job = job_;
+      if (stop_) return;
+      if (!open_) continue;
+      active_.fetch_add(1);
     }
-    (*job)(tid, threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    drain(tid);
+    active_.fetch_sub(1, std::memory_order_acq_rel);
   }
-}
-
-Range split_range(int64_t total, int tid, int n, int64_t align) {
-  const int64_t units = (total + align - 1) / align;
-  const int64_t per = units / n, extra = units % n;
-  const int64_t begin = tid * per + std::min<int64_t>(tid, extra);
-  const int64_t count = per + (tid < extra ? 1 : 0);
-  return {std::min(total, begin * align), std::min(total, (begin + count) * align)};
 }
 
 }  // namespace onnxlens
