@@ -191,7 +191,7 @@ def _groups_section(d: dict[str, Any]) -> str:
 
 
 def _num(value: float | None, shown: str) -> str:
-    key = "" if value is None else f"{float(value):.6g}"
+    key = "" if value is None else f"{float(value):.15g}"
     return f'<td class="n" data-v="{key}">{esc(shown)}</td>'
 
 
