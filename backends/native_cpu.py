@@ -109,6 +109,14 @@ class NativeCpuBackend(Backend):
         return info
 
 
+def supported_ops() -> list[str]:
+    """The ONNX ops native-cpu runs (default domain, float32 where arithmetic). Any other op is
+    run too when its outputs are computed from constants alone (folded when planning)."""
+    from .native.lower import ELEMENTWISE, LOWERINGS, MAIN_OPS
+
+    return sorted(ELEMENTWISE | MAIN_OPS | set(LOWERINGS))
+
+
 def make_executor(native: Any, args: tuple[Any, ...], threads: int, isa: str) -> Any:
     """`_native.Executor` on a plan's arguments; a malformed plan is a BackendError (the core
     checks every size, offset and attribute before it allocates or runs anything)."""

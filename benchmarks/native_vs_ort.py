@@ -8,8 +8,9 @@
 Everything is measured in one run: for each model, batch and thread count both backends are
 prepared, then timed in alternation (native, ORT, native, ORT, ...), so that a machine shared
 with other jobs slows both alike; the ratio is native / ORT of the medians (below 1: native is
-faster). Each model is exported once at each batch (torchvision, random weights, BatchNorm
-folded) into the onnxlens cache.
+faster). The ratio of the fastest runs is printed too: on a loaded machine it is the better
+guess of what each backend does when it has the cores to itself. Each model is exported once
+at each batch (torchvision, random weights, BatchNorm folded) into the onnxlens cache.
 
 Per group: the executor's own step times (median of profiled runs) against the analyzer's FLOPs
 of the same group (the cost model's formulas, 2 FLOPs per MAC) give achieved GFLOP/s, set
@@ -41,8 +42,10 @@ class Row:
     model: str
     batch: int
     threads: int
-    native_s: float
+    native_s: float  # medians
     ort_s: float
+    native_min_s: float
+    ort_min_s: float
     gflop: float
 
     @property
@@ -51,8 +54,8 @@ class Row:
 
 
 def side_by_side(a: Backend, b: Backend, feeds: dict[str, np.ndarray], runs: int,
-                 warmup: int) -> tuple[float, float]:
-    """Median seconds of `a.run` and `b.run`, timed in alternation."""
+                 warmup: int) -> tuple[list[float], list[float]]:
+    """Seconds of each run of `a.run` and `b.run`, timed in alternation."""
     for _ in range(warmup):
         a.run(feeds)
         b.run(feeds)
@@ -63,7 +66,7 @@ def side_by_side(a: Backend, b: Backend, feeds: dict[str, np.ndarray], runs: int
             start = time.perf_counter()
             backend.run(feeds)
             times.append(time.perf_counter() - start)
-    return statistics.median(ta), statistics.median(tb)
+    return ta, tb
 
 
 def group_table(native: NativeCpuBackend, feeds: dict[str, np.ndarray], threads: int,
@@ -97,10 +100,11 @@ def measure(model: str, batch: int, threads: int, runs: int, warmup: int, top: i
     native.prepare(path)
     ort.prepare(path)
     feeds = random_inputs(input_specs(load_proto(path, weights=False)), count=1, batch=batch)[0]
-    native_s, ort_s = side_by_side(native, ort, feeds, runs, warmup)
+    ours, theirs = side_by_side(native, ort, feeds, runs, warmup)
     gflop = native.prepared.result.totals["flops"] / 1e9
     table = group_table(native, feeds, threads, top) if top else []
-    return Row(model, batch, threads, native_s, ort_s, gflop), table
+    return Row(model, batch, threads, statistics.median(ours), statistics.median(theirs),
+               min(ours), min(theirs), gflop), table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--groups", type=int, default=0, help="slowest groups to list")
     args = parser.parse_args(argv)
-    print("| model | batch | threads | native ms | ORT ms | native / ORT | native GFLOP/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | batch | threads | native ms | ORT ms | native / ORT | fastest runs: "
+          "native / ORT | native GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|")
     tables = []
     for model in args.models.split(","):
         for batch in map(int, args.batch.split(",")):
@@ -121,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                 row, table = measure(model, batch, threads, args.runs, args.warmup, args.groups)
                 print(f"| {model} | {batch} | {threads} | {row.native_s * 1e3:.1f} | "
                       f"{row.ort_s * 1e3:.1f} | {row.ratio:.2f} | "
-                      f"{row.gflop / row.native_s:.0f} |", flush=True)
+                      f"{row.native_min_s / row.ort_min_s:.2f} | "
+                      f"{row.gflop / row.native_min_s:.0f} |", flush=True)
                 if table:
                     tables.append((f"{model}, batch {batch}, {threads} thread(s)", table))
     for title, table in tables:

@@ -29,9 +29,9 @@ def _cases() -> dict[str, object]:
 
 
 def claimed_ops() -> frozenset[str]:
-    from onnxlens.backends.native.lower import ELEMENTWISE, LOWERINGS, MAIN_OPS
+    from onnxlens.backends.native_cpu import supported_ops
 
-    return frozenset(ELEMENTWISE | MAIN_OPS | set(LOWERINGS))
+    return frozenset(supported_ops())
 
 
 def claimed_cases() -> list[str]:
