@@ -3,17 +3,18 @@
 onnx's checker and shape inference pass models that would make an executor divide by zero,
 overflow its index arithmetic, allocate without bound or read out of range: a Conv with
 ``group=0`` or ``pads=[2**62, ...]``, a Range with ``delta=0``, Gather indices past the end.
-Two passes, one per stage of loading:
+Some even crash onnx's own inference. Two passes, one per stage of loading:
 
 - `validate_model` runs on the proto before onnx's checker and shape inference (the loader
-  calls it after its structure checks; a backend may call it on any proto): opset imports and
-  domains, graph outputs, nesting of If/Loop/Scan bodies and local-function calls, recursion
-  between local functions, the window attributes of Conv and pooling nodes, and what the
-  constant inputs of Reshape, ConstantOfShape, Expand, Tile, Range and Resize ask for. Nodes
-  inside bodies and local functions are checked too.
+  calls it after its structure checks; a backend may call it on any proto): names that are not
+  UTF-8, opset imports and domains, graph outputs, nesting of If/Loop/Scan bodies and
+  local-function calls, recursion between local functions, the window attributes of Conv and
+  pooling nodes, and what the constant inputs of Reshape, ConstantOfShape, Expand, Tile, Range
+  and Resize ask for. Nodes inside bodies and local functions are checked too. It also decides
+  what onnx's inference may safely be given (`Validation.make_inference_safe`, `data_prop`).
 - `Validation.check_shapes` runs on the inferred shapes of the main graph: channel and group
   arithmetic and output sizes of Conv, ConvTranspose and pooling, the inner dimension of Gemm
-  and MatMul, constant Gather indices.
+  and MatMul, constant Gather indices, and the shapes other cost formulas rely on.
 
 `check_inputs` and `check_input_tensor` check what a user feeds a backend. What onnx's strict
 shape inference already refuses with the node named (Slice axes and steps, Transpose perms,
@@ -49,8 +50,9 @@ class Limits:
       models nest a few levels; protobuf refuses messages nested past 100 levels (about 33
       levels of bodies) anyway.
     - `max_window_value` (2**31 - 1): the largest kernel_shape, strides, dilations, pads,
-      output_padding or group value of a Conv or pooling node. Past it, the index arithmetic
-      of an executor (``out * stride + k * dilation - pad``) could overflow int64.
+      output_padding or group value of a Conv or pooling node, and the largest blocksize or
+      GatherND batch_dims. Past it, the index arithmetic of an executor
+      (``out * stride + k * dilation - pad``) could overflow int64.
     """
 
     max_tensor_bytes: int = 1 << 38

@@ -214,9 +214,12 @@ def atheris_main(target: str, argv: list[str]) -> None:
     """Coverage-guided fuzzing of one target with atheris (libFuzzer arguments after it)."""
     import atheris
 
-    with atheris.instrument_imports(include=["onnxlens"]):
+    with atheris.instrument_imports(include=["onnxlens", "fuzz_targets"]):
         fuzzers = _fuzzers()
-    atheris.Setup([sys.argv[0], *argv], fuzzers[target].hypothesis.fuzz_one_input)
+    # Full-length inputs from the start: short ones draw no model, so they find no coverage.
+    defaults = [f for f in ("-len_control=0", "-max_len=4096")
+                if not any(a.startswith(f.split("=")[0] + "=") for a in argv)]
+    atheris.Setup([sys.argv[0], *defaults, *argv], fuzzers[target].hypothesis.fuzz_one_input)
     atheris.Fuzz()
 
 

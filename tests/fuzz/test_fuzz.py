@@ -1,4 +1,4 @@
-"""The bounded fuzz run of the test suite (about a minute): every generated input ends in a
+"""The bounded fuzz run of the test suite (under a minute): every generated input ends in a
 result or an `OnnxLensError`, within 20 s and without a memory blow-up (`fuzz_targets`).
 
 The examples are derandomized, so a run is repeatable; `ONNXLENS_FUZZ_EXAMPLES=N` changes how
@@ -17,7 +17,7 @@ import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-EXAMPLES = int(os.environ.get("ONNXLENS_FUZZ_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("ONNXLENS_FUZZ_EXAMPLES", "500"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
                 suppress_health_check=list(HealthCheck))
 
