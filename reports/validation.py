@@ -21,12 +21,12 @@ def references(d: dict[str, Any]) -> list[dict[str, Any]]:
     meta = d["model"].get("metadata") or {}
     totals = d["totals"]
     rows: list[dict[str, Any]] = []
-    if "torchvision.gmacs" in meta:
-        published = float(meta["torchvision.gmacs"]) * 1e9
-        rows.append(_row("MACs", totals["macs"], published, "torchvision weights meta _ops",
-                         "rounded to 0.001 G" if totals["macs"] else ""))
-    if "torchvision.num_params" in meta:
-        rows.append(_row("parameters", totals["params"], int(meta["torchvision.num_params"]),
+    gmacs, params = _number(meta, "torchvision.gmacs"), _number(meta, "torchvision.num_params")
+    if gmacs is not None:
+        rows.append(_row("MACs", totals["macs"], gmacs * 1e9, "torchvision weights meta _ops",
+                         "rounded to 0.001 G"))
+    if params is not None:
+        rows.append(_row("parameters", totals["params"], params,
                          "torchvision weights meta num_params",
                          "ours counts initializers: BatchNorm folded (one bias per conv channel "
                          "instead of gamma and beta), or kept with its running statistics"))
@@ -38,6 +38,15 @@ def references(d: dict[str, Any]) -> list[dict[str, Any]]:
         for figure, claim, key, why in _SEED_RESNET18:
             rows.append(_row(figure, ours[key], claim, "seed report 000 (ResNet-18)", why))
     return rows
+
+
+def _number(meta: dict[str, str], key: str) -> float | None:
+    """A published figure from model metadata: anyone can write metadata, so check it."""
+    try:
+        value = float(meta[key])
+    except (KeyError, ValueError, TypeError):
+        return None
+    return value if value > 0 and value < 1e18 else None
 
 
 def _row(figure: str, ours: float, published: float, source: str, why: str) -> dict[str, Any]:

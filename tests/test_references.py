@@ -28,3 +28,10 @@ def test_resnet18_against_torchvision_and_the_seed_report(tmp_path: Path) -> Non
 
 def test_no_references_for_a_model_of_unknown_origin(resnet18_path: Path) -> None:
     assert references(onnxlens.analyze(resnet18_path).to_dict()) == []
+
+
+def test_hostile_metadata_is_ignored(resnet18_path: Path) -> None:
+    d = onnxlens.analyze(resnet18_path).to_dict()
+    d["model"]["metadata"] = {"torchvision.gmacs": "abc", "torchvision.num_params": "nan"}
+    assert references(d) == []
+    assert "Validation against published figures" not in render_html(d)
