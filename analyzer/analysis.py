@@ -22,9 +22,10 @@ from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph
 from .hardware import HardwareProfile
 from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
-from .loader import DEFAULT_MAX_TENSOR_BYTES, LoadedModel, load_model
+from .loader import LoadedModel, load_model
 from .memory import activation_peak_bytes
 from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, symbolic_dims
+from .validate import DEFAULT_LIMITS, Limits
 
 SCHEMA = "onnxlens/1"
 
@@ -142,7 +143,8 @@ def analyze(
     strict: bool = False,
     flops_per_mac: int = 2,
     base_dir: str | os.PathLike | None = None,
-    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    max_tensor_bytes: int | None = None,
+    limits: Limits = DEFAULT_LIMITS,
     symbolic: bool = True,
 ) -> AnalysisResult:
     """Analyze a model given as a path, serialized bytes or a ModelProto.
@@ -150,10 +152,12 @@ def analyze(
     `input_shapes` and `batch` pin dynamic dims. Dims left symbolic are, with `symbolic`,
     analyzed at 1 and the totals also given as formulas of them (`result.formulas`); without
     it, costs that depend on them are unknown. `strict` makes an op with no cost formula an
-    error instead of a warning; `flops_per_mac` is 2 (one multiply, one add) unless a caller
-    follows the 1-FLOP-per-MAC convention of some peers.
+    error instead of a warning; `limits` bounds what a model may ask for (`validate.Limits`;
+    `max_tensor_bytes` overrides its byte budget); `flops_per_mac` is 2 (one multiply, one
+    add) unless a caller follows the 1-FLOP-per-MAC convention of some peers.
     """
-    load = partial(load_model, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes)
+    load = partial(load_model, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes,
+                   limits=limits)
     model = load(source, input_shapes=input_shapes, batch=batch)
     symbols = symbolic_dims(model.graph_inputs) if symbolic else []
     if not symbols:
