@@ -19,7 +19,7 @@ from .cost.base import Cost, lookup
 from .errors import OnnxLensError, UnsupportedOpError
 from .estimate import Efficiency, ModelEstimate, estimate_model
 from .fusion import Group, fuse
-from .graph import ModelGraph, build_graph
+from .graph import ModelGraph, build_graph, collector_paused
 from .hardware import HardwareProfile
 from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
 from .loader import LoadedModel, load_model
@@ -158,11 +158,12 @@ def analyze(
     """
     load = partial(load_model, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes,
                    limits=limits)
-    model = load(source, input_shapes=input_shapes, batch=batch)
-    symbols = symbolic_dims(model.graph_inputs) if symbolic else []
-    if not symbols:
-        return _analyze_model(model, strict, flops_per_mac)
-    return _analyze_symbolic(model, symbols, load, strict, flops_per_mac)
+    with collector_paused():  # an analysis builds a large graph of objects and frees none
+        model = load(source, input_shapes=input_shapes, batch=batch)
+        symbols = symbolic_dims(model.graph_inputs) if symbolic else []
+        if not symbols:
+            return _analyze_model(model, strict, flops_per_mac)
+        return _analyze_symbolic(model, symbols, load, strict, flops_per_mac)
 
 
 def _analyze_symbolic(model: LoadedModel, symbols: list[str], load: Callable[..., LoadedModel],

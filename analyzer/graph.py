@@ -51,7 +51,7 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector (restored on exit, also on error).
 
     Building allocates about a dozen container objects per node and keeps them all, so the
@@ -68,7 +68,7 @@ def _collector_paused() -> Iterator[None]:
 
 
 def build_graph(model: LoadedModel) -> ModelGraph:
-    with _collector_paused():
+    with collector_paused():
         return _build_graph(model)
 
 
