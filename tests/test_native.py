@@ -503,3 +503,34 @@ def test_profile_is_per_group_and_maps_with_no_special_case(resnet18_path: Path)
     assert times.unmapped_share == 0.0
     assert math.isclose(sum(times.group_s.values()), profile.run_s, rel_tol=1e-6)
     assert all(times.group_s[g.id] > 0 for g in result.groups)
+
+
+TORCHVISION = ["efficientnet_b0", "mobilenet_v3_large", "shufflenet_v2_x1_0", "squeezenet1_0",
+               "convnext_tiny", "densenet121", "googlenet", "regnet_y_400mf", "vgg11",
+               "mnasnet1_0", "resnet50", "vit_b_16"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TORCHVISION)
+def test_torchvision_model_agrees_with_ort(name: str) -> None:
+    """More torchvision classifiers (random weights): outputs, or, where the classifier head
+    starts at zero (ViT), every materialized tensor, against ONNX Runtime; arena = peak."""
+    from onnxlens.backends.ort import OrtBackend
+    from onnxlens.exporters.torch_export import cached_export
+
+    path = cached_export(name)
+    ours, ort = NativeCpuBackend(1), OrtBackend("cpu", 1)
+    ours.prepare(path)
+    ort.prepare(path)
+    plan = ours.prepared.plan
+    assert plan.arena_bytes == plan.activation_peak_bytes
+    feeds = {"input": rand(np.random.default_rng(15), 1, 3, 224, 224)}
+    want = ort.run(feeds)
+    if all(not np.any(v) for v in want.values()):
+        got, want = ours.intermediates(feeds), ort.intermediates(feeds)
+    else:
+        got = ours.run(feeds)
+    for name_, value in got.items():
+        if name_ in want and want[name_].dtype == np.float32 and np.any(want[name_]):
+            scale = np.abs(want[name_]).max()
+            assert np.abs(value - want[name_]).max() <= 1e-4 * max(scale, 1.0), name_
