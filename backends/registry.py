@@ -1,7 +1,6 @@
 """The measured backends by name, whether each can run here, and why not in one line.
 
 Probes are quiet (ORT's CUDA loader errors never reach the terminal) and cached per process.
-The native executor registers here when it lands (an entry in `_ENTRIES`).
 """
 
 from __future__ import annotations
@@ -74,11 +73,25 @@ def _build_torch(threads: int, factory: ModuleFactory | None) -> Backend:
     return TorchEagerBackend(factory, threads)
 
 
+def _native_cpu_reason() -> str | None:
+    if importlib.util.find_spec("onnxlens.backends._native") is None:
+        return "the native extension is not built (reinstall with pip install -e .)"
+    return None
+
+
+def _build_native_cpu(threads: int, _factory: ModuleFactory | None) -> Backend:
+    from .native_cpu import NativeCpuBackend
+
+    return NativeCpuBackend(threads)
+
+
 _ENTRIES: dict[str, _Entry] = {
     "ort-cpu": _Entry("ONNX Runtime, CPU execution provider", _ort_cpu_reason,
                       _build_ort("cpu")),
     "ort-cuda": _Entry("ONNX Runtime, CUDA execution provider", _ort_cuda_reason,
                        _build_ort("cuda")),
+    "native-cpu": _Entry("onnxlens native executor (C++, CPU; one kernel per fused group)",
+                         _native_cpu_reason, _build_native_cpu),
     "torch": _Entry("PyTorch eager (reference)", _torch_reason, _build_torch,
                     note=f"only for models exported by onnxlens: {TORCH_NEEDS_MODULE}",
                     needs_module=True),
