@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,25 +14,32 @@ def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def resnet18_path(export_dir: Path) -> Path:
-    """ResNet-18 (random weights), 1x3x224x224, BatchNorm folded."""
-    import torch
-    import torchvision
+def torchvision_onnx(export_dir: Path) -> Callable[..., Path]:
+    """Export a torchvision model (random weights, 1x3x224x224) once per session."""
 
-    from onnxlens.exporters.torch_export import export_module
+    def export(name: str, *, keep_batchnorm: bool = False) -> Path:
+        path = export_dir / f"{name}{'_bn' if keep_batchnorm else ''}.onnx"
+        if path.exists():
+            return path
+        import torch
+        import torchvision
 
-    model = torchvision.models.resnet18(weights=None)
-    return export_module(model, (torch.randn(1, 3, 224, 224),), export_dir / "resnet18.onnx")
+        from onnxlens.exporters.torch_export import export_module
+
+        model = torchvision.models.get_model(name, weights=None)
+        return export_module(model, (torch.randn(1, 3, 224, 224),), path,
+                             keep_batchnorm=keep_batchnorm)
+
+    return export
 
 
 @pytest.fixture(scope="session")
-def resnet18_bn_path(export_dir: Path) -> Path:
+def resnet18_path(torchvision_onnx: Callable[..., Path]) -> Path:
+    """ResNet-18 (random weights), 1x3x224x224, BatchNorm folded."""
+    return torchvision_onnx("resnet18")
+
+
+@pytest.fixture(scope="session")
+def resnet18_bn_path(torchvision_onnx: Callable[..., Path]) -> Path:
     """ResNet-18 (random weights), 1x3x224x224, BatchNorm kept."""
-    import torch
-    import torchvision
-
-    from onnxlens.exporters.torch_export import export_module
-
-    model = torchvision.models.resnet18(weights=None)
-    return export_module(model, (torch.randn(1, 3, 224, 224),), export_dir / "resnet18_bn.onnx",
-                         keep_batchnorm=True)
+    return torchvision_onnx("resnet18", keep_batchnorm=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -196,14 +197,8 @@ def test_resnet18_with_batchnorm_maps_bn_into_the_conv_kernels(resnet18_bn_path:
 
 
 @pytest.fixture(scope="module")
-def mobilenet_v2_path(export_dir: Path) -> Path:
-    import torch
-    import torchvision
-
-    from onnxlens.exporters.torch_export import export_module
-
-    model = torchvision.models.mobilenet_v2(weights=None)
-    return export_module(model, (torch.randn(1, 3, 224, 224),), export_dir / "mobilenet_v2.onnx")
+def mobilenet_v2_path(torchvision_onnx: Callable[..., Path]) -> Path:
+    return torchvision_onnx("mobilenet_v2")
 
 
 @pytest.fixture(scope="module")
