@@ -779,13 +779,26 @@ def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
     except Exception as e:  # onnxruntime or sympy missing: keep onnx's answer
         warnings.append(f"ONNX Runtime's symbolic shape inference unavailable ({_first_line(e)})")
         return model
+    if (inference.get_opset(model) or 0) < 7:
+        return model
+    # Its `infer_shapes` entry point saves the partial model to `sym_shape_infer_temp.onnx` (plus
+    # external data) in the working directory when a shape stays unknown: never write outside
+    # where we should. So drive its loop here; a partial answer may hold guessed ranks, so onnx's
+    # answer stands then, as it did when `infer_shapes` raised.
+    engine = inference.SymbolicShapeInference(2**31 - 1, True, True, 0)
     try:
-        result = inference.SymbolicShapeInference.infer_shapes(model, auto_merge=True,
-                                                               guess_output_rank=True)
+        engine._preprocess(model)
+        complete = False
+        while engine.run_:
+            complete = engine._infer_impl()
+        engine._update_output_from_vi()
     except Exception as e:  # its failures are many and unhelpful; onnx's partial answer stands
         warnings.append(f"ONNX Runtime's symbolic shape inference gave up: {_first_line(e)}")
         return model
-    return result if result is not None else model
+    if not complete:
+        warnings.append("ONNX Runtime's symbolic shape inference gave up: some shapes stay unknown")
+        return model
+    return engine.out_mp_
 
 
 @functools.cache

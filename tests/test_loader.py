@@ -275,3 +275,13 @@ def test_plain_analysis_imports_no_heavy_module(tmp_path: Path) -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_incomplete_symbolic_inference_writes_nothing(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # ORT's `infer_shapes` saves `sym_shape_infer_temp.onnx` into the working directory when it
+    # cannot finish; the loader must not let it.
+    monkeypatch.chdir(tmp_path)
+    result = onnxlens.analyze(one_op_then_conv("Mystery", "example.custom"))
+    assert result.node_costs["custom"].cost is None
+    assert list(tmp_path.iterdir()) == []
