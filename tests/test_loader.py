@@ -279,9 +279,12 @@ def test_plain_analysis_imports_no_heavy_module(tmp_path: Path) -> None:
 
 def test_incomplete_symbolic_inference_writes_nothing(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    # ORT's `infer_shapes` saves `sym_shape_infer_temp.onnx` into the working directory when it
-    # cannot finish; the loader must not let it.
+    # ORT's `infer_shapes` saves `sym_shape_infer_temp.onnx` into the working directory when its
+    # loop ends with a shape unknown; the loader must not let it. Make every pass end so.
+    engine = loader._ort_symbolic_shape_infer().SymbolicShapeInference
+    monkeypatch.setattr(engine, "_infer_impl", lambda self: setattr(self, "run_", False) or False)
     monkeypatch.chdir(tmp_path)
     result = onnxlens.analyze(one_op_then_conv("Mystery", "example.custom"))
-    assert result.node_costs["custom"].cost is None
     assert list(tmp_path.iterdir()) == []
+    assert "ONNX Runtime's symbolic shape inference gave up: some shapes stay unknown" \
+        in result.warnings
