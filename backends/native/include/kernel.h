@@ -61,7 +61,34 @@ class Kernel {
   virtual int64_t workspace_floats() const { return 0; }  // per thread
 };
 
+// The common front of kernels that read input 0 and write output 0, all float32: checks
+// min_in..max_in inputs, one output and the dtypes before the tensors are bound.
+class XyKernel : public Kernel {
+ protected:
+  XyKernel(const KernelContext& ctx, int min_in, int max_in)
+      : simd_(ctx.simd), x_(checked(ctx, min_in, max_in).input(0)), y_(ctx.output(0)) {}
+
+  const SimdKernels& simd_;
+  const Tensor& x_;
+  const Tensor& y_;
+
+ private:
+  static const KernelContext& checked(const KernelContext& ctx, int min_in, int max_in) {
+    ctx.expect_arity(min_in, max_in, 1);
+    ctx.expect_f32_io();
+    return ctx;
+  }
+};
+
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelContext&)>;
+
+// A factory building K(ctx, args...), the args copied into it.
+template <class K, class... Args>
+KernelFactory make_kernel(Args... args) {
+  return [args...](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
+    return std::make_unique<K>(ctx, args...);
+  };
+}
 using KernelRegistry = std::map<std::string, KernelFactory>;
 
 // Each kernel family adds its ops; registering an op twice is an error.

@@ -9,44 +9,62 @@ namespace onnxlens {
 
 // ---- kernel context and registry -------------------------------------------------------------
 
+namespace {
+
+// Tensor ids[i] of the plan; `side` ("input", "output") names it in errors.
+const Tensor& nth_tensor(const KernelContext& ctx, const std::vector<int>& ids, int i,
+                         const char* side) {
+  require(i >= 0 && i < static_cast<int>(ids.size()) && ids[static_cast<size_t>(i)] >= 0,
+          ctx.spec.op, ": ", side, " ", i, " is missing");
+  const int id = ids[static_cast<size_t>(i)];
+  require(id < static_cast<int>(ctx.tensors.size()), ctx.spec.op, ": no tensor #", id);
+  return ctx.tensors[static_cast<size_t>(id)];
+}
+
+// All values of attribute `name` in `table` (spec.ints or spec.floats); empty if absent.
+template <class T>
+std::vector<T> values(const std::map<std::string, std::vector<T>>& table,
+                      const std::string& name) {
+  const auto it = table.find(name);
+  return it == table.end() ? std::vector<T>{} : it->second;
+}
+
+// The one value of attribute `name`, or `fallback` if absent.
+template <class T>
+T one_value(const KernelSpec& spec, const std::map<std::string, std::vector<T>>& table,
+            const std::string& name, T fallback, const char* kind) {
+  const auto it = table.find(name);
+  if (it == table.end()) return fallback;
+  require(it->second.size() == 1, spec.op, ": attribute ", name, " must be one ", kind);
+  return it->second[0];
+}
+
+}  // namespace
+
 const Tensor& KernelContext::input(int i) const {
-  require(has_input(i), spec.op, ": input ", i, " is missing");
-  const int id = spec.inputs[static_cast<size_t>(i)];
-  require(id < static_cast<int>(tensors.size()), spec.op, ": no tensor #", id);
-  return tensors[static_cast<size_t>(id)];
+  return nth_tensor(*this, spec.inputs, i, "input");
 }
 
 const Tensor& KernelContext::output(int i) const {
-  require(i < static_cast<int>(spec.outputs.size()), spec.op, ": output ", i, " is missing");
-  const int id = spec.outputs[static_cast<size_t>(i)];
-  require(id >= 0 && id < static_cast<int>(tensors.size()), spec.op, ": no tensor #", id);
-  const Tensor& t = tensors[static_cast<size_t>(id)];
+  const Tensor& t = nth_tensor(*this, spec.outputs, i, "output");
   require(t.storage != Storage::constant, spec.op, ": writes the constant ", t.name);
   return t;
 }
 
 int64_t KernelContext::attr(const std::string& name, int64_t fallback) const {
-  const auto it = spec.ints.find(name);
-  if (it == spec.ints.end()) return fallback;
-  require(it->second.size() == 1, spec.op, ": attribute ", name, " must be one integer");
-  return it->second[0];
+  return one_value(spec, spec.ints, name, fallback, "integer");
 }
 
 std::vector<int64_t> KernelContext::ints(const std::string& name) const {
-  const auto it = spec.ints.find(name);
-  return it == spec.ints.end() ? std::vector<int64_t>{} : it->second;
+  return values(spec.ints, name);
 }
 
 double KernelContext::attr_f(const std::string& name, double fallback) const {
-  const auto it = spec.floats.find(name);
-  if (it == spec.floats.end()) return fallback;
-  require(it->second.size() == 1, spec.op, ": attribute ", name, " must be one number");
-  return it->second[0];
+  return one_value(spec, spec.floats, name, fallback, "number");
 }
 
 std::vector<double> KernelContext::floats(const std::string& name) const {
-  const auto it = spec.floats.find(name);
-  return it == spec.floats.end() ? std::vector<double>{} : it->second;
+  return values(spec.floats, name);
 }
 
 void KernelContext::expect_arity(int min_in, int max_in, int outs) const {

@@ -120,36 +120,42 @@ int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue) {
          (epilogue ? epilogue->scratch_floats() : 0);
 }
 
-PackedOperand pack_a_const(const SimdKernels& s, const float* a, int64_t rs, int64_t cs,
-                           int64_t M, int64_t K) {
+namespace {
+
+// A constant operand packed K block by K block: K runs along A's columns and B's rows.
+PackedOperand pack_const(const SimdKernels& s, bool is_a, const float* src, int64_t rs,
+                         int64_t cs, int64_t rows, int64_t cols) {
   const GemmBlocking bl = gemm_blocking(s);
+  const int64_t K = is_a ? cols : rows, width = is_a ? rows : cols;
   PackedOperand p;
-  p.rows = M;
-  p.cols = K;
-  p.is_a = true;
-  p.padded = round_up(M, s.mr);
+  p.rows = rows;
+  p.cols = cols;
+  p.is_a = is_a;
+  p.padded = round_up(width, is_a ? s.mr : s.nr);
   p.data.resize(static_cast<size_t>(checked_mul(p.padded, std::max<int64_t>(K, 1))));
   for (int64_t pc = 0; pc < K; pc += bl.kc) {
     const int64_t kc = std::min(bl.kc, K - pc);
-    s.pack_a(a + pc * cs, rs, cs, M, kc, p.data.data() + p.padded * pc);
+    const float* block = src + pc * (is_a ? cs : rs);
+    float* dst = p.data.data() + p.padded * pc;
+    if (is_a) {
+      s.pack_a(block, rs, cs, width, kc, dst);
+    } else {
+      s.pack_b(block, rs, cs, kc, width, dst);
+    }
   }
   return p;
 }
 
+}  // namespace
+
+PackedOperand pack_a_const(const SimdKernels& s, const float* a, int64_t rs, int64_t cs,
+                           int64_t M, int64_t K) {
+  return pack_const(s, true, a, rs, cs, M, K);
+}
+
 PackedOperand pack_b_const(const SimdKernels& s, const float* b, int64_t rs, int64_t cs,
                            int64_t K, int64_t N) {
-  const GemmBlocking bl = gemm_blocking(s);
-  PackedOperand p;
-  p.rows = K;
-  p.cols = N;
-  p.is_a = false;
-  p.padded = round_up(N, s.nr);
-  p.data.resize(static_cast<size_t>(checked_mul(p.padded, std::max<int64_t>(K, 1))));
-  for (int64_t pc = 0; pc < K; pc += bl.kc) {
-    const int64_t kc = std::min(bl.kc, K - pc);
-    s.pack_b(b + pc * rs, rs, cs, kc, N, p.data.data() + p.padded * pc);
-  }
-  return p;
+  return pack_const(s, false, b, rs, cs, K, N);
 }
 
 void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,

@@ -154,12 +154,9 @@ class Im2colTables {
   Im2col view_{};
 };
 
-class ConvKernel : public Kernel {
+class ConvKernel : public XyKernel {
  public:
-  explicit ConvKernel(const KernelContext& ctx)
-      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)) {
-    ctx.expect_arity(2, 2, 1);
-    ctx.expect_f32_io();
+  explicit ConvKernel(const KernelContext& ctx) : XyKernel(ctx, 2, 2) {
     const Tensor& w = ctx.input(1);
     require(w.rank() == x_.rank() && x_.rank() >= 3, "Conv: weight ", show(w.shape),
             " for input ", show(x_.shape));
@@ -266,9 +263,6 @@ class ConvKernel : public Kernel {
     }, work);
   }
 
-  const SimdKernels& simd_;
-  const Tensor& x_;
-  const Tensor& y_;
   Window2d g_{};
   int64_t groups_ = 1, M_ = 0;
   bool depthwise_ = false;
@@ -283,9 +277,7 @@ class ConvKernel : public Kernel {
 }  // namespace
 
 void register_conv(KernelRegistry& r) {
-  add_kernel(r, "Conv", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new ConvKernel(ctx));
-  });
+  add_kernel(r, "Conv", make_kernel<ConvKernel>());
 }
 
 }  // namespace onnxlens

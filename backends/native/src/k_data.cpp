@@ -359,24 +359,15 @@ class LinearResizeKernel : public Kernel {
   std::vector<int64_t> strides_;
 };
 
-template <typename K>
-KernelFactory make() {
-  return [](const KernelContext& ctx) { return std::unique_ptr<Kernel>(new K(ctx)); };
-}
-
 }  // namespace
 
 void register_data(KernelRegistry& r) {
-  add_kernel(r, "Copy", make<CopyKernel>());
-  add_kernel(r, "Concat", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new ConcatKernel(ctx, false));
-  });
-  add_kernel(r, "Split", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new ConcatKernel(ctx, true));
-  });
-  add_kernel(r, "MapCopy", make<MapCopyKernel>());
-  add_kernel(r, "Gather", make<GatherKernel>());
-  add_kernel(r, "LinearResize", make<LinearResizeKernel>());
+  add_kernel(r, "Copy", make_kernel<CopyKernel>());
+  add_kernel(r, "Concat", make_kernel<ConcatKernel>(false));
+  add_kernel(r, "Split", make_kernel<ConcatKernel>(true));
+  add_kernel(r, "MapCopy", make_kernel<MapCopyKernel>());
+  add_kernel(r, "Gather", make_kernel<GatherKernel>());
+  add_kernel(r, "LinearResize", make_kernel<LinearResizeKernel>());
 }
 
 }  // namespace onnxlens

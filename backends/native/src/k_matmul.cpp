@@ -195,12 +195,8 @@ class MatMulKernel : public Kernel {
 }  // namespace
 
 void register_matmul(KernelRegistry& r) {
-  add_kernel(r, "MatMul", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new MatMulKernel(ctx, false));
-  });
-  add_kernel(r, "Gemm", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new MatMulKernel(ctx, true));
-  });
+  add_kernel(r, "MatMul", make_kernel<MatMulKernel>(false));
+  add_kernel(r, "Gemm", make_kernel<MatMulKernel>(true));
 }
 
 }  // namespace onnxlens

@@ -218,28 +218,17 @@ class CompareKernel : public Kernel {
 }  // namespace
 
 void register_elementwise(KernelRegistry& r) {
-  add_kernel(r, "Elementwise", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new ElementwiseKernel(ctx));
-  });
+  add_kernel(r, "Elementwise", make_kernel<ElementwiseKernel>());
 }
 
 void register_misc(KernelRegistry& r) {
-  add_kernel(r, "Cast", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new CastKernel(ctx));
-  });
-  add_kernel(r, "Where", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new WhereKernel(ctx));
-  });
+  add_kernel(r, "Cast", make_kernel<CastKernel>());
+  add_kernel(r, "Where", make_kernel<WhereKernel>());
   const std::pair<const char*, Cmp> cmps[] = {
       {"Equal", Cmp::Equal}, {"Less", Cmp::Less}, {"Greater", Cmp::Greater},
       {"LessOrEqual", Cmp::LessOrEqual}, {"GreaterOrEqual", Cmp::GreaterOrEqual},
       {"And", Cmp::And}, {"Or", Cmp::Or}, {"Xor", Cmp::Xor}, {"Not", Cmp::Not}};
-  for (const auto& [name, op] : cmps) {
-    const Cmp c = op;
-    add_kernel(r, name, [c](const KernelContext& ctx) {
-      return std::unique_ptr<Kernel>(new CompareKernel(ctx, c));
-    });
-  }
+  for (const auto& [name, op] : cmps) add_kernel(r, name, make_kernel<CompareKernel>(op));
 }
 
 }  // namespace onnxlens

@@ -23,12 +23,9 @@ void split_axis(const Tensor& x, int64_t axis, bool flatten, int64_t& outer, int
   }
 }
 
-class SoftmaxKernel : public Kernel {
+class SoftmaxKernel : public XyKernel {
  public:
-  SoftmaxKernel(const KernelContext& ctx, bool log)
-      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)), log_(log) {
-    ctx.expect_arity(1, 1, 1);
-    ctx.expect_f32_io();
+  SoftmaxKernel(const KernelContext& ctx, bool log) : XyKernel(ctx, 1, 1), log_(log) {
     require(x_.shape == y_.shape, ctx.spec.op, ": output shape differs");
     int64_t axis = ctx.attr("axis", -1);
     if (axis < 0) axis += x_.rank();
@@ -70,9 +67,6 @@ class SoftmaxKernel : public Kernel {
     }
   }
 
-  const SimdKernels& simd_;
-  const Tensor& x_;
-  const Tensor& y_;
   bool log_;
   int64_t outer_ = 1, len_ = 1, inner_ = 1;
 };
@@ -87,18 +81,45 @@ void moments(const SimdKernels& s, const float* x, int64_t n, float eps, float* 
   rstd = 1.0f / std::sqrt(var + eps);
 }
 
-class LayerNormKernel : public Kernel {
+// Rows of len_ values, each normalized by its own mean and variance; apply() writes a row.
+class MomentsKernel : public XyKernel {
  public:
-  explicit LayerNormKernel(const KernelContext& ctx)
-      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)) {
-    ctx.expect_arity(1, 3, 1);
-    ctx.expect_f32_io();
+  int64_t workspace_floats() const override { return len_; }
+
+  void run(ThreadPool& pool, const Workspace& ws) override {
+    pool.for_range(rows_, pool.chunk_for(rows_),
+                   [&](int tid, int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const float* x = x_.f32() + row * len_;
+        float mean, rstd;
+        moments(simd_, x, len_, eps_, ws.get(tid), mean, rstd);
+        apply(row, x, y_.f32() + row * len_, mean, rstd);
+      }
+    }, x_.numel * 4);
+  }
+
+ protected:
+  MomentsKernel(const KernelContext& ctx, int min_in, int max_in)
+      : XyKernel(ctx, min_in, max_in),
+        eps_(static_cast<float>(ctx.attr_f("epsilon", 1e-5))) {}
+
+  virtual void apply(int64_t row, const float* x, float* y, float mean, float rstd) const = 0;
+
+  const float* scale_ = nullptr;
+  const float* bias_ = nullptr;
+  int64_t rows_ = 1, len_ = 1;
+  float eps_;
+};
+
+// Rows over the trailing axes from `axis`; scale and bias (optional) per element of a row.
+class LayerNormKernel : public MomentsKernel {
+ public:
+  explicit LayerNormKernel(const KernelContext& ctx) : MomentsKernel(ctx, 1, 3) {
     require(x_.shape == y_.shape, "LayerNormalization: output shape differs");
     int64_t axis = ctx.attr("axis", -1);
     if (axis < 0) axis += x_.rank();
-    int64_t len = 1;
-    split_axis(x_, axis, true, rows_, len_, len);
-    eps_ = static_cast<float>(ctx.attr_f("epsilon", 1e-5));
+    int64_t inner = 1;
+    split_axis(x_, axis, true, rows_, len_, inner);
     for (int i = 1; i <= 2; ++i) {
       if (!ctx.has_input(i)) continue;
       const Tensor& t = ctx.input(i);
@@ -108,90 +129,43 @@ class LayerNormKernel : public Kernel {
     }
   }
 
-  int64_t workspace_floats() const override { return len_; }
-
-  void run(ThreadPool& pool, const Workspace& ws) override {
-    pool.for_range(rows_, pool.chunk_for(rows_),
-                   [&](int tid, int64_t begin, int64_t end) {
-      const Range r{begin, end};
-      for (int64_t row = r.begin; row < r.end; ++row) {
-        const float* x = x_.f32() + row * len_;
-        float mean, rstd;
-        moments(simd_, x, len_, eps_, ws.get(tid), mean, rstd);
-        simd_.normalize(y_.f32() + row * len_, x, mean, rstd, scale_, bias_, len_);
-      }
-    }, x_.numel * 4);
-  }
-
  private:
-  const SimdKernels& simd_;
-  const Tensor& x_;
-  const Tensor& y_;
-  const float* scale_ = nullptr;
-  const float* bias_ = nullptr;
-  int64_t rows_ = 1, len_ = 1;
-  float eps_ = 1e-5f;
+  void apply(int64_t, const float* x, float* y, float mean, float rstd) const override {
+    simd_.normalize(y, x, mean, rstd, scale_, bias_, len_);
+  }
 };
 
-class InstanceNormKernel : public Kernel {
+// One row per (image, channel) plane; scale and bias per channel.
+class InstanceNormKernel : public MomentsKernel {
  public:
-  explicit InstanceNormKernel(const KernelContext& ctx)
-      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)) {
-    ctx.expect_arity(3, 3, 1);
-    ctx.expect_f32_io();
+  explicit InstanceNormKernel(const KernelContext& ctx) : MomentsKernel(ctx, 3, 3) {
     require(x_.rank() >= 3 && x_.shape == y_.shape, "InstanceNormalization: ", show(x_.shape));
     channels_ = x_.dim(1);
     require(ctx.input(1).numel == channels_ && ctx.input(2).numel == channels_,
             "InstanceNormalization: scale and bias need ", channels_, " values");
     scale_ = ctx.input(1).f32();
     bias_ = ctx.input(2).f32();
-    planes_ = x_.dim(0) * channels_;
-    size_ = planes_ ? x_.numel / planes_ : 0;
-    eps_ = static_cast<float>(ctx.attr_f("epsilon", 1e-5));
-  }
-
-  int64_t workspace_floats() const override { return size_; }
-
-  void run(ThreadPool& pool, const Workspace& ws) override {
-    pool.for_range(planes_, pool.chunk_for(planes_),
-                   [&](int tid, int64_t begin, int64_t end) {
-      const Range r{begin, end};
-      for (int64_t p = r.begin; p < r.end; ++p) {
-        const float* x = x_.f32() + p * size_;
-        float mean, rstd;
-        moments(simd_, x, size_, eps_, ws.get(tid), mean, rstd);
-        const int64_t c = p % channels_;
-        simd_.unary(EwOp::Affine, y_.f32() + p * size_, {x, 1}, size_, rstd * scale_[c],
-                    bias_[c] - mean * rstd * scale_[c]);
-      }
-    }, x_.numel * 4);
+    rows_ = x_.dim(0) * channels_;
+    len_ = rows_ ? x_.numel / rows_ : 0;
   }
 
  private:
-  const SimdKernels& simd_;
-  const Tensor& x_;
-  const Tensor& y_;
-  const float* scale_ = nullptr;
-  const float* bias_ = nullptr;
-  int64_t channels_ = 1, planes_ = 0, size_ = 0;
-  float eps_ = 1e-5f;
+  void apply(int64_t row, const float* x, float* y, float mean, float rstd) const override {
+    const int64_t c = row % channels_;
+    simd_.unary(EwOp::Affine, y, {x, 1}, len_, rstd * scale_[c],
+                bias_[c] - mean * rstd * scale_[c]);
+  }
+
+  int64_t channels_ = 1;
 };
 
 }  // namespace
 
 void register_norm(KernelRegistry& r) {
-  add_kernel(r, "Softmax", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new SoftmaxKernel(ctx, false));
-  });
-  add_kernel(r, "LogSoftmax", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new SoftmaxKernel(ctx, true));
-  });
-  add_kernel(r, "LayerNormalization", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new LayerNormKernel(ctx));
-  });
-  add_kernel(r, "InstanceNormalization", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new InstanceNormKernel(ctx));
-  });
+  add_kernel(r, "Softmax", make_kernel<SoftmaxKernel>(false));
+  add_kernel(r, "LogSoftmax", make_kernel<SoftmaxKernel>(true));
+  add_kernel(r, "LayerNormalization", make_kernel<LayerNormKernel>());
+  add_kernel(r, "InstanceNormalization", make_kernel<InstanceNormKernel>());
 }
 
 }  // namespace onnxlens

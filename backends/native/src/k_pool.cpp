@@ -9,12 +9,9 @@ namespace onnxlens {
 
 namespace {
 
-class PoolKernel : public Kernel {
+class PoolKernel : public XyKernel {
  public:
-  PoolKernel(const KernelContext& ctx, bool max)
-      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)), max_(max) {
-    ctx.expect_arity(1, 1, 1);
-    ctx.expect_f32_io();
+  PoolKernel(const KernelContext& ctx, bool max) : XyKernel(ctx, 1, 1), max_(max) {
     g_ = window_2d(ctx, x_, ctx.ints("kernel_shape"), y_.shape, ctx.attr("ceil_mode", 0) != 0);
     require(y_.dim(1) == g_.C, ctx.spec.op, ": output channels ", show(y_.shape));
     include_pad_ = ctx.attr("count_include_pad", 0) != 0;
@@ -78,9 +75,6 @@ class PoolKernel : public Kernel {
     }
   }
 
-  const SimdKernels& simd_;
-  const Tensor& x_;
-  const Tensor& y_;
   Window2d g_{};
   bool max_;
   bool include_pad_ = false;
@@ -88,12 +82,9 @@ class PoolKernel : public Kernel {
   int64_t lo_ = 0, hi_ = 0;  // output columns whose window is inside the input
 };
 
-class GlobalPoolKernel : public Kernel {
+class GlobalPoolKernel : public XyKernel {
  public:
-  GlobalPoolKernel(const KernelContext& ctx, bool max)
-      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)), max_(max) {
-    ctx.expect_arity(1, 1, 1);
-    ctx.expect_f32_io();
+  GlobalPoolKernel(const KernelContext& ctx, bool max) : XyKernel(ctx, 1, 1), max_(max) {
     require(x_.rank() >= 2, ctx.spec.op, ": input ", show(x_.shape));
     std::vector<int64_t> expect(x_.shape.size(), 1);
     expect[0] = x_.dim(0);
@@ -116,25 +107,17 @@ class GlobalPoolKernel : public Kernel {
   }
 
  private:
-  const SimdKernels& simd_;
-  const Tensor& x_;
-  const Tensor& y_;
   bool max_;
   int64_t planes_ = 0, size_ = 0;
 };
 
-template <typename K, bool Max>
-KernelFactory make() {
-  return [](const KernelContext& ctx) { return std::unique_ptr<Kernel>(new K(ctx, Max)); };
-}
-
 }  // namespace
 
 void register_pool(KernelRegistry& r) {
-  add_kernel(r, "MaxPool", make<PoolKernel, true>());
-  add_kernel(r, "AveragePool", make<PoolKernel, false>());
-  add_kernel(r, "GlobalMaxPool", make<GlobalPoolKernel, true>());
-  add_kernel(r, "GlobalAveragePool", make<GlobalPoolKernel, false>());
+  add_kernel(r, "MaxPool", make_kernel<PoolKernel>(true));
+  add_kernel(r, "AveragePool", make_kernel<PoolKernel>(false));
+  add_kernel(r, "GlobalMaxPool", make_kernel<GlobalPoolKernel>(true));
+  add_kernel(r, "GlobalAveragePool", make_kernel<GlobalPoolKernel>(false));
 }
 
 }  // namespace onnxlens

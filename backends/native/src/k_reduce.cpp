@@ -89,12 +89,10 @@ ReduceLayout layout(const Tensor& x, const std::vector<int64_t>& axes) {
   return l;
 }
 
-class ReduceKernel : public Kernel {
+class ReduceKernel : public XyKernel {
  public:
   explicit ReduceKernel(const KernelContext& ctx)
-      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)), op_(parse(ctx.spec.op)) {
-    ctx.expect_arity(1, 1, 1);
-    ctx.expect_f32_io();
+      : XyKernel(ctx, 1, 1), op_(parse(ctx.spec.op)) {
     l_ = layout(x_, ctx.ints("axes"));
     require(y_.numel == checked_product(l_.kept_dims), ctx.spec.op, ": output ",
             show(y_.shape), " for input ", show(x_.shape));
@@ -147,9 +145,6 @@ class ReduceKernel : public Kernel {
     }
   }
 
-  const SimdKernels& simd_;
-  const Tensor& x_;
-  const Tensor& y_;
   Red op_;
   ReduceLayout l_;
   int64_t count_ = 1;
@@ -200,16 +195,10 @@ void register_reduce(KernelRegistry& r) {
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
                          "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
                          "ReduceLogSumExp"}) {
-    add_kernel(r, op, [](const KernelContext& ctx) {
-      return std::unique_ptr<Kernel>(new ReduceKernel(ctx));
-    });
+    add_kernel(r, op, make_kernel<ReduceKernel>());
   }
-  add_kernel(r, "ArgMax", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new ArgKernel(ctx, true));
-  });
-  add_kernel(r, "ArgMin", [](const KernelContext& ctx) {
-    return std::unique_ptr<Kernel>(new ArgKernel(ctx, false));
-  });
+  add_kernel(r, "ArgMax", make_kernel<ArgKernel>(true));
+  add_kernel(r, "ArgMin", make_kernel<ArgKernel>(false));
 }
 
 }  // namespace onnxlens
