@@ -23,12 +23,18 @@ What it holds:
   rule; a GEMM whose weights stream from the last-level cache runs slower than one held in L2
   even when the roofline's memory term, which counts each byte once, is not its bound (1 for
   a level not fitted).
-  Classes: those with multiply-accumulates (conv, depthwise, gemm, attention) and
-  `elementwise`, which the estimator applies to every FLOP that is not a MAC (in any group) and
-  which is fitted on every op class without MACs.
+  Classes: those with multiply-accumulates (conv, depthwise, grouped_conv, gemm, attention);
+  `elementwise`, which the estimator applies to the FLOPs that are not MACs in any group but
+  a pool, normalization or reduction, and which is fitted on every op class without MACs; and
+  `pool`, `normalization`, `reduce`, each fitted on its own benchmarks when it has enough (a
+  class without a curve reads `elementwise`'s, `grouped_conv` without one reads `conv`'s).
 - `bandwidth_gbps`: per memory level of the host profile, the streaming rate measured on ops
   whose traffic fits that level (and not the one before), in GB/s.
-- `kernel_overhead_us`: the time ONNX Runtime spends per kernel besides the kernel's work.
+- `kernel_overhead_us`: the time the runtime spends per kernel besides the kernel's work.
+- `backend`: the runtime measured (`ort-cpu`, or `native-cpu`, the project's executor); the
+  calibrated profile carries it as `extra["runtime"]`, and the estimator then costs groups as
+  that runtime's kernels (`analyzer.estimate`). Non-ORT calibrations are saved under a name
+  of their own, ``calibration-<host>-t<threads>-<backend>.json``.
 
 `calibrated_host(threads)` gives the `host` profile with these numbers in place of its assumed
 ones and `Calibration.efficiency` as the estimator's efficiency; without a calibration file it
@@ -43,18 +49,28 @@ import os
 import re
 import socket
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import OnnxLensError
-from .hardware import OP_CLASSES, HardwareProfile, MemoryLevel
+from .hardware import (
+    OP_CLASSES,
+    ORT_CPU,
+    RUNTIME_KEY,
+    SUBCLASS_OF,
+    HardwareProfile,
+    MemoryLevel,
+)
 from .host import detect_cpu, host_profile, replace_measured
 
 SCHEMA = "onnxlens-calibration/1"
 # Op classes with multiply-accumulates get a curve of their own; the others use `elementwise`.
-MAC_CLASSES = ("conv", "depthwise", "gemm", "attention")
+MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "gemm", "attention")
 VECTOR_CLASS = "elementwise"
+# Classes without MACs that get a curve of their own when they have enough benchmarks.
+OWN_VECTOR_CLASSES = ("pool", "normalization", "reduce")
+DEFAULT_BACKEND = ORT_CPU
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4
 
@@ -116,6 +132,7 @@ class Calibration:
     created: str = ""  # ISO 8601, UTC
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    backend: str = DEFAULT_BACKEND  # the runtime whose kernels were timed
 
     def efficiency(self, cls: str, flops: float, intensity: float) -> float:
         """The estimator's `Efficiency`: fraction of `peak_fp32_tflops` for a group of class
@@ -133,6 +150,9 @@ class Calibration:
     def curve(self, cls: str) -> Curve:
         if cls in self.curves:
             return self.curves[cls]
+        parent = SUBCLASS_OF.get(cls)
+        if parent in self.curves:
+            return self.curves[parent]
         if cls in MAC_CLASSES and "gemm" in self.curves:
             return self.curves["gemm"]
         return self.curves[VECTOR_CLASS]
@@ -163,7 +183,8 @@ class Calibration:
 
     def save(self, path: str | os.PathLike | None = None) -> Path:
         """Write the JSON (atomically) to `path`, by default this host's cache file."""
-        out = Path(path) if path is not None else calibration_path(self.threads, self.host)
+        out = Path(path) if path is not None else calibration_path(self.threads, self.host,
+                                                                   self.backend)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")
         tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
@@ -193,17 +214,22 @@ def host_name() -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", socket.gethostname()) or "host"
 
 
-def calibration_path(threads: int, host: str | None = None) -> Path:
-    return cache_dir() / f"calibration-{host or host_name()}-t{threads}.json"
+def calibration_path(threads: int, host: str | None = None,
+                     backend: str = DEFAULT_BACKEND) -> Path:
+    suffix = "" if backend == DEFAULT_BACKEND else f"-{backend}"
+    return cache_dir() / f"calibration-{host or host_name()}-t{threads}{suffix}.json"
 
 
-def find_calibration(threads: int | None = None) -> Calibration | None:
-    """This host's calibration at `threads` (None: the newest at any thread count), if one was
-    saved on this CPU; an unreadable file counts as none."""
+def find_calibration(threads: int | None = None,
+                     backend: str = DEFAULT_BACKEND) -> Calibration | None:
+    """This host's calibration of `backend` at `threads` (None: the newest at any thread
+    count), if one was saved on this CPU; an unreadable file counts as none."""
     if threads is not None:
-        candidates = [calibration_path(threads)]
+        candidates = [calibration_path(threads, backend=backend)]
     else:
-        found = cache_dir().glob(f"calibration-{host_name()}-t*.json")
+        suffix = "" if backend == DEFAULT_BACKEND else f"-{backend}"
+        found = [p for p in cache_dir().glob(f"calibration-{host_name()}-t*{suffix}.json")
+                 if re.fullmatch(rf"calibration-.*-t\d+{re.escape(suffix)}\.json", p.name)]
         candidates = sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
     cpu = detect_cpu().model
     for path in candidates:
@@ -221,17 +247,19 @@ def find_calibration(threads: int | None = None) -> Calibration | None:
 
 def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwareProfile:
     """`profile` (this host, detected) with the calibration's measured numbers: fp32 peak,
-    bandwidth of each measured level, kernel overhead, and as the constant efficiency of each
-    class its curve's e_max (estimates use the whole curve, `Calibration.efficiency`)."""
+    bandwidth of each measured level, kernel overhead, as the constant efficiency of each
+    class its curve's e_max (estimates use the whole curve, `Calibration.efficiency`), and the
+    runtime measured (`extra["runtime"]`: the estimator models that runtime's kernels)."""
     where = f"onnxlens calibrate, {cal.created}, {cal.threads} thread(s)"
     levels = [MemoryLevel(lv.name, cal.bandwidth_gbps[lv.name], lv.size_bytes,
                           lv.energy_pj_per_byte, f"measured: {where}")
               if lv.name in cal.bandwidth_gbps else lv for lv in profile.memory]
-    return replace_measured(
+    measured = replace_measured(
         profile, peak_tflops={"fp32": cal.peak_fp32_tflops}, memory=levels,
         kernel_launch_us=cal.kernel_overhead_us,
         efficiency={c: min(1.0, cal.curve(c).e_max) for c in OP_CLASSES},
         source=f"measured: {where}")
+    return replace(measured, extra={**measured.extra, RUNTIME_KEY: cal.backend})
 
 
 def calibrated_host_profile(threads: int | None = None) -> HardwareProfile:

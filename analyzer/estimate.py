@@ -16,17 +16,26 @@ Approximations, signed: non-MAC FLOPs run on the vector units at the fp32 peak (
 elementwise op does not use tensor cores or a systolic array); the working-set rule ignores
 what the previous group left in cache; every group is one kernel; the model's latency is the
 sum over groups in execution order (no overlap between kernels).
+
+Kernels of a runtime. A profile calibrated through a runtime (`extra["runtime"]`, set by
+`analyzer.calibration`) is estimated as that runtime's kernels, since those are what its
+curves measured: on `ort-cpu` a group is split into the kernels ONNX Runtime makes of it
+(`ort_kernels`), each costed by the roofline above with its own overhead, plus the layout
+changes (NCHWc reorders) ORT puts between kernels that want different layouts
+(`layout_changes`). The native executor (`native-cpu`) and uncalibrated profiles run one
+kernel per group. Fusion's groups are unchanged; only their cost is split.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .cost.base import Cost
 from .fusion import Group
 from .graph import ModelGraph
-from .hardware import PRECISION_BYTES, HardwareProfile, MemoryLevel
+from .hardware import ORT_CPU, PRECISION_BYTES, RUNTIME_KEY, HardwareProfile, MemoryLevel
+from .ir import NodeInfo, TensorInfo
 
 # (op class, FLOPs, arithmetic intensity) -> achieved fraction of peak.
 Efficiency = Callable[[str, float, float], float]
@@ -47,6 +56,10 @@ _CLASS_OF_OP = {
     "Expand": "data_movement", "Tile": "data_movement", "Pad": "data_movement",
     "Identity": "data_movement", "Shape": "data_movement", "Resize": "data_movement",
 }
+# Classes without MACs: a group of one of these runs its FLOPs at its own class's efficiency
+# (a calibration fits pools, normalizations, reductions apart); any other group's non-MAC
+# FLOPs (bias, activation) run at `elementwise`'s.
+VECTOR_CLASSES = ("elementwise", "normalization", "pool", "reduce", "data_movement")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,24 +93,27 @@ def op_class(mg: ModelGraph, group: Group, costs: dict[str, Cost | None]) -> str
     """The class of a group's dominant node (most FLOPs; ties to the first)."""
     if group.pattern == "Attention":
         return "attention"
-    anchor = max(group.nodes, key=lambda k: (costs[k].flops() if costs.get(k) else -1))
-    info = mg.info(anchor)
+    return _dominant_class(mg, group.nodes, costs)
+
+
+def _dominant_class(mg: ModelGraph, nodes: Iterable[str], costs: dict[str, Cost | None]) -> str:
+    anchor = max(nodes, key=lambda k: (c.flops() if (c := costs.get(k)) else -1))
+    return node_class(mg.info(anchor))
+
+
+def node_class(info: NodeInfo) -> str:
+    """A node's op class; a convolution is `depthwise` when each group sees one input channel,
+    `grouped_conv` when its groups see several (neither is a dense convolution's kernel)."""
     cls = _CLASS_OF_OP.get(info.op_type, "elementwise")
-    if cls == "conv" and _is_depthwise(mg, anchor):
-        return "depthwise"
+    if cls == "conv" and info.attr("group", 1) > 1:
+        w = info.input(1)
+        return "depthwise" if w is not None and w.known and w.dims[1] == 1 else "grouped_conv"
     return cls
-
-
-def _is_depthwise(mg: ModelGraph, key: str) -> bool:
-    info = mg.info(key)
-    w = info.input(1)
-    group = info.attr("group", 1)
-    return group > 1 and w is not None and w.known and w.dims[1] == 1
 
 
 def constant_efficiency(hw: HardwareProfile) -> Efficiency:
     """An uncalibrated profile: one achievable fraction of peak per op class."""
-    return lambda cls, flops, intensity: hw.efficiency[cls]
+    return lambda cls, flops, intensity: hw.class_efficiency(cls)
 
 
 def memory_level(hw: HardwareProfile, working_set_bytes: float) -> MemoryLevel:
@@ -108,7 +124,9 @@ def memory_level(hw: HardwareProfile, working_set_bytes: float) -> MemoryLevel:
 
 
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
-                   efficiency: Efficiency) -> GroupEstimate:
+                   efficiency: Efficiency, launches: int = 1) -> GroupEstimate:
+    """One kernel's roofline (module docstring); `launches` kernel overheads (0: the work runs
+    inside another kernel, as a sum ORT folds into the convolution before it)."""
     scale = PRECISION_BYTES[precision] / 4
     nbytes = (cost.bytes_read + cost.bytes_written) * scale
     flops = cost.flops(2)
@@ -118,11 +136,12 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
     if mac_flops:
         compute_s += mac_flops / (hw.peak_flops(precision) * efficiency(cls, flops, intensity))
     if cost.other_flops:
-        vector_eff = efficiency("elementwise", cost.other_flops, intensity)
+        vector_cls = cls if cls in VECTOR_CLASSES else "elementwise"
+        vector_eff = efficiency(vector_cls, cost.other_flops, intensity)
         compute_s += cost.other_flops / (hw.peak_flops("fp32") * vector_eff)
     level = memory_level(hw, nbytes)
     memory_s = nbytes / (level.bandwidth_gbps * 1e9)
-    overhead_s = hw.kernel_launch_us * 1e-6
+    overhead_s = launches * hw.kernel_launch_us * 1e-6
     latency_s = max(compute_s, memory_s) + overhead_s
     if overhead_s >= max(compute_s, memory_s):
         bound = "overhead"
@@ -136,20 +155,271 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
                          level.name)
 
 
+def combine(parts: list[GroupEstimate], costs: list[Cost], precision: str) -> GroupEstimate:
+    """A group run as several kernels (`parts`, of `costs`), one after another: times and
+    energies add; the bound and memory level are those of its longest kernel; the intensity
+    is all their FLOPs over all their traffic."""
+    longest = max(parts, key=lambda e: e.latency_s)
+    nbytes = sum(c.bytes_read + c.bytes_written for c in costs) * PRECISION_BYTES[precision] / 4
+    flops = sum(c.flops(2) for c in costs)
+    return GroupEstimate(sum(e.latency_s for e in parts), sum(e.energy_j for e in parts),
+                         longest.bound, flops / nbytes if nbytes else float("inf"),
+                         sum(e.compute_s for e in parts), sum(e.memory_s for e in parts),
+                         sum(e.overhead_s for e in parts), longest.level)
+
+
+# ---- ONNX Runtime's kernels (CPU provider, ORT_ENABLE_ALL) ------------------------------------
+
+NCHWC, NCHW, ANY = "nchwc", "nchw", "any"
+# Activations ORT's Conv/Gemm activation fusion takes into the kernel (FusedConv, the NCHWc
+# Conv's activation, FusedGemm); anything else (SiLU -> QuickGelu, GELU -> Gelu) is a kernel of
+# its own that reads and writes the whole output once more.
+ORT_FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "LeakyRelu",
+                                   "Tanh", "HardSwish"})
+_ANCHORS = frozenset({"Conv", "Gemm", "MatMul"})
+# Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block is
+# costed whole, as the calibration measured it (its micro-benchmark is the same ORT kernels).
+_WHOLE = frozenset({"LayerNorm", "Attention"})
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel a runtime runs for (part of) a group, and the layouts it reads and writes
+    its 4-D activations in (ANY: whatever its first activation input has)."""
+
+    cls: str
+    cost: Cost
+    nodes: tuple[str, ...]
+    reads: str = ANY
+    writes: str = ANY
+    inputs: tuple[TensorInfo, ...] = ()  # activations from outside the kernel
+    outputs: tuple[TensorInfo, ...] = ()  # what it writes that others read
+    open_sum: bool = False  # a lone NCHWc Conv or BN: ORT folds a following Add or activation
+    launches: int = 1
+
+
+def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls: str,
+            reads: str, writes: str, open_sum: bool = False) -> Kernel:
+    """The kernel of `nodes`: their arithmetic, and bytes for the tensors crossing its boundary
+    (one node: its own cost, which already leaves out views)."""
+    members = set(nodes)
+    infos = [mg.info(k) for k in nodes]
+    inside = {t.name for info in infos for t in info.outputs}
+    inputs = {t.name: t for info in infos for i, t in enumerate(info.inputs)
+              if t is not None and t.name not in inside and i not in info.const_inputs
+              and t.name not in mg.initializers}
+    outputs = {t.name: t for info in infos for t in info.outputs
+               if t.name in mg.graph_outputs
+               or any(u not in members for u in mg.consumers.get(t.name, ()))}
+    total = Cost()
+    for k in nodes:
+        total = total + costs[k]  # type: ignore[operator]
+    if len(nodes) > 1:
+        consts = [t for info in infos for i, t in enumerate(info.inputs)
+                  if t is not None and t.name not in inside and t.name not in inputs]
+        read = sum(t.nbytes for t in {t.name: t for t in consts}.values()) + sum(
+            t.nbytes for t in inputs.values())
+        total = Cost(total.macs, total.other_flops, total.transcendental, read,
+                     sum(t.nbytes for t in outputs.values()), total.params, total.param_bytes)
+    return Kernel(cls, total, tuple(nodes), reads, writes, tuple(inputs.values()),
+                  tuple(outputs.values()), open_sum)
+
+
+def _conv_layouts(info: NodeInfo) -> tuple[str, str, str]:
+    """(class, layout read, layout written) of a Conv as ORT's NCHWc transformer places it:
+    a dense or depthwise Conv whose output channels are a multiple of 4 runs as an NCHWc
+    kernel (it reads plain NCHW when its input channels are not a multiple of 4: the stem);
+    grouped convolutions and odd channel counts stay on the NCHW path (FusedConv), which the
+    calibration fits as `grouped_conv`."""
+    cls = node_class(info)
+    w = info.input(1)
+    if w is None or not w.known or len(w.dims) != 4:
+        return cls, NCHW, NCHW
+    cout, cin_per_group = w.dims[0], w.dims[1]
+    cin = cin_per_group * info.attr("group", 1)
+    if cls == "grouped_conv" or cout % 4:
+        return "grouped_conv", NCHW, NCHW
+    return cls, NCHWC if cin % 4 == 0 else NCHW, NCHWC
+
+
+def _elementwise_layout(info: NodeInfo) -> str:
+    """ORT's NCHWc transformer converts unary ops and binary ops on equal shapes; a
+    broadcast (squeeze-excite's per-channel gate) runs in plain NCHW."""
+    shapes = {t.shape for i, t in enumerate(info.inputs)
+              if t is not None and i not in info.const_inputs}
+    return ANY if len(shapes) <= 1 else NCHW
+
+
+def _concat_layout(info: NodeInfo, block: int) -> str:
+    """A channel Concat stays NCHWc when every input's channels fill whole blocks."""
+    ok = info.attr("axis") == 1 and all(
+        t is not None and t.known and t.rank == 4 and t.dims[1] % block == 0
+        for t in info.inputs)
+    return ANY if ok else NCHW
+
+
+def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
+                block: int) -> list[Kernel]:
+    """The kernels ORT's CPU provider makes of one of our groups (ORT 1.2x, ORT_ENABLE_ALL).
+
+    Derivation (ORT's fusions, seen in its profiles of torchvision models): a Conv, Gemm or
+    MatMul takes the BatchNormalization after it (folded at load), the Add after it (the
+    NCHWc Conv's sum input; a MatMul's bias, as Gemm) and an activation in
+    ORT_FUSED_ACTIVATIONS, each only while the tensor it reads has no other reader; the nodes
+    left over form one kernel per connected elementwise run (x·sigmoid(x) is one QuickGelu,
+    the erf GELU one Gelu); a BatchNormalization that no Conv precedes is an NCHWc kernel of
+    its own that takes its activation like a Conv (DenseNet's pre-activation BN+Relu); any
+    other node is a kernel of its own (squeeze-excite: a pool, two small convolutions, the
+    gate's Mul). Constant nodes are folded when ORT loads the model: no kernel (a group of
+    only constants costs nothing). `block`: the NCHWc block in channels."""
+    if group.pattern in _WHOLE:
+        cls = op_class(mg, group, costs)
+        return [_kernel(mg, list(group.nodes), costs, cls, NCHW, NCHW)]
+    kernels: list[tuple[list[str], str]] = []  # (nodes, role: anchor / closed / vector / other)
+    for key in group.nodes:
+        info = mg.info(key)
+        if info.op_type == "Constant":
+            continue
+        last = kernels[-1] if kernels else None
+        reads_last = last is not None and any(
+            t is not None and mg.producer.get(t.name) in last[0] for t in info.inputs)
+        sole = last is not None and all(
+            len(mg.consumers.get(t.name, ())) == 1 for t in mg.info(last[0][-1]).outputs)
+        if info.op_type in _ANCHORS:
+            kernels.append(([key], "anchor"))
+        elif last and last[1] == "anchor" and reads_last and sole and (
+                info.op_type in ("BatchNormalization", "Add")):
+            last[0].append(key)
+        elif last and last[1] == "anchor" and reads_last and sole and (
+                info.op_type in ORT_FUSED_ACTIVATIONS):
+            last[0].append(key)
+            kernels[-1] = (last[0], "closed")
+        elif last and last[1] == "vector" and reads_last and node_class(info) == "elementwise":
+            last[0].append(key)
+        elif info.op_type == "BatchNormalization":
+            kernels.append(([key], "anchor"))
+        else:
+            kernels.append(([key], "vector" if node_class(info) == "elementwise" else "other"))
+    return [_ort_kernel(mg, nodes, role, costs, block) for nodes, role in kernels] or [
+        Kernel("data_movement", Cost(), (), launches=0)]
+
+
+def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Cost | None],
+                block: int) -> Kernel:
+    head = mg.info(nodes[0])
+    if head.op_type == "Conv":
+        cls, reads, writes = _conv_layouts(head)
+        return _kernel(mg, nodes, costs, cls, reads, writes,
+                       open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC)
+    if head.op_type in _ANCHORS:
+        return _kernel(mg, nodes, costs, node_class(head), NCHW, NCHW)
+    if head.op_type == "BatchNormalization":
+        x = head.input(0)
+        layout = NCHWC if x is not None and x.known and x.rank == 4 else NCHW
+        return _kernel(mg, nodes, costs, "normalization", layout, layout,
+                       open_sum=len(nodes) == 1 and layout == NCHWC)
+    cls = _dominant_class(mg, nodes, costs)
+    if cls == "pool":
+        layout = ANY
+    elif head.op_type == "Concat":
+        layout = _concat_layout(head, block)
+    elif cls == "elementwise":
+        layout = _elementwise_layout(head)
+    else:
+        layout = NCHW
+    return _kernel(mg, nodes, costs, cls, layout, layout)
+
+
+def layout_changes(kernel: Kernel, have: dict[str, set[str]]) -> list[TensorInfo]:
+    """The activations ORT must reorder (ReorderInput / ReorderOutput) before `kernel` runs.
+    `have` maps a tensor to the layouts it exists in so far (graph
+    inputs: plain NCHW) and is updated: a tensor is reordered once per layout, as ORT reuses a
+    reorder for every reader. Only 4-D tensors have an NCHWc form."""
+    image = [t for t in kernel.inputs if t.known and t.rank == 4]
+    want = kernel.reads
+    if want == ANY:
+        want = next((lay for t in image for lay in (NCHWC, NCHW) if lay in have.get(t.name, ())),
+                    NCHW)
+    moved = []
+    for t in image:
+        layouts = have.setdefault(t.name, {NCHW})
+        if want not in layouts:
+            moved.append(t)
+            layouts.add(want)
+    writes = want if kernel.writes == ANY else kernel.writes
+    for t in kernel.outputs:
+        have[t.name] = {writes}
+    return moved
+
+
+def reorder_cost(t: TensorInfo) -> Cost:
+    """A layout change reads the tensor and writes it once in the other layout (the NCHWc
+    side's padding to whole blocks is left out)."""
+    return Cost(bytes_read=t.nbytes, bytes_written=t.nbytes)
+
+
+def _ort_group_estimates(mg: ModelGraph, groups: list[Group], node_costs: dict[str, Cost | None],
+                         hw: HardwareProfile, precision: str, eff: Efficiency
+                         ) -> dict[int, GroupEstimate | None]:
+    """Every group as ORT's kernels, in execution order, with the layout changes between them
+    charged to the group that needs them, and the kernels ORT folds into the one before
+    across our groups (`_folded`)."""
+    block = max(1, int(hw.extra.get("simd_bits", 256)) // 32)  # NCHWc block: one vector of fp32
+    have: dict[str, set[str]] = {t: {NCHW} for t in mg.graph_inputs}
+    open_sums: set[str] = set()
+    out: dict[int, GroupEstimate | None] = {}
+    for g in groups:
+        if any(node_costs.get(k) is None for k in g.nodes):
+            out[g.id] = None
+            continue
+        parts, costs = [], []
+        for k in ort_kernels(mg, g, node_costs, block):
+            k = _folded(mg, k, open_sums) or k
+            for t in layout_changes(k, have):
+                costs.append(reorder_cost(t))
+                parts.append(estimate_group(costs[-1], "data_movement", hw, precision, eff))
+            costs.append(k.cost)
+            parts.append(estimate_group(k.cost, k.cls, hw, precision, eff, k.launches))
+            open_sums.update(t.name for t in k.outputs if k.open_sum
+                             and len(mg.consumers.get(t.name, ())) == 1)
+        out[g.id] = combine(parts, costs, precision)
+    return out
+
+
+def _folded(mg: ModelGraph, k: Kernel, open_sums: set[str]) -> Kernel | None:
+    """`k` run inside the lone NCHWc Conv or BatchNormalization kernel whose output (read by
+    nothing else) it reads, or None when ORT does not fold it (NchwcTransformer): an Add is
+    the Conv's sum input, costing only the read of its other operand; a fusable activation
+    costs only its FLOPs. Either way no write of its own and no launch."""
+    if len(k.nodes) != 1 or not any(t.name in open_sums for t in k.inputs):
+        return None
+    op_type = mg.info(k.nodes[0]).op_type
+    if op_type == "Add" and len(k.inputs) == 2:
+        other = tuple(t for t in k.inputs if t.name not in open_sums)[:1]
+        cost = Cost(other_flops=k.cost.other_flops, bytes_read=sum(t.nbytes for t in other))
+    elif op_type in ORT_FUSED_ACTIVATIONS:
+        other, cost = (), Cost(other_flops=k.cost.other_flops)
+    else:
+        return None
+    return Kernel(k.cls, cost, k.nodes, NCHWC, NCHWC, other, k.outputs, launches=0)
+
+
 def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, Cost | None],
                    node_costs: dict[str, Cost | None], hw: HardwareProfile, precision: str,
                    efficiency: Efficiency | None = None) -> ModelEstimate:
-    """Every group's estimate and the model's: latency and energy summed in execution order."""
+    """Every group's estimate and the model's: latency and energy summed in execution order.
+    On a profile calibrated through ORT a group is costed as ORT's kernels (module
+    docstring); otherwise as one kernel."""
     if precision not in PRECISION_BYTES:
         from .errors import UsageError
 
         raise UsageError(f"precision {precision!r}: expected one of {', '.join(PRECISION_BYTES)}")
     eff = efficiency or constant_efficiency(hw)
-    out: dict[int, GroupEstimate | None] = {}
-    for g in groups:
-        cost = group_costs[g.id]
-        out[g.id] = None if cost is None else estimate_group(
-            cost, op_class(mg, g, node_costs), hw, precision, eff)
+    if hw.extra.get(RUNTIME_KEY) == ORT_CPU:
+        out = _ort_group_estimates(mg, groups, node_costs, hw, precision, eff)
+    else:
+        out = {g.id: None if (cost := group_costs[g.id]) is None else estimate_group(
+            cost, op_class(mg, g, node_costs), hw, precision, eff) for g in groups}
     known = [e for e in out.values() if e is not None]
     return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,
                          sum(e.latency_s for e in known), sum(e.energy_j for e in known))

@@ -67,6 +67,14 @@ PRECISION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 # The op classes an estimate distinguishes; `analyzer.estimate.op_class` maps groups to them.
 OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normalization",
               "pool", "reduce", "data_movement")
+# Finer classes a calibration may measure; a profile without them uses the class given here
+# (a grouped convolution is a convolution to a profile that does not tell them apart).
+SUBCLASS_OF = {"grouped_conv": "conv"}
+# `extra[RUNTIME_KEY]` of a calibrated profile: the runtime whose kernels it was measured on
+# (the estimator then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU
+# provider.
+RUNTIME_KEY = "runtime"
+ORT_CPU = "ort-cpu"
 PROFILES_DIR = Path(__file__).parent / "profiles"
 KINDS = ("cpu", "gpu", "tpu", "npu")
 
@@ -108,6 +116,10 @@ class HardwareProfile:
             if p in self.peak_tflops:
                 return self.peak_tflops[p] * 1e12
         raise HardwareProfileError(f"profile {self.key!r} has no peak for {precision}")
+
+    def class_efficiency(self, cls: str) -> float:
+        """The constant efficiency of op class `cls` (a subclass reads its parent's)."""
+        return self.efficiency.get(cls) or self.efficiency[SUBCLASS_OF[cls]]
 
     def pj_per_flop(self, precision: str) -> float:
         if precision in self.compute_pj_per_flop:

@@ -35,8 +35,16 @@ Fitting, in the estimator's terms (a group takes max(compute, memory) + overhead
    benchmark without MACs: a level's bandwidth is the median rate of its benchmarks that the
    current curve calls memory bound; the curve is fitted on those the bandwidths call compute
    bound; a level slower than the one after it is raised to it;
-4. a curve per class with MACs, on its benchmarks that are not memory bound, after taking
+4. a curve of its own for pools, normalizations and reductions, on their compute-bound
+   benchmarks (`fit_vector_classes`);
+5. a curve per class with MACs, on its benchmarks that are not memory bound, after taking
    out the time the `elementwise` curve gives their other FLOPs (bias, fused activation).
+   Classes are the estimator's on the runtime measured: through ORT, a convolution ORT runs
+   off its NCHWc path (grouped, or output channels not a multiple of 4) is `grouped_conv`.
+
+`--backend native-cpu` (`run_calibration(backend=...)`) times the same graphs on the
+project's own executor instead (one step per group, nothing cut off; graphs it cannot run
+are left out) and saves a calibration of its own.
 
 A curve is fitted by least absolute deviations on ln(efficiency): for each (f_half, i_half)
 on a log grid the best e_max (and level factor) is closed-form (the median log residual), and
@@ -63,16 +71,19 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..analyzer.analysis import analyze
 from ..analyzer.calibration import (
+    DEFAULT_BACKEND,
     MAC_CLASSES,
+    OWN_VECTOR_CLASSES,
     VECTOR_CLASS,
     Calibration,
     Curve,
     Point,
     host_name,
 )
-from ..analyzer.estimate import memory_level, op_class
-from ..analyzer.hardware import HardwareProfile
+from ..analyzer.estimate import memory_level, op_class, ort_kernels
+from ..analyzer.hardware import ORT_CPU, HardwareProfile
 from ..analyzer.host import detect_cpu, host_profile
+from .base import BackendError, input_specs, random_inputs
 from .ort_timing import NodeTime, make_session, profile_model, random_feeds, time_session
 
 OPSET = 17
@@ -217,6 +228,13 @@ def binary(op: str, n: int, tier: int = 1) -> Bench:
         ("Y", _flat(n))), tier, _work(n, 12 * n))
 
 
+def silu(n: int, tier: int = 1) -> Bench:
+    """x·sigmoid(x): one group of ours, one QuickGelu kernel of ORT's."""
+    return Bench(f"SiLU {n}", lambda: _model(
+        [helper.make_node("Sigmoid", ["X"], ["S"]), helper.make_node("Mul", ["X", "S"], ["Y"])],
+        [("X", _flat(n))], ("Y", _flat(n))), tier, _work(4 * n, 8 * n))
+
+
 def channel_scale(channels: int, size: int, tier: int = 1) -> Bench:
     """Mul of [1,C,H,W] by a per-channel [1,C,1,1] (squeeze-excite's gate)."""
     shape = (1, channels, size, size)
@@ -356,7 +374,13 @@ def benchmarks() -> list[Bench]:
             conv(204, 204, 6, 1, act="Relu"),
             conv(64, 64, 48, 3, 1, 8), conv(128, 128, 24, 3, 1, 8),
             conv(256, 256, 12, 3, 1, 16), conv(512, 512, 6, 3, 1, 16),
-            conv(128, 128, 48, 3, 2, 4), conv(256, 256, 24, 3, 1, 32)]
+            conv(128, 128, 48, 3, 2, 4), conv(256, 256, 24, 3, 1, 32),
+            conv(32, 32, 96, 3, 2, 4, act="Relu"), conv(96, 96, 48, 3, 2, 12, act="Relu"),
+            conv(192, 192, 24, 3, 1, 24, act="Relu"), conv(384, 384, 12, 3, 2, 48),
+            conv(768, 768, 6, 3, 1, 96, act="Relu"),
+            # Output channels off a multiple of 4: ORT's NCHW path, as grouped ones.
+            conv(54, 54, 24, 1, act="Relu"), conv(90, 90, 48, 1), conv(30, 30, 96, 1, act="Relu"),
+            depthwise(54, 48), depthwise(90, 24, 3, 2)]
     # Depthwise: 3x3 / 5x5 / 7x7, stride 1 and 2, small and large spatial sizes, channel counts
     # on and off the NCHWc block, with and without a fused activation.
     out += [depthwise(64, 48, tier=0), depthwise(32, 96, act="Clip"), depthwise(128, 48),
@@ -378,6 +402,7 @@ def benchmarks() -> list[Bench]:
         out += [unary("Sigmoid", n), unary("HardSwish", n), unary("Tanh", n), unary("Erf", n),
                 binary("Div", n)]
     out += [channel_scale(256, 24), channel_scale(64, 96), channel_scale(1024, 6)]
+    out += [silu(1 << 14), silu(1 << 17), silu(1 << 20)]
     out += [unary("Relu", 1 << 24, 2), binary("Add", 1 << 24, 2)]
     # Pools, normalizations, reductions.
     out += [pool("MaxPool", 64, 96), pool("MaxPool", 128, 48, 2, 2), pool("MaxPool", 256, 24),
@@ -388,7 +413,8 @@ def benchmarks() -> list[Bench]:
             row_op("LayerNormalization", 64, 1024), row_op("LayerNormalization", 4096, 64),
             row_op("Softmax", 512, 64), row_op("Softmax", 256, 256), row_op("Softmax", 64, 1024),
             row_op("Softmax", 2048, 128), row_op("ReduceMean", 1024, 256),
-            row_op("ReduceMean", 64, 4096), batch_norm(128, 24), batch_norm(256, 12)]
+            row_op("ReduceMean", 64, 4096), row_op("ReduceMean", 4096, 32),
+            batch_norm(128, 24), batch_norm(256, 12)]
     # Data movement: 4-D and 5-D (channel shuffle) transposes, concat, slice.
     out += [transpose((1, 64, 48, 48), (0, 2, 3, 1)), transpose((1, 256, 12, 12), (0, 2, 3, 1)),
             transpose((1, 48, 48, 64), (0, 3, 1, 2)),
@@ -431,6 +457,33 @@ def prepare_ort(model: onnx.ModelProto, threads: int) -> Timer:
                                            min_time_s=min_time_s, clock=clock).median_s
 
 
+def prepare_native(model: onnx.ModelProto, threads: int) -> Timer:
+    """A timer of `model` on the native executor (`native-cpu`), as `prepare_ort` times ORT:
+    one step per fused group, so nothing is cut off. BackendError if it cannot run the graph."""
+    from .native_cpu import NativeCpuBackend
+
+    backend = NativeCpuBackend(threads)
+    backend.prepare(model)
+    feeds = random_inputs(input_specs(model), count=1, batch=1)[0]
+    clock = "cpu" if threads == 1 else "wall"
+    session = _BackendSession(backend.run)
+    return lambda min_time_s: time_session(session, feeds, runs=3, warmup=1,
+                                           min_time_s=min_time_s, clock=clock).median_s
+
+
+class _BackendSession:
+    """A backend's `run` seen as an ORT session's, for `time_session`."""
+
+    def __init__(self, run: Callable[[dict[str, np.ndarray]], object]) -> None:
+        self._run = run
+
+    def run(self, _names: None, feeds: dict[str, np.ndarray]) -> object:
+        return self._run(feeds)
+
+
+PREPARE: dict[str, Prepare] = {ORT_CPU: prepare_ort, "native-cpu": prepare_native}
+
+
 def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime]) -> onnx.ModelProto:
     """ORT's optimized graph with its ReorderInput / ReorderOutput nodes cut off: a reorder's
     NCHWc side becomes a graph input or output, of the shape ORT's profiler reports."""
@@ -454,10 +507,13 @@ def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime]) -> o
 # ---- the calibration run -----------------------------------------------------------------------
 
 def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = True,
-                    prepare: Prepare = prepare_ort) -> Calibration:
-    """Measure this host at `threads` within about `budget_s` seconds and fit a Calibration
-    (not saved: `Calibration.save()` puts it in the cache dir). `progress` shows a rich
-    progress bar on stderr. `prepare` makes a benchmark graph's timer (tests give a fake).
+                    backend: str = DEFAULT_BACKEND, prepare: Prepare | None = None
+                    ) -> Calibration:
+    """Measure this host at `threads` through `backend` (`ort-cpu` or `native-cpu`) within
+    about `budget_s` seconds and fit a Calibration (not saved: `Calibration.save()` puts it in
+    the cache dir). `progress` shows a rich progress bar on stderr. `prepare` makes a
+    benchmark graph's timer (default: the backend's; tests give a fake). A benchmark the
+    backend cannot run is left out.
 
     Every benchmark is timed in PASSES passes, alternately forwards and backwards through the
     list, and its fastest median kept: on a shared machine other processes slow it down in
@@ -465,6 +521,9 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     """
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
+    if backend not in PREPARE:
+        raise ValueError(f"backend {backend!r}: expected one of {', '.join(PREPARE)}")
+    prepare = prepare or PREPARE[backend]
     start = time.perf_counter()
     hw = host_profile(threads)
     benches = benchmarks()
@@ -472,10 +531,13 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     models: dict[str, onnx.ModelProto] = {}
     timers: dict[str, Timer] = {}
     samples: dict[str, float] = {}
+    refused: set[str] = set()
     order = [b for i in range(PASSES) for b in (benches if i % 2 == 0 else benches[::-1])]
     with _progress_bar(progress, len(order)) as advance:
         for i, bench in enumerate(order):
             advance(bench.name)
+            if bench.name in refused:
+                continue
             new = bench.name not in timers
             expected = (0.1 if new else 0.0) + max(min_time_s, 4 * bench.work)
             if time.perf_counter() - start + expected > budget_s and (
@@ -483,7 +545,11 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
                 continue
             if new:
                 models[bench.name] = bench.build()
-                timers[bench.name] = prepare(models[bench.name], threads)
+                try:
+                    timers[bench.name] = prepare(models[bench.name], threads)
+                except BackendError:
+                    refused.add(bench.name)
+                    continue
             seconds = timers[bench.name](min_time_s)
             samples[bench.name] = min(seconds, samples.get(bench.name, seconds))
     timers.clear()  # the sessions and their buffers
@@ -491,20 +557,28 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
              for b in benches if b.name.startswith("Relu chain") and b.name in samples}
     fixed_s, kernel_s = _line(list(chain), list(chain.values()))
     kernel_s = max(kernel_s, 0.0)
+    block = max(1, int(hw.extra.get("simd_bits", 256)) // 32)
     points = [p for b in benches if b.name in samples and not b.name.startswith("Relu chain")
-              for p in [_point(b.name, models[b.name], samples[b.name], fixed_s, kernel_s)]
+              for p in [_point(b.name, models[b.name], samples[b.name], fixed_s, kernel_s,
+                               block if backend == ORT_CPU else 0)]
               if p is not None]
     cal = fit(points, hw, threads, kernel_s)
-    skipped = len(benches) - len(samples)
+    skipped = len(benches) - len(samples) - len(refused)
     notes = [f"{skipped} benchmark(s) skipped to stay within {budget_s:g} s"] if skipped else []
-    return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes)
+    if refused:
+        notes.append(f"{len(refused)} benchmark(s) {backend} cannot run: "
+                     + ", ".join(sorted(refused)))
+    return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes,
+                               backend=backend)
 
 
 def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
-           kernel_s: float) -> Point | None:
+           kernel_s: float, block: int = 0) -> Point | None:
     """The benchmark's group cost (onnxlens's analysis) and the time the estimator's
     max(compute, memory) term should give it: its fastest run less the fixed cost of a run
-    call and one kernel overhead (the estimator adds its own)."""
+    call and one kernel overhead (the estimator adds its own). Its class is that of its
+    largest ORT kernel when `block` (the NCHWc block) is given: the estimator's class on a
+    profile calibrated through ORT (a Conv off ORT's NCHWc path is `grouped_conv`)."""
     result = analyze(model)
     if len(result.groups) != 1:
         return None
@@ -514,7 +588,9 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
     if cost is None or seconds <= 0:
         return None
     costs = {k: nc.cost for k, nc in result.node_costs.items()}
-    return Point(name, op_class(result.graph, group, costs), cost.macs, cost.other_flops,
+    cls = op_class(result.graph, group, costs) if not block else max(
+        ort_kernels(result.graph, group, costs, block), key=lambda k: k.cost.flops()).cls
+    return Point(name, cls, cost.macs, cost.other_flops,
                  cost.bytes_read + cost.bytes_written, seconds)
 
 
@@ -575,7 +651,8 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
     slowest = 0.0
     for level in reversed([lv.name for lv in hw.memory if lv.name in bandwidth]):
         slowest = bandwidth[level] = max(bandwidth[level], slowest)
-    curves = {VECTOR_CLASS: vector}
+    curves = {VECTOR_CLASS: vector,
+              **fit_vector_classes([p for p in points if not p.macs], hw, peak, bandwidth)}
     for cls in MAC_CLASSES:
         eff_points = []
         for p in (p for p in mac_points if p.op_class == cls):
@@ -624,9 +701,7 @@ def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
         return p.other_flops / (peak * curve(p.other_flops, p.other_flops / p.bytes))
 
     for _ in range(FIT_ROUNDS):
-        eff_points = [(p.other_flops, p.other_flops / p.bytes, p.other_flops / (peak * p.seconds))
-                      for p, lv in zip(points, levels, strict=True) if p.other_flops
-                      and p.bytes / (bandwidth[lv] * 1e9) < COMPUTE_BOUND_SHARE * p.seconds]
+        eff_points = _compute_bound(points, levels, bandwidth, peak)
         if eff_points:
             curve = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)))
         for lv in bandwidth:
@@ -635,6 +710,30 @@ def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
             if bound:
                 bandwidth[lv] = statistics.median(bound)
     return bandwidth, curve
+
+
+def _compute_bound(points: Sequence[Point], levels: Sequence[str], bandwidth: dict[str, float],
+                   peak: float) -> list[tuple[float, float, float]]:
+    """(FLOPs, intensity, efficiency) of the benchmarks without MACs that `bandwidth` does not
+    call memory bound."""
+    return [(p.other_flops, p.other_flops / p.bytes, p.other_flops / (peak * p.seconds))
+            for p, lv in zip(points, levels, strict=True) if p.other_flops
+            and p.bytes / (bandwidth[lv] * 1e9) < COMPUTE_BOUND_SHARE * p.seconds]
+
+
+def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float,
+                       bandwidth: dict[str, float]) -> dict[str, Curve]:
+    """A curve of its own for each class in OWN_VECTOR_CLASSES (pools, normalizations,
+    reductions) with at least LEVEL_POINTS compute-bound benchmarks: their loops (a window, a
+    row statistic, exp) run at rates of their own, not an elementwise op's."""
+    curves = {}
+    for cls in OWN_VECTOR_CLASSES:
+        mine = [p for p in points if p.op_class == cls]
+        eff_points = _compute_bound(mine, [memory_level(hw, p.bytes).name for p in mine],
+                                    bandwidth, peak)
+        if len(eff_points) >= LEVEL_POINTS:
+            curves[cls] = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)))
+    return curves
 
 
 def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
