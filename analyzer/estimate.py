@@ -225,7 +225,7 @@ def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls
                   tuple(outputs.values()), open_sum)
 
 
-def _conv_layouts(info: NodeInfo) -> tuple[str, str, str]:
+def ort_conv_path(info: NodeInfo) -> tuple[str, str, str]:
     """(class, layout read, layout written) of a Conv as ORT's NCHWc transformer places it:
     a dense or depthwise Conv whose output channels are a multiple of 4 runs as an NCHWc
     kernel (it reads plain NCHW when its input channels are not a multiple of 4: the stem);
@@ -308,7 +308,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
                 block: int) -> Kernel:
     head = mg.info(nodes[0])
     if head.op_type == "Conv":
-        cls, reads, writes = _conv_layouts(head)
+        cls, reads, writes = ort_conv_path(head)
         return _kernel(mg, nodes, costs, cls, reads, writes,
                        open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC)
     if head.op_type in _ANCHORS:

@@ -3,6 +3,7 @@
     python benchmarks/estimate_accuracy.py --threads 1                # uses a saved calibration
     python benchmarks/estimate_accuracy.py --threads 1 --recalibrate  # measures this host first
     python benchmarks/estimate_accuracy.py --threads 1 --runs 20 --models resnet18 mobilenet_v2
+    python benchmarks/estimate_accuracy.py --threads 1 --measured-cache m.json  # reuse timings
 
 1. The calibration of this host at `--threads` (`onnxlens calibrate`, backends/calibrate.py):
    loaded from the cache dir, or run (about 100 s) when there is none or with --recalibrate.
@@ -15,7 +16,9 @@
    more threads it is wall time. On a shared machine even CPU time drifts (caches and memory
    bandwidth are shared), so the models are measured in `--rounds` rounds, one model after
    the other in each, and the fastest round's median is kept (the calibration likewise keeps
-   the faster of two passes).
+   the faster of two passes). `--measured-cache FILE` keeps each model's round medians
+   (keyed by model, threads, runs, ORT version and export file) and measures only what it
+   lacks, so a change to the estimator is judged against the same measurements.
 3. Estimated: `estimate_model` with the calibrated host profile and the calibration's curves,
    summed over our fused groups. Naive: every group at one measured GEMM peak,
    2 x MACs / (best GEMM FLOP/s of the calibration).
@@ -36,6 +39,8 @@ import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import onnxruntime as ort
 
 import onnxlens
 from onnxlens.analyzer.calibration import Calibration, apply_calibration, find_calibration
@@ -107,6 +112,33 @@ def measured(model: str, threads: int, runs: int) -> float:
                       warmup=3, clock="cpu" if threads == 1 else "wall").median_s
 
 
+def measurement_key(model: str, threads: int, runs: int) -> str:
+    """What a cached measurement is valid for: the model file, threads, runs and ORT."""
+    path = Path(cached_export(model, image_size=IMAGE_SIZE))
+    return f"{path.name} t{threads} r{runs} ort{ort.__version__}"
+
+
+def measure_all(models: list[str], threads: int, runs: int, rounds: int,
+                cache: Path | None) -> dict[str, list[float]]:
+    """Each model's round medians: `rounds` rounds over the models (cached ones reused)."""
+    saved = json.loads(cache.read_text(encoding="utf-8")) if cache and cache.is_file() else {}
+    out = {m: saved[k] for m in models if len(saved.get(k := measurement_key(m, threads, runs),
+                                                      ())) >= rounds}
+    todo = [m for m in models if m not in out]
+    for m in todo:
+        out[m] = []
+    for r in range(rounds if todo else 0):
+        for model in todo:
+            print(f"\rmeasuring: round {r + 1}/{rounds}, {model:24s}", end="",
+                  file=sys.stderr, flush=True)
+            out[model].append(measured(model, threads, runs))
+    print(file=sys.stderr)
+    if cache and todo:
+        saved.update({measurement_key(m, threads, runs): out[m] for m in todo})
+        cache.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
 def summary(errors: list[float]) -> dict[str, float]:
     magnitude = [abs(e) for e in errors]
     return {"median": statistics.median(magnitude),
@@ -125,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=100.0, help="calibration budget, seconds")
     ap.add_argument("--breakdown", action="store_true", help="estimated ms per op class")
     ap.add_argument("--json", type=Path, help="write the rows and summaries here")
+    ap.add_argument("--measured-cache", type=Path,
+                    help="JSON file of measured round medians to reuse and extend")
     args = ap.parse_args(argv)
 
     cal = calibration(args.threads, args.recalibrate, args.budget)
@@ -137,13 +171,7 @@ def main(argv: list[str] | None = None) -> int:
               f"  ({c.points} benchmarks, mean |log error| {c.log_error:.2f})")
     clock = "CPU time" if args.threads == 1 else "wall"
     estimates = {m: estimate(m, cal) for m in args.models}
-    rounds: dict[str, list[float]] = {m: [] for m in args.models}
-    for r in range(args.rounds):
-        for model in args.models:
-            print(f"\rmeasuring: round {r + 1}/{args.rounds}, {model:24s}", end="",
-                  file=sys.stderr, flush=True)
-            rounds[model].append(measured(model, args.threads, args.runs))
-    print(file=sys.stderr)
+    rounds = measure_all(args.models, args.threads, args.runs, args.rounds, args.measured_cache)
     print(f"\n{'model':20s} {'groups':>6s} {'measured':>10s} {'estimated':>10s} {'error':>7s} "
           f"{'naive':>9s} {'error':>7s}   (ms; measured: fastest of {args.rounds} rounds' "
           f"medians of {args.runs} runs, {clock})")

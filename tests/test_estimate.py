@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 from onnx import TensorProto, helper
 
 import onnxlens
 from onnxlens.analyzer.cost.base import Cost
-from onnxlens.analyzer.estimate import constant_efficiency, estimate_group, memory_level
+from onnxlens.analyzer.estimate import (
+    constant_efficiency,
+    estimate_group,
+    layout_changes,
+    memory_level,
+    node_class,
+    ort_conv_path,
+    ort_kernels,
+)
 from onnxlens.analyzer.hardware import (
+    ORT_CPU,
     PRECISION_BYTES,
+    RUNTIME_KEY,
     available_profiles,
     load_profile,
     profile_from_dict,
 )
+from onnxlens.analyzer.ir import NodeInfo, TensorInfo
 
 TEST_GPU = {
     "name": "Test GPU", "kind": "gpu", "source": "made up for the test",
@@ -133,3 +147,121 @@ def _toml(data: dict) -> str:
             for item in v:
                 lines += [f"[[{k}]]", *(f"{kk} = {value(vv)}" for kk, vv in item.items())]
     return "\n".join(lines) + "\n"
+
+
+# ---- ONNX Runtime's kernels (a profile calibrated through ORT) --------------------------------
+
+def _analyzed(nodes: list, x_shape: list[int], y: tuple[str, list[int]], consts: dict):
+    """A float graph of `nodes` with input x, initializers `consts` (name -> shape), analyzed."""
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, s, [0.1] * math.prod(s))
+             for n, s in consts.items()]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, x_shape)], [helper.make_tensor_value_info(
+            y[0], TensorProto.FLOAT, y[1])], inits)
+    return onnxlens.analyze(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17)]))
+
+
+def _ort(hw):
+    """`hw` as a calibration through ORT leaves it: its runtime named."""
+    return dataclasses.replace(hw, extra={**hw.extra, RUNTIME_KEY: ORT_CPU})
+
+
+def _node_costs(result) -> dict:
+    return {k: nc.cost for k, nc in result.node_costs.items()}
+
+
+def test_conv_silu_is_a_conv_kernel_a_quickgelu_and_a_reorder(gpu) -> None:
+    """Conv+SiLU on [1,16,8,8]: ORT runs the Conv in NCHWc (a ReorderInput of the graph input
+    first) and x·sigmoid(x) as a QuickGelu kernel reading and writing the output again."""
+    r = _analyzed([helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+                   helper.make_node("Sigmoid", ["c"], ["s"], name="sig"),
+                   helper.make_node("Mul", ["c", "s"], ["y"], name="mul")],
+                  [1, 16, 8, 8], ("y", [1, 16, 8, 8]), {"w": [16, 16, 1, 1], "b": [16]})
+    assert [g.pattern for g in r.groups] == ["Conv+SiLU"]
+    act = 4 * 1024  # bytes of one [1,16,8,8] tensor
+    conv, quick = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
+    assert (conv.cls, conv.reads, conv.writes) == ("conv", "nchwc", "nchwc")
+    assert conv.cost.macs == 16 * 16 * 64
+    assert (conv.cost.bytes_read, conv.cost.bytes_written) == (act + 4 * (256 + 16), act)
+    silu_flops = _node_costs(r)["sig"].other_flops + _node_costs(r)["mul"].other_flops
+    assert quick.cost == Cost(other_flops=silu_flops, transcendental=quick.cost.transcendental,
+                              bytes_read=act, bytes_written=act)
+    eff = constant_efficiency(gpu)
+    by_hand = (estimate_group(Cost(bytes_read=act, bytes_written=act), "data_movement", gpu,
+                              "fp32", eff).latency_s  # the reorder of x
+               + estimate_group(conv.cost, "conv", gpu, "fp32", eff).latency_s
+               + estimate_group(quick.cost, "elementwise", gpu, "fp32", eff).latency_s)
+    est = r.estimate(_ort(gpu))
+    assert est.latency_s == pytest.approx(by_hand)
+    assert est.groups[0].overhead_s == pytest.approx(3 * 3e-6)  # three kernels
+    one_kernel = r.estimate(gpu)  # not calibrated through ORT: the group is one kernel
+    assert one_kernel.groups[0].overhead_s == pytest.approx(3e-6)
+
+
+def test_an_add_after_a_lone_conv_is_its_sum_input(gpu) -> None:
+    """Conv, then Add of its output and x: two groups of ours, one NCHWc Conv of ORT's whose
+    sum input is x. The Add costs the read of x only, with no launch."""
+    r = _analyzed([helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+                   helper.make_node("Add", ["c", "x"], ["y"], name="add")],
+                  [1, 16, 8, 8], ("y", [1, 16, 8, 8]), {"w": [16, 16, 1, 1]})
+    assert [g.pattern for g in r.groups] == ["Conv", "Add"]
+    est = r.estimate(_ort(gpu))
+    add = est.groups[r.groups[1].id]
+    folded = estimate_group(Cost(other_flops=1024, bytes_read=4096), "elementwise", gpu, "fp32",
+                            constant_efficiency(gpu), launches=0)
+    assert add == folded and add.overhead_s == 0
+
+
+def test_squeeze_excite_is_five_kernels_and_its_gate_runs_in_nchw() -> None:
+    """Squeeze-excite after an NCHWc Conv: ORT's pool, two small convolutions (ReLU and
+    Sigmoid fused), and the broadcast Mul, which reads x and the gate in plain NCHW: both
+    are reordered first."""
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c"], name="conv0"),
+             helper.make_node("Relu", ["c"], ["t"], name="relu0"),
+             helper.make_node("GlobalAveragePool", ["t"], ["p"], name="gap"),
+             helper.make_node("Conv", ["p", "w1"], ["h"], name="fc1"),
+             helper.make_node("Relu", ["h"], ["hr"], name="relu1"),
+             helper.make_node("Conv", ["hr", "w2"], ["g"], name="fc2"),
+             helper.make_node("Sigmoid", ["g"], ["s"], name="sig"),
+             helper.make_node("Mul", ["t", "s"], ["y"], name="gate")]
+    r = _analyzed(nodes, [1, 32, 8, 8], ("y", [1, 32, 8, 8]),
+                  {"w0": [32, 32, 1, 1], "w1": [8, 32, 1, 1], "w2": [32, 8, 1, 1]})
+    assert [g.pattern for g in r.groups] == ["Conv+Relu", "SqueezeExcite"]
+    costs = _node_costs(r)
+    kernels = ort_kernels(r.graph, r.groups[1], costs, 16)
+    assert [k.nodes for k in kernels] == [("gap",), ("fc1", "relu1"), ("fc2", "sig"), ("gate",)]
+    assert [k.cls for k in kernels] == ["pool", "conv", "conv", "elementwise"]
+    have: dict[str, set[str]] = {"x": {"nchw"}}
+    for k in ort_kernels(r.graph, r.groups[0], costs, 16):
+        layout_changes(k, have)
+    moved = [[t.name for t in layout_changes(k, have)] for k in kernels]
+    assert moved == [[], [], [], ["t", "s"]]
+
+
+def test_convolution_classes() -> None:
+    def conv(w: list[int], group: int) -> NodeInfo:
+        return NodeInfo("c", "Conv", "", {"group": group}, (TensorInfo("x"), TensorInfo(
+            "w", TensorProto.FLOAT, tuple(w))), (TensorInfo("y"),))
+
+    assert node_class(conv([64, 8, 3, 3], 8)) == "grouped_conv"  # 8 channels per group
+    assert node_class(conv([64, 1, 3, 3], 64)) == "depthwise"
+    assert node_class(conv([64, 64, 3, 3], 1)) == "conv"
+    # ORT's NCHWc path: output channels a multiple of 4; a 3-channel input is read as NCHW.
+    assert ort_conv_path(conv([64, 3, 3, 3], 1)) == ("conv", "nchw", "nchwc")
+    assert ort_conv_path(conv([58, 58, 1, 1], 1)) == ("grouped_conv", "nchw", "nchw")
+    assert ort_conv_path(conv([64, 8, 3, 3], 8)) == ("grouped_conv", "nchw", "nchw")
+    assert ort_conv_path(conv([64, 1, 3, 3], 64)) == ("depthwise", "nchwc", "nchwc")
+
+
+def test_pool_groups_use_their_class_efficiency(gpu) -> None:
+    """A pool's FLOPs run at the pool efficiency (0.4 in the test profile), a Conv's bias at
+    elementwise's (0.5)."""
+    cost = Cost(other_flops=6 * 10**9, bytes_read=4, bytes_written=4)
+    e = estimate_group(cost, "pool", gpu, "fp32", constant_efficiency(gpu))
+    assert e.compute_s == pytest.approx(6e9 / (60e12 * 0.4))
+    e = estimate_group(cost, "conv", gpu, "fp32", constant_efficiency(gpu))
+    assert e.compute_s == pytest.approx(6e9 / (60e12 * 0.5))
+    grouped = estimate_group(Cost(macs=10**9), "grouped_conv", gpu, "fp32",
+                             constant_efficiency(gpu))
+    assert grouped.compute_s == pytest.approx(2e9 / (60e12 * 0.6))  # a profile's conv figure
