@@ -296,7 +296,7 @@ class _Matcher:
     """One pass over a ModelGraph: plain dicts only, no networkx in the loop."""
 
     def __init__(self, mg: ModelGraph) -> None:
-        self.infos: dict[str, NodeInfo] = dict(mg.graph.nodes(data="info"))
+        self.infos = mg.infos
         self.producer = mg.producer
         self.op_of = {t: self.infos[k].op_type for t, k in mg.producer.items()}
         self.consumers = mg.consumers

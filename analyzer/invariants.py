@@ -36,7 +36,7 @@ def check_graph(mg: ModelGraph) -> list[str]:
     missing = [t for t in mg.graph_outputs if t not in available]
     _require(not missing, f"graph outputs never produced: {_first(missing)}")
     unknown: list[str] = []
-    for src, dst, tensors in mg.graph.edges(data="tensors"):
+    for (src, dst), tensors in mg.edges.items():
         for t in tensors:
             if mg.producer.get(t.name) != src or dst not in mg.consumers.get(t.name, ()):
                 raise InvariantError(f"edge {src!r} -> {dst!r} carries {t.name!r}, which "
@@ -60,7 +60,7 @@ def check_groups(mg: ModelGraph, groups: list[Group]) -> None:
             group_of[key] = g.id
     missing = [k for k in mg.order if k not in group_of]
     _require(not missing, f"nodes in no group: {_first(missing)}")
-    strangers = [k for k in group_of if k not in mg.graph]
+    strangers = [k for k in group_of if k not in mg.infos]
     _require(not strangers, f"groups name nodes not in the graph: {_first(strangers)}")
     position = {key: i for i, key in enumerate(mg.order)}
     outputs = set(mg.graph_outputs)

@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from .errors import ExternalDataError, InvalidModelError, ModelLoadError, ShapeError, UsageError
-from .ir import Dim, Shape, TensorInfo, dtype_bytes
+from .ir import DEFERRED, Dim, NodeFields, Shape, TensorInfo, dtype_bytes, read_nodes
 from .validate import DEFAULT_LIMITS, Limits, check_text, validate_model
 
 # A tensor bigger than this is taken as a hostile or broken model, not a real one.
@@ -70,6 +70,7 @@ class LoadedModel:
     tensors: dict[str, TensorInfo]
     initializers: dict[str, onnx.TensorProto]
     opset: int
+    nodes: list[NodeFields]  # the main graph's nodes as loaded, their fields read once
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -117,16 +118,17 @@ def load_model(
     max_tensor_bytes = limits.max_tensor_bytes
     path, proto = _parse(source)
     base = Path(base_dir) if base_dir is not None else (path.parent if path else None)
-    _load_external_data(proto, base)
     graph = proto.graph
+    nodes = read_nodes(graph.node)
+    _load_external_data(proto, nodes, base)
     initializers = _initializers(graph)
-    produced = _check_structure(graph)
+    produced = _check_structure(graph, nodes)
     warnings: list[str] = []
     pinned = _pin_input_dims(graph, initializers, input_shapes, batch, warnings)
     inputs = [i for i in graph.input if i.name not in initializers]
     for value in inputs:
         _check_value_dims(value, max_tensor_bytes)
-    validation = validate_model(proto, limits=limits)
+    validation = validate_model(proto, limits=limits, nodes=nodes)
     warnings += validation.warnings
     light = _light_copy(proto, initializers, max_tensor_bytes)
     validation.make_inference_safe(light)
@@ -144,7 +146,7 @@ def load_model(
         out.type.CopyFrom(typed.type)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     name = path.stem if path else (graph.name or "model")
-    return LoadedModel(proto, path, name, tensors, initializers, opset, warnings)
+    return LoadedModel(proto, path, name, tensors, initializers, opset, nodes, warnings)
 
 
 # ---- the request ------------------------------------------------------------------------------
@@ -222,21 +224,24 @@ def _read_model_file(path: Path) -> bytes:
 # ---- external data ----------------------------------------------------------------------------
 
 
-def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+def _all_tensors(graph: onnx.GraphProto, nodes: Iterable[NodeFields]
+                 ) -> Iterator[onnx.TensorProto]:
     """Every TensorProto of a graph: initializers, Constant values, and those of subgraphs."""
     yield from graph.initializer
     for sparse in graph.sparse_initializer:
         yield sparse.values
         yield sparse.indices
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-            elif attr.type == onnx.AttributeProto.GRAPH:
-                yield from _all_tensors(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _all_tensors(g)
+    for node in nodes:
+        for _, kind, value in node.attributes:
+            if value is DEFERRED:
+                continue
+            if kind == onnx.AttributeProto.TENSOR:
+                yield value
+            elif kind == onnx.AttributeProto.GRAPH:
+                yield from _all_tensors(value, read_nodes(value.node))
+            elif kind == onnx.AttributeProto.GRAPHS:
+                for g in value:
+                    yield from _all_tensors(g, read_nodes(g.node))
 
 
 @dataclass
@@ -245,11 +250,12 @@ class _DataFile:
     size: int
 
 
-def _load_external_data(proto: onnx.ModelProto, base: Path | None) -> None:
+def _load_external_data(proto: onnx.ModelProto, nodes: list[NodeFields], base: Path | None
+                        ) -> None:
     """Read external tensor data ourselves, refusing anything outside the model's folder."""
     files: dict[str, _DataFile] = {}
     try:
-        for tensor in _all_tensors(proto.graph):
+        for tensor in _all_tensors(proto.graph, nodes):
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 tensor.raw_data = _read_external(tensor, base, files)
                 del tensor.external_data[:]
@@ -360,7 +366,7 @@ def _initializers(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
     return initializers
 
 
-def _check_structure(graph: onnx.GraphProto) -> list[str]:
+def _check_structure(graph: onnx.GraphProto, nodes: list[NodeFields]) -> list[str]:
     """Dangling inputs, tensors produced twice, cycles and unsorted nodes, named in our words.
 
     onnx's checker reports all of them as "not topologically sorted"; these messages say which.
@@ -377,12 +383,11 @@ def _check_structure(graph: onnx.GraphProto) -> list[str]:
         provided.setdefault(value.name, "a graph input")
     producer: dict[str, int] = {}
     early_reads: list[tuple[str, int]] = []  # (tensor, reader) read before it is produced
-    nodes = graph.node
     for index, node in enumerate(nodes):
-        for name in node.input:
+        for name in node.inputs:
             if name and name not in provided and name not in producer:
                 early_reads.append((name, index))
-        for out in node.output:
+        for out in node.outputs:
             if not out:
                 continue
             if out.__class__ is not str:  # inputs name graph inputs, initializers or outputs
@@ -409,15 +414,14 @@ def _check_structure(graph: onnx.GraphProto) -> list[str]:
     return list(producer)
 
 
-def _explain_early_reads(nodes: Iterable[onnx.NodeProto], producer: dict[str, int],
+def _explain_early_reads(node_list: list[NodeFields], producer: dict[str, int],
                          early_reads: list[tuple[str, int]]) -> None:
     """A node reads a tensor produced later in the file: a cycle, or nodes out of order."""
     import networkx as nx
 
-    node_list = list(nodes)
     g = nx.DiGraph()
     for index, node in enumerate(node_list):
-        g.add_edges_from((producer[name], index) for name in node.input if name in producer)
+        g.add_edges_from((producer[name], index) for name in node.inputs if name in producer)
     try:
         cycle = [a for a, _ in nx.find_cycle(g)]
         start = cycle.index(min(cycle))  # from the node that comes first in the file
@@ -433,7 +437,7 @@ def _explain_early_reads(nodes: Iterable[onnx.NodeProto], producer: dict[str, in
     raise InvalidModelError(f"graph has a cycle: nodes {names}")
 
 
-def _node_label(node: onnx.NodeProto, index: int) -> str:
+def _node_label(node: NodeFields | onnx.NodeProto, index: int) -> str:
     return repr(node.name) if node.name else f"#{index} ({node.op_type})"
 
 

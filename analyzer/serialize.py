@@ -79,7 +79,7 @@ def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str,
            if result.estimates else {}),
         **({"hardware": {hw: _profile_summary(est) for hw, est in result.estimates.items()}}
            if result.estimates else {}),
-        "group_edges": sorted({(group_of[a], group_of[b]) for a, b in mg.graph.edges
+        "group_edges": sorted({(group_of[a], group_of[b]) for a, b in mg.edges
                                if group_of[a] != group_of[b]}),
         **({"sweep": result.sweep} if result.sweep else {}),
         **({"whatif": result.whatif} if result.whatif else {}),

@@ -36,7 +36,7 @@ import onnx
 from onnx import AttributeProto, TensorProto
 
 from .errors import InvalidModelError, OnnxLensError, ShapeError, UsageError
-from .ir import Dim, TensorInfo, dtype_bytes
+from .ir import DEFERRED, Dim, NodeFields, TensorInfo, dtype_bytes, read_nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +169,12 @@ class Validation:
                     passed.add(key)
 
 
-def validate_model(proto: onnx.ModelProto, *, limits: Limits = DEFAULT_LIMITS) -> Validation:
+def validate_model(proto: onnx.ModelProto, *, limits: Limits = DEFAULT_LIMITS,
+                   nodes: Sequence[NodeFields] | None = None) -> Validation:
     """Check what needs no inferred shape; the returned `Validation` checks the rest later.
 
     External data must already be read (constant inputs with external data are not looked at).
+    `nodes`: the main graph's nodes already read (`read_nodes`), as the loader has them.
     """
     validation = Validation(limits, _check_opsets(proto))
     for prop in proto.metadata_props:  # exported with the analysis
@@ -181,7 +183,7 @@ def validate_model(proto: onnx.ModelProto, *, limits: Limits = DEFAULT_LIMITS) -
     _check_graph(proto.graph, validation)
     walker = _Walker(proto, limits, validation)
     walker.check_functions()
-    walker.check_main_graph()
+    walker.check_main_graph(read_nodes(proto.graph.node) if nodes is None else nodes)
     if not validation.data_prop:
         validation.warnings.append(
             f"onnx's shape data propagation is off: a tensor of "
@@ -255,6 +257,7 @@ def _check_graph(graph: onnx.GraphProto, validation: Validation) -> None:
 
 _INT, _INTS, _STRING, _TENSOR = (AttributeProto.INT, AttributeProto.INTS, AttributeProto.STRING,
                                   AttributeProto.TENSOR)
+_VIEWED = frozenset({_INT, _INTS, _STRING, _TENSOR})  # the attribute kinds the checks read
 
 
 class NodeView:
@@ -263,10 +266,10 @@ class NodeView:
     Attributes and input names are read from the proto once (protobuf field access is slow)
     and kept as plain values for the checks before and after shape inference."""
 
-    __slots__ = ("_index", "_inputs", "_scope", "_where", "attrs", "limits", "node", "op",
+    __slots__ = ("_index", "_scope", "_where", "attrs", "limits", "node", "op",
                  "opset", "tensors", "validation")
 
-    def __init__(self, node: onnx.NodeProto, op: str, index: int, where: str, opset: int,
+    def __init__(self, node: NodeFields, op: str, index: int, where: str, opset: int,
                  scope: _Scope, validation: Validation, tensors: Mapping[str, TensorInfo]
                  ) -> None:
         self.node, self.op = node, op
@@ -276,22 +279,12 @@ class NodeView:
         self.tensors = tensors  # the shapes known so far
         self._scope = scope
         self._index, self._where = index, where
-        self._inputs: list[str] | None = None
         # Attribute name -> (type, value) for ints, int lists, strings and tensors (attribute
         # references of local functions left out).
         self.attrs: dict[str, tuple[int, Any]] = {}
-        for a in node.attribute:
-            kind = a.type
-            if a.ref_attr_name:
-                continue
-            if kind == _INTS:
-                self.attrs[a.name] = (kind, list(a.ints))
-            elif kind == _INT:
-                self.attrs[a.name] = (kind, a.i)
-            elif kind == _STRING:
-                self.attrs[a.name] = (kind, a.s.decode("utf-8", "replace"))
-            elif kind == _TENSOR:
-                self.attrs[a.name] = (kind, a.t)
+        for name, kind, value in node.attributes:
+            if kind in _VIEWED and value is not DEFERRED:
+                self.attrs[name] = (kind, value)
 
     @property
     def label(self) -> str:
@@ -332,13 +325,11 @@ class NodeView:
         return default if value is None else value
 
     def input_name(self, position: int) -> str:
-        if self._inputs is None:
-            self._inputs = list(self.node.input)
-        return self._inputs[position] if position < len(self._inputs) else ""
+        inputs = self.node.inputs
+        return inputs[position] if position < len(inputs) else ""
 
     def input_names(self) -> list[str]:
-        self.input_name(0)
-        return self._inputs  # type: ignore[return-value]
+        return self.node.inputs
 
     def const(self, position: int) -> Array | None:
         """The value of a constant input (initializer or Constant node), if small and sound."""
@@ -351,7 +342,7 @@ class NodeView:
         return list(info.shape) if info is not None and info.shape is not None else None
 
     def output_dims(self, position: int) -> list[Dim] | None:
-        outputs = self.node.output
+        outputs = self.node.outputs
         info = self.tensors.get(outputs[position]) if position < len(outputs) else None
         return list(info.shape) if info is not None and info.shape is not None else None
 
@@ -399,7 +390,8 @@ class _Walker:
             where = f"local function {_function_name(key)}: "
             opset = next((o.version for o in function.opset_import
                           if o.domain in _DEFAULT_DOMAINS), self.opset)
-            inner[key], calls[key] = self._walk(function.node, where, opset, _Scope(()), {},
+            inner[key], calls[key] = self._walk(read_nodes(function.node), where, opset,
+                                                _Scope(()), {},
                                                 main=False)
         for root in self.functions:
             if root not in self.depth:
@@ -458,9 +450,9 @@ class _Walker:
 
     # -- the main graph -------------------------------------------------------------------
 
-    def check_main_graph(self) -> None:
+    def check_main_graph(self, nodes: Sequence[NodeFields]) -> None:
         graph = self.proto.graph
-        deepest, calls = self._walk(graph.node, "", self.opset, _Scope(graph.initializer),
+        deepest, calls = self._walk(nodes, "", self.opset, _Scope(graph.initializer),
                                     _ShapesBeforeInference(graph), main=True)
         for level, callee in calls:
             if level + self.depth[callee] > deepest:
@@ -470,7 +462,7 @@ class _Walker:
 
     # -- one graph and its bodies ---------------------------------------------------------
 
-    def _walk(self, nodes: Sequence[onnx.NodeProto], where: str, opset: int, scope: _Scope,
+    def _walk(self, nodes: Sequence[NodeFields], where: str, opset: int, scope: _Scope,
               known: Mapping[str, TensorInfo], *, main: bool
               ) -> tuple[int, list[tuple[int, FunctionKey]]]:
         """Check `nodes` and every body under them (iteratively, depth-first).
@@ -481,11 +473,12 @@ class _Walker:
         limit = self.limits.max_nesting_depth
         calls: list[tuple[int, FunctionKey]] = []
         deepest = 0
-        work: list[tuple[Sequence[onnx.NodeProto], str, int, _Scope]] = [
+        work: list[tuple[Sequence[NodeFields] | Sequence[onnx.NodeProto], str, int, _Scope]] = [
             (nodes, where, 0, scope)]
         wanted = _WANTED | self.function_names
         while work:
-            body, here, level, scope = work.pop()
+            found, here, level, scope = work.pop()
+            body = found if level == 0 else read_nodes(found)  # bodies: read when reached
             deepest = max(deepest, level)
             shape_checks = _SHAPE_CHECKS if main and level == 0 else {}
             for index, node in enumerate(body):
@@ -498,12 +491,12 @@ class _Walker:
                 if op not in wanted:
                     continue
                 if domain not in _DEFAULT_DOMAINS:
-                    key = (domain, op, node.overload)
+                    key = (domain, op, node.proto.overload)
                     if key in self.functions:
                         calls.append((level, key))
                     continue
                 if op == "Constant":
-                    scope.add_constant(node)
+                    scope.add_constant(node.proto)
                     continue
                 check, shape_check = _CHECKS.get(op), shape_checks.get(op)
                 if check is not None or shape_check is not None:
@@ -513,10 +506,10 @@ class _Walker:
                         check(view)
                     if shape_check is not None:
                         self.validation.shape_checks.append((shape_check, view))
-                if op == "EyeLike" and any(a.name == "dtype" for a in node.attribute):
+                if op == "EyeLike" and any(name == "dtype" for name, _, _ in node.attributes):
                     self.validation.eyelike_dtype = True
                 if op in _CONTROL_FLOW:
-                    for attr in node.attribute:
+                    for attr in node.proto.attribute:
                         graphs = [attr.g] if attr.type == AttributeProto.GRAPH else (
                             list(attr.graphs) if attr.type == AttributeProto.GRAPHS else [])
                         for g in graphs:
@@ -531,7 +524,7 @@ class _Walker:
         return deepest, calls
 
 
-def _node_label(node: onnx.NodeProto, index: int, where: str) -> str:
+def _node_label(node: NodeFields, index: int, where: str) -> str:
     name = repr(node.name) if node.name else f"#{index}"
     return f"{where}node {name} ({node.op_type})"
 
@@ -832,7 +825,7 @@ def _split(v: NodeView) -> None:
     """Split's num_outputs (opset 18) is the number of outputs: onnx 1.23's inference indexes
     past its table otherwise (an abort)."""
     parts = v.int("num_outputs", 0)
-    outputs = len(v.node.output)
+    outputs = len(v.node.outputs)
     if "num_outputs" in v.attrs and parts != outputs:
         v.fail(InvalidModelError, f"attribute num_outputs = {parts}, but the node has {outputs} "
                "output(s)")
@@ -1073,7 +1066,7 @@ def _resize_shapes(v: NodeView) -> None:
     """Resize and Upsample keep the rank (the cost formula pairs input and output dims)."""
     x, y = v.dims(0), v.output_dims(0)
     if x is not None and y is not None and len(x) != len(y):
-        v.fail(ShapeError, f"output {v.node.output[0]!r} of rank {len(y)} for input "
+        v.fail(ShapeError, f"output {v.node.outputs[0]!r} of rank {len(y)} for input "
                f"{v.input_name(0)!r} of rank {len(x)}: scales, sizes or roi do not fit the "
                "input")
 
