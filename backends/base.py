@@ -18,18 +18,21 @@ exists).
 
 from __future__ import annotations
 
+import math
+import os
+import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
 from ..analyzer.errors import ModelLoadError, OnnxLensError, UsageError
-from ..analyzer.validate import check_input_tensor, check_inputs
+from ..analyzer.validate import DEFAULT_LIMITS, Limits, check_input_tensor, check_inputs
 from .ort_timing import ModelSource, NodeTime, Timing, time_session
 
 Feeds = Mapping[str, np.ndarray]
@@ -191,25 +194,39 @@ def random_inputs(specs: Sequence[InputSpec], *, count: int, batch: int, seed: i
     return samples
 
 
-def load_inputs(files: Sequence[str | Path], specs: Sequence[InputSpec]
-                ) -> list[dict[str, np.ndarray]]:
+# An .npz is a zip archive: its directory is read only when small, and only the members named
+# like the model's inputs are decompressed, after their .npy headers are checked.
+MAX_NPZ_MEMBERS = 1024
+MAX_NPZ_DIRECTORY_BYTES = 1 << 22
+_NPZ_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+
+
+def load_inputs(files: Sequence[str | Path], specs: Sequence[InputSpec], *,
+                limits: Limits = DEFAULT_LIMITS) -> list[dict[str, np.ndarray]]:
     """One input set per file: `.npz` (arrays named like the inputs), or `.npy` / `.pb` (a
     single array or TensorProto, for a model with one input). Each array must fit its input
-    (`analyzer.validate.check_inputs`)."""
+    (`analyzer.validate.check_inputs`).
+
+    Nothing is allocated before it is known to fit: the .npy headers (shape, dtype) are checked
+    against the model's inputs, and each array's bytes (and the file's total) against
+    `limits.max_tensor_bytes`, before any data is read or decompressed; .npz members are read
+    only when their declared uncompressed size agrees with their header. Object arrays (a
+    pickle) are refused."""
     samples = []
     names = [s.name for s in specs]
     for file in files:
         path = Path(file)
         try:
             if path.suffix == ".npz":
-                with np.load(path, allow_pickle=False) as data:
-                    sample = {k: data[k] for k in data.files}
+                sample = _read_npz(path, specs, limits.max_tensor_bytes)
             elif path.suffix in (".npy", ".pb"):
                 if len(names) != 1:
                     raise UsageError(f"{path}: the model has {len(names)} inputs; give an .npz "
                                      f"with arrays named {', '.join(names)}")
                 if path.suffix == ".npy":
-                    array = np.load(path, allow_pickle=False)
+                    with path.open("rb") as f:
+                        size = os.fstat(f.fileno()).st_size
+                        array = _read_npy(f, size, path, "", specs, limits.max_tensor_bytes)
                 else:
                     tensor = onnx.load_tensor(str(path))
                     check_input_tensor(tensor, str(path))
@@ -219,7 +236,7 @@ def load_inputs(files: Sequence[str | Path], specs: Sequence[InputSpec]
                 raise UsageError(f"{path}: expected an .npy, .npz or .pb file")
         except OnnxLensError:
             raise
-        except Exception as e:  # numpy and onnx raise many kinds on a malformed file
+        except Exception as e:  # numpy, zipfile and onnx raise many kinds on a malformed file
             raise UsageError(f"{path}: cannot read inputs ({e})") from None
         missing = [n for n in names if n not in sample]
         if missing:
@@ -228,3 +245,127 @@ def load_inputs(files: Sequence[str | Path], specs: Sequence[InputSpec]
         samples.append({n: sample[n].astype(s.dtype, copy=False) for n, s in
                         zip(names, specs, strict=True)})
     return samples
+
+
+@dataclass(frozen=True)
+class _Header:
+    """An .npy header: what `check_inputs` needs of an array, before its data is read."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    fortran: bool
+    offset: int  # where the data starts
+
+
+def _read_header(f: IO[bytes], what: str) -> _Header:
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise UsageError(f"{what}: .npy format version {version[0]}.{version[1]} is not "
+                             "read (1.0 and 2.0 are)")
+    except (ValueError, EOFError, SyntaxError) as e:  # numpy's words for a malformed header
+        raise UsageError(f"{what}: cannot read inputs ({e})") from None
+    if dtype.hasobject:
+        raise UsageError(f"{what}: an object array (dtype {dtype}: a pickle); only plain "
+                         "arrays are read")
+    if any(d < 0 for d in shape):
+        raise UsageError(f"{what}: the .npy header's shape {list(shape)} has a negative dim")
+    return _Header(dtype, shape, fortran, f.tell())
+
+
+def _check_headers(headers: Mapping[str, _Header], specs: Sequence[InputSpec],
+                   available: Mapping[str, int], labels: Mapping[str, str], path: Path,
+                   budget: int) -> None:
+    """Shapes and dtypes against the model (`check_inputs`), then sizes: each array and the
+    file's total within `budget`, each within the bytes its file or member holds."""
+    check_inputs(headers, specs, str(path))  # type: ignore[arg-type]
+    total = 0
+    for spec in specs:
+        header = headers[spec.name]
+        count = math.prod(header.shape)
+        size = count * max(header.dtype.itemsize, spec.dtype.itemsize)  # after conversion too
+        if size > budget:
+            raise UsageError(f"{labels[spec.name]}: the .npy header asks for {list(header.shape)} "
+                             f"{header.dtype} ({size} bytes), over the limit of {budget} bytes "
+                             "(max_tensor_bytes)")
+        total += size
+    if total > budget:
+        raise UsageError(f"{path}: the inputs take {total} bytes together, over the limit of "
+                         f"{budget} bytes (max_tensor_bytes)")
+    for spec in specs:
+        header = headers[spec.name]
+        data = math.prod(header.shape) * header.dtype.itemsize
+        if data > available[spec.name]:
+            raise UsageError(f"{labels[spec.name]}: the .npy header asks for {data} bytes of "
+                             f"data, but only {available[spec.name]} follow it")
+
+
+def _read_npy(f: IO[bytes], size: int, path: Path, label: str, specs: Sequence[InputSpec],
+              budget: int) -> np.ndarray:
+    """A single-input .npy: header checked, then the data read."""
+    what = f"{path}{label}"
+    header = _read_header(f, what)
+    spec = specs[0]
+    _check_headers({spec.name: header}, specs, {spec.name: size - header.offset},
+                   {spec.name: what}, path, budget)
+    f.seek(0)
+    return np.lib.format.read_array(f, allow_pickle=False)
+
+
+def _read_npz(path: Path, specs: Sequence[InputSpec], budget: int) -> dict[str, np.ndarray]:
+    """The members named like the inputs: every header and declared size checked first."""
+    with path.open("rb") as f:
+        _check_zip_directory(f, path)
+        with zipfile.ZipFile(f) as archive:
+            infos = archive.infolist()
+            if len(infos) > MAX_NPZ_MEMBERS:
+                raise UsageError(f"{path}: {len(infos)} members; an input file holds at most "
+                                 f"{MAX_NPZ_MEMBERS} arrays")
+            members: dict[str, zipfile.ZipInfo] = {}
+            for info in infos:
+                key = info.filename.removesuffix(".npy")
+                if key in members:
+                    raise UsageError(f"{path}: member {info.filename!r} appears twice")
+                members[key] = info
+            missing = [s.name for s in specs if s.name not in members]
+            if missing:
+                raise UsageError(f"{path}: no array for input(s) {', '.join(missing)}")
+            headers, available, labels = {}, {}, {}
+            for spec in specs:
+                info = members[spec.name]
+                what = labels[spec.name] = f"{path}: member {info.filename!r}"
+                if info.compress_type not in _NPZ_METHODS:
+                    raise UsageError(f"{what} uses zip compression method {info.compress_type}; "
+                                     "only stored and deflated members are read")
+                if info.file_size > budget + (1 << 16):  # the data and a header
+                    raise UsageError(f"{what} declares {info.file_size} bytes uncompressed, "
+                                     f"over the limit of {budget} bytes (max_tensor_bytes)")
+                with archive.open(info) as member:
+                    headers[spec.name] = _read_header(member, what)
+                available[spec.name] = info.file_size - headers[spec.name].offset
+            _check_headers(headers, specs, available, labels, path, budget)
+            sample = {}
+            for spec in specs:
+                with archive.open(members[spec.name]) as member:
+                    sample[spec.name] = np.lib.format.read_array(member, allow_pickle=False)
+    return sample
+
+
+def _check_zip_directory(f: IO[bytes], path: Path) -> None:
+    """The member count and directory size the archive's end record declares, before zipfile
+    reads the directory (an object per member)."""
+    end = zipfile._EndRecData(f)  # type: ignore[attr-defined]  # zipfile's own reader
+    if end is None:
+        raise UsageError(f"{path}: cannot read inputs (File is not a zip file)")
+    members, size = end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]  # type: ignore[attr-defined]
+    if members > MAX_NPZ_MEMBERS:
+        raise UsageError(f"{path}: {members} members; an input file holds at most "
+                         f"{MAX_NPZ_MEMBERS} arrays")
+    if size > MAX_NPZ_DIRECTORY_BYTES:
+        raise UsageError(f"{path}: its zip directory takes {size} bytes; at most "
+                         f"{MAX_NPZ_DIRECTORY_BYTES} are read")
+    f.seek(0)
