@@ -409,7 +409,28 @@ def test_unsupported_ops_are_listed_before_running() -> None:
 
 # ---- whole models ---------------------------------------------------------------------------
 
-def _agreement(path: Path | onnx.ModelProto, samples: int, threads: int = 1) -> NativeCpuBackend:
+# Issue 5: whole models agree with ORT CPU over this many random inputs.
+SAMPLES = 20
+
+
+def _assert_agree(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    """The issue's thresholds on every float tensor of `got` that `want` has too and that is
+    not all zero there: cosine > 0.99999, max |error| <= 1e-4 x the tensor's largest magnitude,
+    and for [N, C] outputs the same top-1 class in every row."""
+    assert got.keys() & want.keys()
+    for name, out in got.items():
+        ref = want.get(name)
+        if ref is None or ref.dtype != np.float32 or not np.any(ref):
+            continue
+        cosine = float((out * ref).sum() / (np.linalg.norm(out) * np.linalg.norm(ref)))
+        assert cosine > 0.99999, name
+        assert np.abs(out - ref).max() / np.abs(ref).max() <= 1e-4, name
+        if ref.ndim == 2:
+            assert (out.argmax(-1) == ref.argmax(-1)).all(), name
+
+
+def _agreement(path: Path | onnx.ModelProto, threads: int = 1, samples: int = SAMPLES
+               ) -> NativeCpuBackend:
     """native-cpu against ORT CPU on `samples` random inputs: the issue's thresholds."""
     from onnxlens.backends.base import input_specs, load_proto, random_inputs
     from onnxlens.backends.ort import OrtBackend
@@ -419,13 +440,11 @@ def _agreement(path: Path | onnx.ModelProto, samples: int, threads: int = 1) -> 
     ort.prepare(path)
     for feeds in random_inputs(input_specs(load_proto(path, weights=False)), count=samples,
                                batch=1, seed=3):
-        a, b = ours.run(feeds), ort.run(feeds)
-        for name, want in b.items():
-            got = a[name]
-            cosine = float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want)))
-            assert cosine > 0.99999, name
-            assert np.abs(got - want).max() / np.abs(want).max() <= 1e-4, name
-            assert (got.argmax(-1) == want.argmax(-1)).all(), name
+        want = ort.run(feeds)
+        if all(not np.any(v) for v in want.values()):  # a head that starts at zero (ViT)
+            _assert_agree(ours.intermediates(feeds), ort.intermediates(feeds))
+        else:
+            _assert_agree(ours.run(feeds), want)
     return ours
 
 
@@ -456,20 +475,20 @@ def transformer_path(export_dir: Path) -> Path:
 
 
 def test_resnet18_agrees_with_ort_and_arena_is_the_peak(resnet18_path: Path) -> None:
-    backend = _agreement(resnet18_path, samples=8)
+    backend = _agreement(resnet18_path)
     plan = backend.prepared.plan
     assert plan.arena_bytes == plan.activation_peak_bytes == 4_014_080
     assert len(plan.steps) == len(backend.prepared.result.groups)
 
 
 def test_mobilenet_v2_agrees_with_ort(mobilenet_v2_path: Path) -> None:
-    backend = _agreement(mobilenet_v2_path, samples=8, threads=2)
+    backend = _agreement(mobilenet_v2_path, threads=2)
     plan = backend.prepared.plan
     assert plan.arena_bytes == plan.activation_peak_bytes
 
 
 def test_transformer_block_agrees_with_ort(transformer_path: Path) -> None:
-    backend = _agreement(transformer_path, samples=5)
+    backend = _agreement(transformer_path)
     patterns = {s.pattern for s in backend.prepared.plan.steps}
     assert {"Attention", "LayerNorm"} <= patterns
 
@@ -516,24 +535,11 @@ TORCHVISION = ["efficientnet_b0", "mobilenet_v3_large", "shufflenet_v2_x1_0", "s
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TORCHVISION)
 def test_torchvision_model_agrees_with_ort(name: str) -> None:
-    """More torchvision classifiers (random weights): outputs, or, where the classifier head
-    starts at zero (ViT), every materialized tensor, against ONNX Runtime; arena = peak."""
-    from onnxlens.backends.ort import OrtBackend
+    """More torchvision classifiers (random weights), on the issue's thresholds over 20 random
+    inputs: outputs, or, where the classifier head starts at zero (ViT), every materialized
+    tensor, against ONNX Runtime; arena = peak."""
     from onnxlens.exporters.torch_export import cached_export
 
-    path = cached_export(name)
-    ours, ort = NativeCpuBackend(1), OrtBackend("cpu", 1)
-    ours.prepare(path)
-    ort.prepare(path)
-    plan = ours.prepared.plan
+    backend = _agreement(cached_export(name))
+    plan = backend.prepared.plan
     assert plan.arena_bytes == plan.activation_peak_bytes
-    feeds = {"input": rand(np.random.default_rng(15), 1, 3, 224, 224)}
-    want = ort.run(feeds)
-    if all(not np.any(v) for v in want.values()):
-        got, want = ours.intermediates(feeds), ort.intermediates(feeds)
-    else:
-        got = ours.run(feeds)
-    for name_, value in got.items():
-        if name_ in want and want[name_].dtype == np.float32 and np.any(want[name_]):
-            scale = np.abs(want[name_]).max()
-            assert np.abs(value - want[name_]).max() <= 1e-4 * max(scale, 1.0), name_
