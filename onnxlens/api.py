@@ -37,9 +37,11 @@ def analyze(
     `batch` may be a list: the result is the analysis at the first, and `result.sweep` holds
     one row per (batch, precision, hardware). `hardware` names profiles (`host`, `h100`, a
     .toml path); `threads` is the thread count the `host` profile assumes (its calibration).
-    `cached_until` / `from_node`+`to_node` / `plus` fill `result.whatif`. Other options go to
-    `onnxlens.analyzer.analysis.analyze` (input_shapes, strict, flops_per_mac, ...).
+    `cached_until` / `from_node`+`to_node` / `plus` fill `result.whatif`. `max_nesting_depth`
+    and `max_window_value` replace those of `limits` (`analyzer.validate.Limits`). Other options
+    go to `onnxlens.analyzer.analysis.analyze` (input_shapes, strict, flops_per_mac, ...).
     """
+    options = _with_limits(options)
     batches = _as_list(batch)
     precisions = _as_list(precision) or ["fp32"]
     result = _analyze_model(source, batch=batches[0] if batches else None, **options)
@@ -59,6 +61,20 @@ def analyze(
         result.whatif = _whatif(result, targets, precisions[0], cached_until, from_node, to_node,
                                 plus, options)
     return result
+
+
+def _with_limits(options: dict[str, Any]) -> dict[str, Any]:
+    """`max_nesting_depth=` / `max_window_value=` folded into `limits=` (None: unchanged)."""
+    changes = {k: options.pop(k) for k in ("max_nesting_depth", "max_window_value")
+               if k in options}
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if changes:
+        from dataclasses import replace
+
+        from .analyzer.validate import DEFAULT_LIMITS
+
+        options["limits"] = replace(options.get("limits", DEFAULT_LIMITS), **changes)
+    return options
 
 
 def _model_batch(result: AnalysisResult) -> int:

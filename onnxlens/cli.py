@@ -193,6 +193,12 @@ def analyze_command(
     opset: OpsetOpt = None,
     max_tensor_bytes: Annotated[int, typer.Option(
         help="Refuse models with a tensor larger than this.")] = 1 << 38,
+    max_nesting_depth: Annotated[int | None, typer.Option(
+        help="Refuse If/Loop/Scan bodies and local-function calls nested deeper [default: 32]."
+    )] = None,
+    max_window_value: Annotated[int | None, typer.Option(
+        help="Refuse a kernel, stride, dilation, pad, group or block size over this "
+        "[default: 2**31-1].")] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Costs, fused groups and memory of a model; estimates on hardware; what-if."""
@@ -202,7 +208,8 @@ def analyze_command(
          opset=opset, top=top, precision=precision, measure=measure, runs=runs,
          hardware=hardware or [], threads=threads,
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,
-         strict=strict, flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes)
+         strict=strict, flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes,
+         max_nesting_depth=max_nesting_depth, max_window_value=max_window_value)
 
 
 app.command("analyze")(analyze_command)

@@ -116,6 +116,65 @@ def test_max_tensor_bytes_replaces_the_budget_of_the_limits() -> None:
         load_model(model, limits=Limits(max_tensor_bytes=10))
 
 
+def test_every_limit_is_an_option_of_analyze() -> None:
+    deep, wide = _nested_ifs(3), conv_model()
+    wide.graph.node[0].attribute.append(helper.make_attribute("pads", [9, 9, 9, 9]))
+    onnxlens.analyze(deep, max_nesting_depth=3)
+    onnxlens.analyze(wide, max_window_value=9, max_nesting_depth=None)
+    with pytest.raises(InvalidModelError, match=r"nested 3 deep, over the limit of 2"):
+        onnxlens.analyze(deep, max_nesting_depth=2)
+    with pytest.raises(InvalidModelError, match=r"9 is over the limit of 8"):
+        onnxlens.analyze(wide, max_window_value=8, limits=Limits(max_nesting_depth=4))
+    with pytest.raises(InvalidModelError, match=r"over the limit of 1 \(Limits.max_nesting"):
+        onnxlens.analyze(deep, limits=Limits(max_nesting_depth=4), max_nesting_depth=1)
+    with pytest.raises(UsageError, match=r"^--max-window-value 0: must be a positive integer$"):
+        onnxlens.analyze(wide, max_window_value=0)
+
+
+def _analyze_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    import sys
+
+    from onnxlens.cli import analyze_main
+
+    argv = sys.argv
+    sys.argv = ["analyze", *args]
+    try:
+        analyze_main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    finally:
+        sys.argv = argv
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "value", "code", "fragment"), [
+    ("--max-nesting-depth", "3", 0, None),
+    ("--max-nesting-depth", "2", 2, "error: body 'then_branch' of node 'if1' (If): node 'if2' "
+     "(If): body 'then_branch' is nested 3 deep, over the limit of 2 (Limits.max_nesting_depth)"),
+    ("--max-window-value", "9", 0, None),
+    ("--max-window-value", "8", 2, "error: node 'conv' (Conv): attribute pads = [9, 9, 9, 9]: 9 "
+     "is over the limit of 8 (Limits.max_window_value)"),
+    ("--max-nesting-depth", "0", 2, "error: --max-nesting-depth 0: must be a positive integer"),
+    ("--max-window-value", "-5", 2, "error: --max-window-value -5: must be a positive integer"),
+])
+def test_limit_flags_of_the_analyze_command(flag: str, value: str, code: int,
+                                            fragment: str | None, tmp_path: Any,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    model = _nested_ifs(3) if "nesting" in flag else conv_model()
+    if "window" in flag:
+        model.graph.node[0].attribute.append(helper.make_attribute("pads", [9, 9, 9, 9]))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    got, err = _analyze_cli([str(path), flag, value], capsys)
+    if fragment is None:
+        assert got == 0, err
+        return
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert got == code and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0] == fragment
+
+
 # ---- warnings and backends ------------------------------------------------------------------
 
 
