@@ -10,32 +10,15 @@
 #include <nanobind/stl/vector.h>
 
 #include "executor.h"
+#include "plan_args.h"
 
 namespace nb = nanobind;
 using namespace onnxlens;
+using namespace onnxlens::py;
 
 namespace {
 
 using Array = nb::ndarray<nb::c_contig, nb::device::cpu>;
-using ConstArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
-using TensorT = std::tuple<std::string, int, std::vector<int64_t>, int, int64_t>;
-using OperandT = std::tuple<int, std::vector<int64_t>>;
-using InstrT = std::tuple<std::string, int, std::vector<int>, std::vector<double>>;
-using KernelT = std::tuple<std::string, std::vector<int>, std::vector<int>,
-                           std::map<std::string, std::vector<int64_t>>,
-                           std::map<std::string, std::vector<double>>, std::vector<OperandT>,
-                           std::vector<InstrT>>;
-using StepT = std::tuple<int, std::string, std::vector<KernelT>>;
-
-KernelSpec kernel_spec(const KernelT& k) {
-  KernelSpec s;
-  std::vector<OperandT> operands;
-  std::vector<InstrT> program;
-  std::tie(s.op, s.inputs, s.outputs, s.ints, s.floats, operands, program) = k;
-  for (const auto& [tensor, view] : operands) s.operands.push_back({tensor, view});
-  for (const auto& [op, dst, srcs, params] : program) s.program.push_back({op, dst, srcs, params});
-  return s;
-}
 
 class PyExecutor {
  public:
@@ -43,24 +26,9 @@ class PyExecutor {
              const std::vector<int>& inputs, const std::vector<int>& outputs,
              const std::vector<StepT>& steps, int64_t arena_bytes, int64_t scratch_bytes,
              int threads, const std::string& isa) {
-    PlanSpec plan;
-    for (const auto& [name, dtype, shape, storage, offset] : tensors) {
-      plan.tensors.push_back({name, dtype, shape, storage, offset});
-    }
-    for (const ConstArray& a : constants) {
-      plan.constants.push_back({a.data(), static_cast<int64_t>(a.nbytes()), nullptr});
-      keep_.push_back(nb::cast(a));
-    }
-    plan.inputs = inputs;
-    plan.outputs = outputs;
-    for (const auto& [group, name, kernels] : steps) {
-      StepSpec s{group, name, {}};
-      for (const KernelT& k : kernels) s.kernels.push_back(kernel_spec(k));
-      plan.steps.push_back(std::move(s));
-    }
-    plan.arena_bytes = arena_bytes;
-    plan.scratch_bytes = scratch_bytes;
-    executor_ = std::make_unique<Executor>(std::move(plan), threads, isa);
+    executor_ = std::make_unique<Executor>(
+        plan_spec(tensors, constants, inputs, outputs, steps, arena_bytes, scratch_bytes, keep_),
+        threads, isa);
   }
 
   // Fills `outputs` (and the capture buffers) and returns each step's seconds.

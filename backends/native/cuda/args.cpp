@@ -70,6 +70,22 @@ EwProgramDev ew_program(const std::vector<InstrSpec>& code,
   return p;
 }
 
+EwProgramDev strided_copy(const float* x, int64_t numel, int64_t offset,
+                          const std::vector<int64_t>& strides,
+                          const std::vector<int64_t>& out_shape) {
+  EwProgramDev p = ew_program({InstrSpec{"Identity", 0, {-1}, {}}}, {{x, {}}}, out_shape);
+  int64_t lo = offset, hi = offset;
+  for (size_t d = 0; d < out_shape.size(); ++d) {
+    if (out_shape[d] == 0) return p;  // nothing is read
+    const int64_t span = checked_mul(out_shape[d] - 1, strides[d] < 0 ? -strides[d] : strides[d]);
+    (strides[d] < 0 ? lo : hi) += strides[d] < 0 ? -span : span;
+    p.operands[0].strides[d] = strides[d];
+  }
+  require(lo >= 0 && hi < numel, "Copy: reads elements ", lo, "..", hi, " of ", numel);
+  p.operands[0].data = x + offset;
+  return p;
+}
+
 GemmArgs matmul_args(const float* a, const float* b, float* c, int64_t M, int64_t N, int64_t K,
                      int64_t batch, bool a_batched, bool b_batched, bool trans_a, bool trans_b,
                      const EwProgramDev& epilogue) {

@@ -35,6 +35,12 @@ GemmArgs matmul_args(const float* a, const float* b, float* c, int64_t M, int64_
 GemmArgs conv_args(const float* x, const float* w, float* y, const Window2d& g, int64_t M,
                    int64_t group, const EwProgramDev& epilogue);
 
+// The program of a strided copy: output element i reads x[offset + sum_d i_d * strides[d]];
+// PlanError if that reaches outside x's `numel` elements.
+EwProgramDev strided_copy(const float* x, int64_t numel, int64_t offset,
+                          const std::vector<int64_t>& strides,
+                          const std::vector<int64_t>& out_shape);
+
 PoolArgs pool_args(const float* x, float* y, const Window2d& g, bool max, bool include_pad);
 
 // Softmax / LogSoftmax along `axis` (`flatten`: axis..end, opset < 13), LayerNorm over axis..end

@@ -1,7 +1,8 @@
 // onnxlens.backends._native_cuda_emu: the CUDA kernels run by the CPU emulator (emulate.h), for
-// the tests. Plain C++: it builds wherever the native executor builds, GPU or not. Every function
-// writes into the caller's `y` (float32, C order, of the output's shape); `reverse` runs each
-// phase's threads in the opposite order (a race shows as a different result).
+// the tests. Plain C++: it builds wherever the native executor builds, GPU or not. The kernel
+// functions write into the caller's `y` (float32, C order, of the output's shape); `reverse` runs
+// each phase's threads in the opposite order (a race shows as a different result). Executor runs
+// whole plans through the CUDA executor's host side (lower.h, gpu_executor.h).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -14,6 +15,7 @@
 #include "args.h"
 #include "checked.h"
 #include "emulate.h"
+#include "executor_binding.h"
 
 namespace nb = nanobind;
 using namespace onnxlens;
@@ -23,7 +25,7 @@ namespace {
 
 using In = nb::ndarray<const float, nb::ro, nb::c_contig, nb::device::cpu>;
 using Out = nb::ndarray<float, nb::c_contig, nb::device::cpu>;
-using InstrT = std::tuple<std::string, int, std::vector<int>, std::vector<double>>;
+using py::InstrT;
 using Ints = std::vector<int64_t>;
 
 template <class Array>
@@ -107,7 +109,14 @@ void elementwise(Out& y, const std::vector<InstrT>& code, const std::vector<In>&
 
 NB_MODULE(_native_cuda_emu, m) {
   m.doc() = "The CUDA kernels of backends/native/cuda run by the CPU emulator (for tests)";
-  nb::exception<PlanError>(m, "PlanError");
+  // Executor: whole plans, as _native.Executor runs them; isa "reverse" reverses thread order.
+  PyGpuExecutor<EmuDevice>::bind(m, [](int, const std::string& isa) {
+    require(isa.empty() || isa == "reverse", "the emulator's isa is \"\" or \"reverse\"");
+    EmuDevice d;
+    d.set_reverse(isa == "reverse");
+    return d;
+  });
+  m.def("kernel_ops", &cuda_kernel_ops, "The kernel names of a plan the CUDA executor runs");
   m.def("matmul", &matmul, nb::arg("a"), nb::arg("b"), nb::arg("y"), nb::arg("trans_a"),
         nb::arg("trans_b"), nb::arg("program"), nb::arg("operands"), nb::arg("reverse") = false);
   m.def("conv", &conv, nb::arg("x"), nb::arg("w"), nb::arg("y"), nb::arg("strides"),
