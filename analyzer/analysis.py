@@ -75,14 +75,20 @@ class AnalysisResult:
     @cached_property
     def total(self) -> Cost:
         """Sum over nodes whose cost is known (see `incomplete`)."""
-        out = Cost()
+        # Field by field: adding Cost values would build one per node.
+        macs = other_flops = transcendental = bytes_read = bytes_written = 0
         for nc in self.node_costs.values():
-            if nc.cost is not None:
-                out = out + nc.cost
+            c = nc.cost
+            if c is not None:
+                macs += c.macs
+                other_flops += c.other_flops
+                transcendental += c.transcendental
+                bytes_read += c.bytes_read
+                bytes_written += c.bytes_written
         # Parameters are counted once per initializer, however many nodes read it.
         params, param_bytes = _param_totals(self.model)
-        return Cost(out.macs, out.other_flops, out.transcendental, out.bytes_read,
-                    out.bytes_written, params, param_bytes)
+        return Cost(macs, other_flops, transcendental, bytes_read, bytes_written, params,
+                    param_bytes)
 
     @property
     def incomplete(self) -> bool:
@@ -210,7 +216,8 @@ def _analyze_model(model: LoadedModel, strict: bool, flops_per_mac: int) -> Anal
     warnings = list(model.warnings)
     if unsupported:
         warnings.append("cost unknown for unsupported op(s) " + _describe_unsupported(unsupported))
-    node_costs = {key: node_cost(mg.info(key)) for key in mg.order}
+    infos = mg.infos
+    node_costs = {key: node_cost(infos[key]) for key in mg.order}
     groups = fuse(mg)
     graph_outputs = frozenset(mg.graph_outputs)
     group_costs = {g.id: group_cost(mg, g, node_costs, graph_outputs) for g in groups}
@@ -241,6 +248,9 @@ def _describe_unsupported(unsupported: dict[str, list[str]]) -> str:
 
 
 def _tensor_bytes(tensors: Sequence[TensorInfo | None]) -> int:
+    if len(tensors) == 1:  # most nodes have one output
+        t = tensors[0]
+        return 0 if t is None else t.nbytes
     seen: set[str] = set()
     total = 0
     for t in tensors:
@@ -265,9 +275,11 @@ def node_cost(info: NodeInfo) -> NodeCost:
         else:
             read = _tensor_bytes(info.inputs)
             written = _tensor_bytes(info.outputs)
-        weights = [info.inputs[i] for i in sorted(info.const_inputs)]
-        params = sum(t.size for t in weights if t is not None)
-        param_bytes = _tensor_bytes(weights)  # type: ignore[arg-type]
+        params = param_bytes = 0
+        if info.const_inputs:
+            weights = [info.inputs[i] for i in sorted(info.const_inputs)]
+            params = sum(t.size for t in weights if t is not None)
+            param_bytes = _tensor_bytes(weights)
     except UnknownShape as e:
         return NodeCost(None, f"shape of tensor {e.tensor!r} unknown")
     return NodeCost(Cost(work.macs, work.other_flops, work.transcendental, read, written, params,
@@ -277,25 +289,30 @@ def node_cost(info: NodeInfo) -> NodeCost:
 def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
                graph_outputs: frozenset[str]) -> NodeCost:
     """Sum of the nodes' arithmetic; bytes only for tensors that cross the group's boundary."""
-    members = set(group.nodes)
-    total = Cost()
-    for key in group.nodes:
+    keys = group.nodes
+    costs = []
+    for key in keys:
         nc = node_costs[key]
         if nc.cost is None:
             return NodeCost(None, f"node {key!r}: {nc.unknown_reason}")
-        total = total + nc.cost
-    if len(members) == 1:
-        return NodeCost(total)
+        costs.append(nc.cost)
+    if len(keys) == 1:
+        return node_costs[keys[0]]
+    total = costs[0]
+    for c in costs[1:]:
+        total = total + c
+    members = set(keys)
+    producer, consumers, infos = mg.producer, mg.consumers, mg.infos
     outside_inputs: list[TensorInfo | None] = []
     outputs: list[TensorInfo | None] = []
-    for key in group.nodes:
-        info = mg.info(key)
+    for key in keys:
+        info = infos[key]
         for t in info.inputs:
-            if t is not None and mg.producer.get(t.name) not in members:
+            if t is not None and producer.get(t.name) not in members:
                 outside_inputs.append(t)
         for t in info.outputs:
-            users = mg.consumers.get(t.name, [])
-            if t.name in graph_outputs or any(u not in members for u in users):
+            name = t.name
+            if name in graph_outputs or any(u not in members for u in consumers.get(name, ())):
                 outputs.append(t)
     try:
         read, written = _tensor_bytes(outside_inputs), _tensor_bytes(outputs)

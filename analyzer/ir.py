@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 
@@ -150,11 +150,11 @@ _INT, _INTS, _FLOAT, _FLOATS, _STRING, _TENSOR, _GRAPH, _GRAPHS = (
 DEFERRED = object()
 
 
-@dataclass(frozen=True, slots=True)
-class NodeFields:
+class NodeFields(NamedTuple):
     """One NodeProto's fields, read once for the structure checks, the validation layer and the
     graph: every read of a proto field builds a new Python object (about half of loading a
-    50,000-node model went to reading the same fields three times).
+    50,000-node model went to reading the same fields three times). A tuple: one is built per
+    node.
 
     Text fields are as protobuf gives them (bytes when not UTF-8: the checks refuse those).
     `attributes`: (name, kind, value) in file order; a STRING is decoded, ``INTS``/``FLOATS``

@@ -858,14 +858,25 @@ def _tensor_table(graph: onnx.GraphProto, initializers: Mapping[str, onnx.Tensor
     table: dict[str, TensorInfo] = {}
     types: dict[bytes, tuple[int, Shape | None]] = {}  # most tensors share a few types
     for v in (*graph.value_info, *graph.input, *graph.output):
-        key = v.type.SerializeToString()
+        name = v.name
+        weight = initializers.get(name)
+        if weight is not None:  # its own type wins (the light copy declares most as inputs)
+            table[name] = _initializer_info(weight)
+            continue
+        t = v.type
+        key = t.SerializeToString()
         found = types.get(key)
         if found is None:
-            found = types[key] = _type_of(v.type, symbols)
-        table[v.name] = TensorInfo(v.name, *found)
-    for t in initializers.values():
-        table[t.name] = TensorInfo(t.name, t.data_type, tuple(t.dims))
+            found = types[key] = _type_of(t, symbols)
+        table[name] = TensorInfo(name, *found)
+    for name, weight in initializers.items():
+        if name not in table:
+            table[name] = _initializer_info(weight)
     return table
+
+
+def _initializer_info(t: onnx.TensorProto) -> TensorInfo:
+    return TensorInfo(t.name, t.data_type, tuple(t.dims))
 
 
 def _check_sizes(tensors: Mapping[str, TensorInfo], max_tensor_bytes: int) -> None:

@@ -27,6 +27,7 @@ The limits are in one place, `Limits`. Every problem is an `OnnxLensError` namin
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn, Protocol
@@ -371,6 +372,9 @@ class _Walker:
         self.proto = proto
         self.limits = limits
         self.validation = validation
+        # What the views hold: `validation.shape_checks` keeps views, so a strong reference
+        # back would make a cycle, and the whole tensor table garbage only the collector frees.
+        self.for_views = weakref.proxy(validation)
         self.opset = next((o.version for o in proto.opset_import
                            if o.domain in _DEFAULT_DOMAINS), 0)
         self.functions: dict[FunctionKey, onnx.FunctionProto] = {
@@ -500,7 +504,7 @@ class _Walker:
                     continue
                 check, shape_check = _CHECKS.get(op), shape_checks.get(op)
                 if check is not None or shape_check is not None:
-                    view = NodeView(node, op, index, here, opset, scope, self.validation,
+                    view = NodeView(node, op, index, here, opset, scope, self.for_views,
                                     known)
                     if check is not None:
                         check(view)

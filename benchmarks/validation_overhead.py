@@ -90,9 +90,9 @@ class _Clock:
 
     def wrap(self, validate_model: Callable[..., validate.Validation]
              ) -> Callable[..., validate.Validation]:
-        def timed(proto: Any, *, limits: validate.Limits) -> validate.Validation:
+        def timed(proto: Any, **options: Any) -> validate.Validation:
             start = time.process_time()
-            validation = validate_model(proto, limits=limits)
+            validation = validate_model(proto, **options)
             self.seconds += time.process_time() - start
             check_shapes = validation.check_shapes
 
@@ -111,7 +111,7 @@ class _Clock:
 def validation(on: bool, clock: _Clock) -> Iterator[None]:
     real = loader.validate_model
     loader.validate_model = (clock.wrap(real) if on else
-                             lambda proto, *, limits: validate.Validation(limits))
+                             lambda proto, *, limits, **_: validate.Validation(limits))
     try:
         yield
     finally:
