@@ -114,6 +114,8 @@ class Point:
     other_flops: int
     bytes: int  # read + written, across the group's boundary
     seconds: float  # its kernels' time: session overhead and layout reorders taken out
+    reuse: float = 0.0  # the intensity its curve reads where not FLOPs per byte (estimator's)
+    calls: int = 1  # GEMM calls its kernel makes: its curve reads FLOPs / calls (estimator's)
 
 
 @dataclass(frozen=True)

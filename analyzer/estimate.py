@@ -28,6 +28,7 @@ kernel per group. Fusion's groups are unchanged; only their cost is split.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -124,9 +125,14 @@ def memory_level(hw: HardwareProfile, working_set_bytes: float) -> MemoryLevel:
 
 
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
-                   efficiency: Efficiency, launches: int = 1) -> GroupEstimate:
+                   efficiency: Efficiency, launches: int = 1, reuse: float = 0.0,
+                   calls: int = 1) -> GroupEstimate:
     """One kernel's roofline (module docstring); `launches` kernel overheads (0: the work runs
-    inside another kernel, as a sum ORT folds into the convolution before it)."""
+    inside another kernel, as a sum ORT folds into the convolution before it). A kernel that
+    is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution on ORT's NCHW path: one
+    per group, `group_gemm_intensity`) reads its MAC efficiency at one call's FLOPs and that
+    reuse: the per-call cost t0 is paid `calls` times, t = calls·t0 + F/(e·peak), which is
+    the curve's F/(F + f_half) factor at F / calls."""
     scale = PRECISION_BYTES[precision] / 4
     nbytes = (cost.bytes_read + cost.bytes_written) * scale
     flops = cost.flops(2)
@@ -134,7 +140,8 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
     mac_flops = 2 * cost.macs
     compute_s = 0.0
     if mac_flops:
-        compute_s += mac_flops / (hw.peak_flops(precision) * efficiency(cls, flops, intensity))
+        mac_eff = efficiency(cls, flops / calls, reuse or intensity)
+        compute_s += mac_flops / (hw.peak_flops(precision) * mac_eff)
     if cost.other_flops:
         vector_cls = cls if cls in VECTOR_CLASSES else "elementwise"
         vector_eff = efficiency(vector_cls, cost.other_flops, intensity)
@@ -196,10 +203,13 @@ class Kernel:
     outputs: tuple[TensorInfo, ...] = ()  # what it writes that others read
     open_sum: bool = False  # a lone NCHWc Conv or BN: ORT folds a following Add or activation
     launches: int = 1
+    reuse: float = 0.0  # the intensity its efficiency reads, where not FLOPs per byte
+    calls: int = 1  # GEMM calls it makes (a grouped convolution: one per group)
 
 
 def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls: str,
-            reads: str, writes: str, open_sum: bool = False) -> Kernel:
+            reads: str, writes: str, open_sum: bool = False, reuse: float = 0.0,
+            calls: int = 1) -> Kernel:
     """The kernel of `nodes`: their arithmetic, and bytes for the tensors crossing its boundary
     (one node: its own cost, which already leaves out views)."""
     members = set(nodes)
@@ -222,7 +232,7 @@ def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls
         total = Cost(total.macs, total.other_flops, total.transcendental, read,
                      sum(t.nbytes for t in outputs.values()), total.params, total.param_bytes)
     return Kernel(cls, total, tuple(nodes), reads, writes, tuple(inputs.values()),
-                  tuple(outputs.values()), open_sum)
+                  tuple(outputs.values()), open_sum, reuse=reuse, calls=calls)
 
 
 def ort_conv_path(info: NodeInfo) -> tuple[str, str, str]:
@@ -240,6 +250,22 @@ def ort_conv_path(info: NodeInfo) -> tuple[str, str, str]:
     if cls == "grouped_conv" or cout % 4:
         return "grouped_conv", NCHW, NCHW
     return cls, NCHWC if cin % 4 == 0 else NCHW, NCHWC
+
+
+def group_gemm_intensity(info: NodeInfo) -> float:
+    """FLOPs per byte of one group's GEMM of a Conv on ORT's NCHW path, which runs im2col and
+    then, per group, W_g[M, K] · cols[K, N] with M = output channels per group, K = input
+    channels per group x kernel size, N = output pixels: 2·M·K·N FLOPs over 4·(M·K + K·N +
+    M·N) bytes. Its operand reuse, not the whole tensors' traffic, is what sets the kernel's
+    rate: 8 channels per group (M = 8, K = 72 at 3x3) reuse each loaded column 16 times, a
+    dense 1x1 Conv of 54 channels 54 times (0 when the shapes are unknown)."""
+    w, y = info.input(1), info.outputs[0] if info.outputs else None
+    if w is None or y is None or not w.known or not y.known or len(w.dims) < 3:
+        return 0.0
+    m = w.dims[0] // info.attr("group", 1)
+    k = math.prod(w.dims[1:])
+    n = math.prod(y.dims[2:])
+    return 2 * m * k * n / (4 * (m * k + k * n + m * n))
 
 
 def _elementwise_layout(info: NodeInfo) -> str:
@@ -309,8 +335,11 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     head = mg.info(nodes[0])
     if head.op_type == "Conv":
         cls, reads, writes = ort_conv_path(head)
+        nchw = cls == "grouped_conv"
         return _kernel(mg, nodes, costs, cls, reads, writes,
-                       open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC)
+                       open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
+                       reuse=group_gemm_intensity(head) if nchw else 0.0,
+                       calls=head.attr("group", 1) if nchw else 1)
     if head.op_type in _ANCHORS:
         return _kernel(mg, nodes, costs, node_class(head), NCHW, NCHW)
     if head.op_type == "BatchNormalization":
@@ -379,7 +408,8 @@ def _ort_group_estimates(mg: ModelGraph, groups: list[Group], node_costs: dict[s
                 costs.append(reorder_cost(t))
                 parts.append(estimate_group(costs[-1], "data_movement", hw, precision, eff))
             costs.append(k.cost)
-            parts.append(estimate_group(k.cost, k.cls, hw, precision, eff, k.launches))
+            parts.append(estimate_group(k.cost, k.cls, hw, precision, eff, k.launches,
+                                        k.reuse, k.calls))
             open_sums.update(t.name for t in k.outputs if k.open_sum
                              and len(mg.consumers.get(t.name, ())) == 1)
         out[g.id] = combine(parts, costs, precision)

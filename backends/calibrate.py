@@ -20,7 +20,7 @@ A lone Conv or pool is run by ORT in its NCHWc layout between a ReorderInput and
 ReorderOutput, which in a network sit only at the ends of a run of convolutions: such a
 benchmark is timed as ORT optimized it (its saved optimized graph) with those layout kernels
 cut off, so what is timed is the `com.microsoft.nchwc` kernel a network runs. Each
-benchmark's session is made once and timed in three passes over the whole list, alternately
+benchmark's session is made once and timed in five passes over the whole list, alternately
 forwards and backwards, keeping its fastest median: on a shared machine other processes slow
 things down in bursts (caches and memory bandwidth are shared even when the CPU clock is
 not), which rarely hit one benchmark every time.
@@ -35,8 +35,8 @@ Fitting, in the estimator's terms (a group takes max(compute, memory) + overhead
    benchmark without MACs: a level's bandwidth is the median rate of its benchmarks that the
    current curve calls memory bound; the curve is fitted on those the bandwidths call compute
    bound; a level slower than the one after it is raised to it;
-4. a curve of its own for pools, normalizations and reductions, on their compute-bound
-   benchmarks (`fit_vector_classes`);
+4. a curve of its own for pools, normalizations and reductions, on all their benchmarks
+   (`fit_vector_classes`);
 5. a curve per class with MACs, on its benchmarks that are not memory bound, after taking
    out the time the `elementwise` curve gives their other FLOPs (bias, fused activation).
    Classes are the estimator's on the runtime measured: through ORT, a convolution ORT runs
@@ -96,7 +96,7 @@ CHAIN_LENGTHS = (1, 17, 33, 65)
 # A benchmark is informative on efficiency only if memory takes less than this share of it.
 COMPUTE_BOUND_SHARE = 0.8
 FIT_ROUNDS = 4
-PASSES = 3  # timings of each benchmark, spread over the run; the fastest median is kept
+PASSES = 5  # timings of each benchmark, spread over the run; the fastest median is kept
 LEVEL_POINTS = 3  # benchmarks a memory level needs for an efficiency factor of its own
 F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
 I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
@@ -588,10 +588,12 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
     if cost is None or seconds <= 0:
         return None
     costs = {k: nc.cost for k, nc in result.node_costs.items()}
-    cls = op_class(result.graph, group, costs) if not block else max(
-        ort_kernels(result.graph, group, costs, block), key=lambda k: k.cost.flops()).cls
-    return Point(name, cls, cost.macs, cost.other_flops,
-                 cost.bytes_read + cost.bytes_written, seconds)
+    if not block:
+        return Point(name, op_class(result.graph, group, costs), cost.macs, cost.other_flops,
+                     cost.bytes_read + cost.bytes_written, seconds)
+    main = max(ort_kernels(result.graph, group, costs, block), key=lambda k: k.cost.flops())
+    return Point(name, main.cls, cost.macs, cost.other_flops,
+                 cost.bytes_read + cost.bytes_written, seconds, main.reuse, main.calls)
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
@@ -663,9 +665,12 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
             vector_s = p.other_flops / (peak * vector(p.other_flops, intensity, level)) \
                 if p.other_flops else 0.0
             compute_s = p.seconds - vector_s
+            # The curve reads one call's FLOPs, the reuse, and the level of their ratio, as
+            # the estimator asks it (`estimate_group`, `Calibration.efficiency`).
+            reuse, call_flops = p.reuse or intensity, flops / p.calls
             if memory_s < COMPUTE_BOUND_SHARE * p.seconds and compute_s > 0:
-                eff_points.append((flops, intensity, min(1.0, 2 * p.macs / (peak * compute_s)),
-                                   level))
+                eff_points.append((call_flops, reuse, min(1.0, 2 * p.macs / (peak * compute_s)),
+                                   memory_level(hw, call_flops / reuse).name))
         if eff_points:
             f, i, e, lv = zip(*eff_points, strict=True)
             curves[cls] = fit_curve(np.asarray(f), np.asarray(i), np.asarray(e), lv)
@@ -724,13 +729,17 @@ def _compute_bound(points: Sequence[Point], levels: Sequence[str], bandwidth: di
 def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float,
                        bandwidth: dict[str, float]) -> dict[str, Curve]:
     """A curve of its own for each class in OWN_VECTOR_CLASSES (pools, normalizations,
-    reductions) with at least LEVEL_POINTS compute-bound benchmarks: their loops (a window, a
-    row statistic, exp) run at rates of their own, not an elementwise op's."""
+    reductions) with at least LEVEL_POINTS benchmarks: their loops (a window, a row statistic,
+    exp) run at rates of their own, not an elementwise op's. Fitted on every benchmark of the
+    class, memory bound or not: the curve then gives its measured time, and the memory term
+    takes over only where the bandwidths say a level is slower still (a pool streams its
+    input faster than an elementwise op of the same bytes, which writes as much as it reads:
+    its benchmarks sit above the fitted bandwidths, not on them)."""
     curves = {}
     for cls in OWN_VECTOR_CLASSES:
         mine = [p for p in points if p.op_class == cls]
         eff_points = _compute_bound(mine, [memory_level(hw, p.bytes).name for p in mine],
-                                    bandwidth, peak)
+                                    {lv: math.inf for lv in bandwidth}, peak)
         if len(eff_points) >= LEVEL_POINTS:
             curves[cls] = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)))
     return curves

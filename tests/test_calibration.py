@@ -17,6 +17,7 @@ from onnxlens.analyzer.calibration import (
     CalibrationError,
     Curve,
     Point,
+    apply_calibration,
     cache_dir,
     calibrated_host,
     calibrated_host_profile,
@@ -24,7 +25,7 @@ from onnxlens.analyzer.calibration import (
     find_calibration,
     host_name,
 )
-from onnxlens.analyzer.hardware import OP_CLASSES
+from onnxlens.analyzer.hardware import OP_CLASSES, ORT_CPU, RUNTIME_KEY
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.backends import calibrate
 from onnxlens.backends.ort_timing import Timing, profile_model, time_model
@@ -203,6 +204,38 @@ def test_efficiency_by_class_and_level() -> None:
     assert cal.efficiency("conv", 1e9, 100) == pytest.approx(0.8 * 0.7 * size * 100 / 104)
     assert cal.efficiency("conv", 1.0, 1e-9) > 0  # never zero
     assert cal.efficiency("gemm", 1e9, 5e3) == cal.efficiency("gemm", 1e9, 500.0)  # i_max
+    assert cal.curve("grouped_conv") is cal.curves["conv"]  # a subclass reads its parent's
+    own = dataclasses.replace(cal, curves={**cal.curves, "pool": Curve(0.05)})
+    assert own.efficiency("pool", 1e6, 0.25) == pytest.approx(0.05)
+
+
+def test_own_curves_for_pools_normalizations_and_reductions() -> None:
+    """Three compute-bound LayerNorm-like points at 5% of peak give a `normalization` curve
+    of 0.05; two pool points are too few for a curve of their own."""
+    hw = host_profile(1)
+    peak = 1e11
+    bandwidth = {lv.name: 10.0 for lv in hw.memory}  # GB/s: 4 KB takes 0.4 us
+    norm = [Point(f"n{i}", "normalization", 0, f, 4096, f / (0.05 * peak))
+            for i, f in enumerate((1e6, 4e6, 1.6e7))]  # 200 us and more: not memory bound
+    pools = [Point(f"p{i}", "pool", 0, 1e6, 4096, 1e-3) for i in range(2)]
+    curves = calibrate.fit_vector_classes(norm + pools, hw, peak, bandwidth)
+    assert set(curves) == {"normalization"}
+    assert curves["normalization"](1e6, 244.0) == pytest.approx(0.05, rel=1e-6)
+
+
+def test_the_calibrated_profile_names_its_runtime(cache: Path) -> None:
+    """The estimator models the kernels of the runtime a calibration measured; a native-cpu
+    calibration is a file of its own that the `host` target (ORT) does not pick up."""
+    hw = apply_calibration(host_profile(1), _calibration())
+    assert hw.extra[RUNTIME_KEY] == ORT_CPU
+    native = _calibration(backend="native-cpu")
+    path = native.save()
+    assert path.name == f"calibration-{host_name()}-t1-native-cpu.json"
+    assert find_calibration(1) is None and find_calibration(None) is None
+    assert find_calibration(1, "native-cpu") == native
+    assert apply_calibration(host_profile(1), native).extra[RUNTIME_KEY] == "native-cpu"
+    with pytest.raises(ValueError, match="backend"):
+        calibrate.run_calibration(1, backend="tpu", progress=False)
 
 
 # ---- ORT timing -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import (
     constant_efficiency,
     estimate_group,
+    group_gemm_intensity,
     layout_changes,
     memory_level,
     node_class,
@@ -252,6 +253,27 @@ def test_convolution_classes() -> None:
     assert ort_conv_path(conv([58, 58, 1, 1], 1)) == ("grouped_conv", "nchw", "nchw")
     assert ort_conv_path(conv([64, 8, 3, 3], 8)) == ("grouped_conv", "nchw", "nchw")
     assert ort_conv_path(conv([64, 1, 3, 3], 64)) == ("depthwise", "nchwc", "nchwc")
+
+
+def test_a_grouped_convolution_reads_its_group_gemms_reuse(gpu) -> None:
+    """3x3, 64 channels in 8 groups, 24x24 output: per group M = 8, K = 8·9 = 72, N = 576, so
+    2·8·72·576 FLOPs over 4·(8·72 + 72·576 + 8·576) bytes = 3.56 FLOP/B; the MAC efficiency
+    reads that in place of the kernel's FLOPs per byte."""
+    info = NodeInfo("c", "Conv", "", {"group": 8},
+                    (TensorInfo("x", TensorProto.FLOAT, (1, 64, 24, 24)),
+                     TensorInfo("w", TensorProto.FLOAT, (64, 8, 3, 3))),
+                    (TensorInfo("y", TensorProto.FLOAT, (1, 64, 24, 24)),))
+    reuse = group_gemm_intensity(info)
+    assert reuse == pytest.approx(2 * 8 * 72 * 576 / (4 * (8 * 72 + 72 * 576 + 8 * 576)))
+    assert reuse == pytest.approx(3.5556, rel=1e-4)
+    cost = Cost(macs=10**9, bytes_read=10**6, bytes_written=10**6)
+    by_intensity = estimate_group(cost, "grouped_conv", gpu, "fp32", lambda c, f, i: i / 1e4,
+                                  reuse=reuse)
+    assert by_intensity.compute_s == pytest.approx(2e9 / (60e12 * reuse / 1e4))
+    # Eight GEMM calls: the curve's size factor F/(F + f_half) reads one call's FLOPs.
+    sized = estimate_group(cost, "grouped_conv", gpu, "fp32",
+                           lambda c, f, i: i / 1e4 * f / (f + 1e8), reuse=reuse, calls=8)
+    assert sized.compute_s == pytest.approx(2e9 / (60e12 * reuse / 1e4 * 2.5e8 / 3.5e8))
 
 
 def test_pool_groups_use_their_class_efficiency(gpu) -> None:

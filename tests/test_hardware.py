@@ -250,3 +250,11 @@ def test_replace_measured_merges_and_validates() -> None:
         host.replace_measured(hw, efficiency={"gemm": 1.2})
     with pytest.raises(HardwareProfileError, match=r"memory\[0\]\.bandwidth_gbps"):
         host.replace_measured(hw, memory=[hw.memory[0].__class__("L1", -1.0, 10), hw.memory[-1]])
+
+
+def test_a_subclass_reads_its_parents_efficiency() -> None:
+    hw = load_profile("h100")
+    assert hw.class_efficiency("grouped_conv") == hw.efficiency["conv"]
+    assert hw.class_efficiency("gemm") == hw.efficiency["gemm"]
+    with pytest.raises(KeyError):
+        hw.class_efficiency("no such class")
