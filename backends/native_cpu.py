@@ -91,7 +91,7 @@ class NativeCpuBackend(Backend):
         per_run = [prepared.run(inputs)[1] for _ in range(runs)]
         steps = prepared.plan.steps
         kernels = tuple(NodeTime(step.name, step.pattern,
-                                 statistics.median(r[i] for r in per_run), PROVIDER)
+                                 statistics.median(r[i] for r in per_run), self.name)
                         for i, step in enumerate(steps))
         return Profile(kernels, statistics.median(sum(r) for r in per_run))
 
@@ -99,7 +99,7 @@ class NativeCpuBackend(Backend):
         return self._prepare_for(inputs).run(inputs, capture=True)[0]
 
     def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"threads": self.threads, "provider": PROVIDER}
+        info: dict[str, Any] = {"threads": self.threads, "provider": self.name}
         if self._prepared:
             p = self.prepared
             info.update(isa=p.executor.isa, arena_bytes=p.plan.arena_bytes,
@@ -123,7 +123,10 @@ def make_executor(native: Any, args: tuple[Any, ...], threads: int, isa: str) ->
     try:
         return native.Executor(*args, threads, isa)
     except (native.PlanError, ValueError, TypeError) as e:
-        raise BackendError(f"{PROVIDER}: invalid plan: {e}") from None
+        # nanobind's TypeError lists every accepted signature, on lines of their own.
+        raise BackendError(f"{PROVIDER}: invalid plan: {str(e).splitlines()[0]}") from None
+    except MemoryError as e:  # std::bad_alloc: an arena or a packed weight larger than memory
+        raise BackendError(f"{PROVIDER}: cannot allocate the plan's memory ({e})") from None
 
 
 class _Prepared:

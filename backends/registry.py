@@ -85,6 +85,18 @@ def _build_native_cpu(threads: int, _factory: ModuleFactory | None) -> Backend:
     return NativeCpuBackend(threads)
 
 
+def _native_cuda_reason() -> str | None:
+    from .native_cuda import unavailable_reason
+
+    return unavailable_reason()
+
+
+def _build_native_cuda(threads: int, _factory: ModuleFactory | None) -> Backend:
+    from .native_cuda import NativeCudaBackend
+
+    return NativeCudaBackend(threads)
+
+
 _ENTRIES: dict[str, _Entry] = {
     "ort-cpu": _Entry("ONNX Runtime, CPU execution provider", _ort_cpu_reason,
                       _build_ort("cpu")),
@@ -92,6 +104,9 @@ _ENTRIES: dict[str, _Entry] = {
                        _build_ort("cuda")),
     "native-cpu": _Entry("onnxlens native executor (C++, CPU; one kernel per fused group)",
                          _native_cpu_reason, _build_native_cpu),
+    "native-cuda": _Entry("onnxlens native executor on CUDA (its own kernels; one per fused "
+                          "group, timed by CUDA events)", _native_cuda_reason,
+                          _build_native_cuda),
     "torch": _Entry("PyTorch eager (reference)", _torch_reason, _build_torch,
                     note=f"only for models exported by onnxlens: {TORCH_NEEDS_MODULE}",
                     needs_module=True),

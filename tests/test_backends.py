@@ -136,7 +136,7 @@ def test_loader_reason_names_the_missing_library() -> None:
 
 def test_registry_lists_every_backend_and_refuses_unknown_names() -> None:
     rows = {b.name: b for b in registry.list_backends()}
-    assert set(rows) == {"ort-cpu", "ort-cuda", "native-cpu", "torch"}
+    assert set(rows) == {"ort-cpu", "ort-cuda", "native-cpu", "native-cuda", "torch"}
     assert rows["native-cpu"].available  # built by pip install -e .
     assert rows["ort-cpu"].available and rows["ort-cpu"].reason == ""
     assert "original module" in rows["torch"].note

@@ -423,3 +423,162 @@ def test_cuda_sources_compile_with_nvcc(tmp_path):
                str(source), "-o", str(tmp_path / (source.stem + ".o"))]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{source.name}:\n{done.stderr}"
+
+
+# ---- whole plans: the CUDA executor's host side with the emulator as its device ---------------
+
+def _model(nodes, inputs, weights, outputs, opset=18):
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes, "m",
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, v.shape)
+         for n, v in inputs.items()],
+        [onnx.ValueInfoProto(name=o) for o in outputs],
+        [numpy_helper.from_array(v, n) for n, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=8)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def cnn_model(rng):
+    """Conv+BN+Relu, MaxPool (ceil), depthwise Conv+HardSwish, 1x1 Conv + residual + Relu,
+    AveragePool (count_include_pad), GlobalAveragePool, Flatten, Gemm, Softmax."""
+    from onnx import helper
+
+    w = {"w1": randn(rng, 8, 3, 3, 3), "b1": randn(rng, 8), "scale": randn(rng, 8),
+         "shift": randn(rng, 8), "mean": randn(rng, 8),
+         "var": np.abs(randn(rng, 8)) + 0.5, "w2": randn(rng, 8, 1, 3, 3),
+         "w3": randn(rng, 8, 8, 1, 1), "w4": randn(rng, 10, 8), "b4": randn(rng, 10)}
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("BatchNormalization", ["c1", "scale", "shift", "mean", "var"], ["bn"]),
+        n("Relu", ["bn"], ["r1"]),
+        n("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+          ceil_mode=1),
+        n("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=8),
+        n("HardSwish", ["c2"], ["h2"]),
+        n("Conv", ["h2", "w3"], ["c3"]),
+        n("Add", ["c3", "p1"], ["a3"]),
+        n("Relu", ["a3"], ["r3"]),
+        n("AveragePool", ["r3"], ["p3"], kernel_shape=[2, 2], pads=[1, 1, 0, 0],
+          count_include_pad=1),
+        n("GlobalAveragePool", ["p3"], ["g"]),
+        n("Flatten", ["g"], ["f"]),
+        n("Gemm", ["f", "w4", "b4"], ["logits"], transB=1),
+        n("Softmax", ["logits"], ["out"]),
+    ]
+    return _model(nodes, {"x": randn(rng, 2, 3, 17, 19)}, w, ["out"])
+
+
+def attention_model(rng):
+    """MatMul + bias + LayerNorm + SiLU, a transposed copy, batched MatMuls, Softmax,
+    LogSoftmax, a residual Add."""
+    from onnx import helper
+
+    w = {"wq": randn(rng, 16, 16), "bq": randn(rng, 16), "g": randn(rng, 16),
+         "beta": randn(rng, 16)}
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "wq"], ["q0"]), n("Add", ["q0", "bq"], ["q1"]),
+        n("LayerNormalization", ["q1", "g", "beta"], ["q2"], axis=-1, epsilon=1e-5),
+        n("Sigmoid", ["q2"], ["s"]), n("Mul", ["q2", "s"], ["q"]),
+        n("Transpose", ["q"], ["qt"], perm=[0, 2, 1]),
+        n("MatMul", ["q", "qt"], ["scores"]),
+        n("Softmax", ["scores"], ["attn"], axis=-1),
+        n("MatMul", ["attn", "q"], ["ctx"]),
+        n("Add", ["ctx", "x"], ["y"]),
+        n("LogSoftmax", ["y"], ["out"], axis=1),
+    ]
+    return _model(nodes, {"x": randn(rng, 2, 5, 16)}, w, ["out"])
+
+
+def ort_run(model, feeds):
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds),
+                    strict=True))
+
+
+def emulated_backend(variant=""):
+    from onnxlens.backends.native_cuda import NativeCudaBackend
+
+    return NativeCudaBackend(module=emu, variant=variant)
+
+
+@pytest.mark.parametrize("make", [cnn_model, attention_model])
+def test_emulated_executor_runs_models_like_onnxruntime(make):
+    rng = np.random.default_rng(11)
+    model = make(rng)
+    x = {"x": randn(rng, *[d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim])}
+    want = ort_run(model, x)
+    got = {}
+    for variant in ("", "reverse"):
+        backend = emulated_backend(variant)
+        backend.prepare(model)
+        got[variant] = backend.run(x)
+    np.testing.assert_array_equal(got[""]["out"], got["reverse"]["out"])
+    np.testing.assert_allclose(got[""]["out"], want["out"], rtol=1e-4, atol=1e-5)
+
+
+def test_emulated_executor_profiles_each_group_and_captures_boundaries():
+    rng = np.random.default_rng(12)
+    model = cnn_model(rng)
+    x = {"x": randn(rng, 2, 3, 17, 19)}
+    backend = emulated_backend()
+    backend.prepare(model)
+    profile = backend.profile(x, runs=2, warmup=0)
+    steps = backend.prepared.plan.steps
+    assert [k.name for k in profile.kernels] == [s.name for s in steps]
+    assert {k.provider for k in profile.kernels} == {"native-cuda"}
+    assert all(k.duration_s > 0 for k in profile.kernels)
+    assert profile.run_s >= sum(k.duration_s for k in profile.kernels) * 0.5
+    inter = backend.intermediates(x)
+    ref = ort_run(model, x)
+    np.testing.assert_allclose(inter["out"], ref["out"], rtol=1e-4, atol=1e-5)
+    assert "r1" in inter or "p1" in inter  # a group boundary was captured
+    assert backend.describe()["device"] == "emulated"
+
+
+def test_resnet18_through_the_emulated_executor_matches_onnxruntime():
+    from onnxlens.exporters.torch_export import cached_export
+
+    path = cached_export("resnet18", image_size=32)
+    import onnx
+
+    model = onnx.load(str(path))
+    name = model.graph.input[0].name
+    x = {name: randn(np.random.default_rng(13), 1, 3, 32, 32)}
+    backend = emulated_backend()
+    backend.prepare(model)
+    got, want = backend.run(x), ort_run(model, x)
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_without_a_cuda_version_fails_prepare_with_its_name():
+    from onnx import helper
+
+    from onnxlens.backends.base import BackendError
+
+    model = _model([helper.make_node("ReduceSum", ["x"], ["out"], keepdims=1)],
+                   {"x": np.zeros((2, 3), np.float32)}, {}, ["out"])
+    with pytest.raises(BackendError, match="no CUDA kernel for ReduceSum"):
+        emulated_backend().prepare(model)
+
+
+def test_native_cuda_is_registered_and_refused_here_with_one_line():
+    from onnxlens.backends import registry
+    from onnxlens.backends.base import BackendUnavailable
+    from onnxlens.backends.native_cuda import unavailable_reason
+
+    info = registry.availability("native-cuda")
+    assert info.available == (unavailable_reason() is None)
+    if not info.available:
+        assert info.reason and "\n" not in info.reason
+        with pytest.raises(BackendUnavailable, match="native-cuda: "):
+            registry.create("native-cuda")
