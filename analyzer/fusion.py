@@ -336,16 +336,17 @@ class _Matcher:
             if seen is not None:
                 return seen == tensor and then()
             self.bound[name] = tensor
-        if isinstance(pat, Op):
-            ok = self._match_op(pat, tensor, then)
-        elif isinstance(pat, Alt):
+        kind = pat.__class__
+        if kind is Op:
+            ok = self._match_op(pat, tensor, then)  # type: ignore[arg-type]
+        elif kind is Alt:
             ok = False
-            for alt in pat.by_op.get(self.op_of.get(tensor), pat.by_op[None]):
+            for alt in pat.by_op.get(self.op_of.get(tensor), pat.by_op[None]):  # type: ignore
                 if self._match(alt, tensor, then):
                     ok = True
                     break
         else:
-            ok = (not pat.const or self._is_const(tensor)) and then()
+            ok = (not pat.const or self._is_const(tensor)) and then()  # type: ignore[union-attr]
         if not ok and name is not None:
             del self.bound[name]
         return ok
@@ -360,25 +361,32 @@ class _Matcher:
         if (info.op_type not in pat.ops or info.outputs[0].name != tensor or len(inputs) < n
                 or (pat.where is not None and not pat.where(info))):
             return False
+        # The orders of the inputs whose producers' op_types fit, found before the state
+        # changes: most attempts end here.
+        orders = [inputs] if self._srcs_fit(pat, inputs) else []
+        if n == 2 and info.op_type in _COMMUTATIVE and inputs[0] != inputs[1]:
+            swapped = inputs[1::-1]
+            if self._srcs_fit(pat, swapped):
+                orders.append(swapped)
+        if not orders:
+            return False
         self.members.append((key, pat))
         self.member_set.add(key)
-        if (self._match_srcs(pat, inputs, then)
-                or (n == 2 and info.op_type in _COMMUTATIVE and inputs[0] != inputs[1]
-                    and self._match_srcs(pat, inputs[1::-1], then))):
-            return True
+        for order in orders:
+            if self._match_from(pat, order, 0, then):
+                return True
         self.members.pop()
         self.member_set.discard(key)
         return False
 
-    def _match_srcs(self, pat: Op, inputs: tuple[TensorInfo | None, ...],
-                    then: Callable[[], bool]) -> bool:
-        """`pat.srcs` matched to `inputs` together, then `then()`; rejects by op_type first."""
+    def _srcs_fit(self, pat: Op, inputs: tuple[TensorInfo | None, ...]) -> bool:
+        """Whether each input that `pat.srcs` constrains is there and made by an op it allows."""
         op_of = self.op_of
         for i in pat.checked:
             t, first = inputs[i], pat.srcs[i].first
             if t is None or (first is not None and op_of.get(t.name) not in first):
                 return False
-        return self._match_from(pat, inputs, 0, then)
+        return True
 
     def _match_from(self, pat: Op, inputs: tuple[TensorInfo | None, ...], j: int,
                     then: Callable[[], bool]) -> bool:
@@ -438,5 +446,5 @@ def fuse(mg: ModelGraph) -> list[Group]:
         matcher.claimed.update(keys)
         found.append((name, keys))
     found.reverse()
-    return [Group(i, name, tuple(sorted(keys, key=position.__getitem__)))
-            for i, (name, keys) in enumerate(found)]
+    return [Group(i, name, tuple(sorted(keys, key=position.__getitem__)) if len(keys) > 1
+                  else tuple(keys)) for i, (name, keys) in enumerate(found)]

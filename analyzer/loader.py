@@ -121,8 +121,8 @@ def load_model(
     graph = proto.graph
     nodes = read_nodes(graph.node)
     _load_external_data(proto, nodes, base)
-    initializers = _initializers(graph)
-    produced = _check_structure(graph, nodes)
+    initializers, weights = _initializers(graph)
+    produced = _check_structure(graph, nodes, initializers)
     warnings: list[str] = []
     pinned = _pin_input_dims(graph, initializers, input_shapes, batch, warnings)
     inputs = [i for i in graph.input if i.name not in initializers]
@@ -130,12 +130,12 @@ def load_model(
         _check_value_dims(value, max_tensor_bytes)
     validation = validate_model(proto, limits=limits, nodes=nodes)
     warnings += validation.warnings
-    light = _light_copy(proto, initializers, max_tensor_bytes)
+    light = _light_copy(proto, initializers, weights, max_tensor_bytes)
     validation.make_inference_safe(light)
     serialized = light.SerializeToString()  # once, for both the checker and inference
     _check(serialized, light.graph)
     symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
-    inferred, tensors = _infer_shapes(light, serialized, initializers, symbols, produced, pinned,
+    inferred, tensors = _infer_shapes(light, serialized, weights, symbols, produced, pinned,
                                       warnings, data_prop=validation.data_prop)
     validation.check_shapes(tensors)
     _check_sizes(tensors, max_tensor_bytes)
@@ -356,25 +356,30 @@ def _int_field(info: dict[str, str], key: str, where: str) -> int | None:
 # ---- structure --------------------------------------------------------------------------------
 
 
-def _initializers(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+def _initializers(graph: onnx.GraphProto
+                  ) -> tuple[dict[str, onnx.TensorProto], dict[str, TensorInfo]]:
+    """The initializers by name, and their types (their fields read once: reading a proto field
+    is slow, and the light copy and the tensor table both need them)."""
     initializers: dict[str, onnx.TensorProto] = {}
+    weights: dict[str, TensorInfo] = {}
     for t in graph.initializer:
-        check_text(t.name, "initializer")
-        if t.name in initializers:
-            raise InvalidModelError(f"initializer {t.name!r} is defined twice")
-        initializers[t.name] = t
-    return initializers
+        name = t.name
+        check_text(name, "initializer")
+        if name in initializers:
+            raise InvalidModelError(f"initializer {name!r} is defined twice")
+        initializers[name] = t
+        weights[name] = TensorInfo(name, t.data_type, tuple(t.dims))
+    return initializers, weights
 
 
-def _check_structure(graph: onnx.GraphProto, nodes: list[NodeFields]) -> list[str]:
+def _check_structure(graph: onnx.GraphProto, nodes: list[NodeFields],
+                     initializers: Mapping[str, onnx.TensorProto]) -> list[str]:
     """Dangling inputs, tensors produced twice, cycles and unsorted nodes, named in our words.
 
     onnx's checker reports all of them as "not topologically sorted"; these messages say which.
     Returns the names of the tensors the nodes produce.
     """
-    provided: dict[str, str] = {}
-    for t in graph.initializer:
-        provided[t.name] = "an initializer"
+    provided = dict.fromkeys(initializers, "an initializer")
     for t in graph.sparse_initializer:
         provided[t.values.name] = "a sparse initializer"
     for value in graph.input:
@@ -525,7 +530,7 @@ def _check_dims(what: str, shape: Sequence[Dim], elem_type: int, max_tensor_byte
 
 
 def _light_copy(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto],
-                max_tensor_bytes: int) -> onnx.ModelProto:
+                weights: Mapping[str, TensorInfo], max_tensor_bytes: int) -> onnx.ModelProto:
     """The model with its weights replaced by typed inputs: same shapes, far fewer bytes.
 
     Every initializer is checked here (the checker sees only those kept in the copy; the others
@@ -539,24 +544,27 @@ def _light_copy(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto
     for field_name in ("node", "input", "output", "value_info", "sparse_initializer"):
         getattr(light_graph, field_name).extend(getattr(graph, field_name))
     declared = {i.name for i in graph.input}
-    types: dict[tuple[int, tuple[int, ...]], onnx.TypeProto] = {}
-    for t in initializers.values():
-        key = (t.data_type, tuple(t.dims))
+    types: dict[tuple[int, Shape | None], onnx.TypeProto] = {}
+    kept: list[onnx.TensorProto] = []
+    for name, t in initializers.items():
+        weight = weights[name]
+        key = (weight.elem_type, weight.shape)
         if key not in types:
             types[key] = _initializer_type(t, max_tensor_bytes)
-        elements = math.prod(key[1])
+        elements = weight.size
         if elements <= _TINY_ELEMENTS or (elements <= _SHAPE_CONSTANT_ELEMENTS
-                                          and t.data_type in _INTEGER_TYPES):
-            light_graph.initializer.append(t)
+                                          and weight.elem_type in _INTEGER_TYPES):
+            kept.append(t)
             continue
         try:
             onnx.checker.check_tensor(t)
         except onnx.checker.ValidationError as e:
-            raise InvalidModelError(f"initializer {t.name!r}: {_first_line(e)}") from None
-        if t.name not in declared:
+            raise InvalidModelError(f"initializer {name!r}: {_first_line(e)}") from None
+        if name not in declared:
             value = light_graph.input.add()
-            value.name = t.name
+            value.name = name
             value.type.CopyFrom(types[key])
+    light_graph.initializer.extend(kept)
     return light
 
 
@@ -590,7 +598,7 @@ def _checker_message(text: str, graph: onnx.GraphProto) -> str:
 
 
 def _infer_shapes(light: onnx.ModelProto, serialized: bytes,
-                  initializers: Mapping[str, onnx.TensorProto], symbols: set[str],
+                  weights: Mapping[str, TensorInfo], symbols: set[str],
                   produced: list[str], pinned: bool, warnings: list[str], *, data_prop: bool
                   ) -> tuple[onnx.ModelProto, dict[str, TensorInfo]]:
     """onnx's inference (strict), then ORT's symbolic inference for what is still unknown.
@@ -613,10 +621,10 @@ def _infer_shapes(light: onnx.ModelProto, serialized: bytes,
         except Exception as e2:
             raise ShapeError(_inference_failure(e2, bare, data_prop)) from None
         warnings.append(_disagreement(light, inferred, e))
-    tensors = _tensor_table(inferred.graph, initializers, symbols)
+    tensors = _tensor_table(inferred.graph, weights, symbols)
     if not _has_unknown(produced, tensors):
         return inferred, tensors
-    inferred, tensors = _fold_and_infer(inferred, tensors, initializers, symbols, data_prop)
+    inferred, tensors = _fold_and_infer(inferred, tensors, weights, symbols, data_prop)
     if not _has_unknown(produced, tensors):
         return inferred, tensors
     if len(inferred.graph.node) > SYMBOLIC_INFERENCE_MAX_NODES:
@@ -625,12 +633,12 @@ def _infer_shapes(light: onnx.ModelProto, serialized: bytes,
                         "pin the dims with --batch or --input-shape")
         return inferred, tensors
     inferred = _symbolic_inference(inferred, warnings)
-    tensors = _tensor_table(inferred.graph, initializers, symbols)
+    tensors = _tensor_table(inferred.graph, weights, symbols)
     return inferred, tensors
 
 
 def _fold_and_infer(inferred: onnx.ModelProto, tensors: dict[str, TensorInfo],
-                    initializers: Mapping[str, onnx.TensorProto], symbols: set[str],
+                    weights: Mapping[str, TensorInfo], symbols: set[str],
                     data_prop: bool, rounds: int = 16
                     ) -> tuple[onnx.ModelProto, dict[str, TensorInfo]]:
     """Evaluate shape subgraphs that known shapes make constant (`fold`), infer again.
@@ -677,7 +685,7 @@ def _fold_and_infer(inferred: onnx.ModelProto, tensors: dict[str, TensorInfo],
         onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in constants)
     for out, typed in zip(inferred.graph.output, result.graph.output, strict=True):
         out.type.CopyFrom(typed.type)
-    return inferred, _tensor_table(inferred.graph, initializers, symbols)
+    return inferred, _tensor_table(inferred.graph, weights, symbols)
 
 
 def _onnx_inference(model: onnx.ModelProto | bytes, data_prop: bool) -> onnx.ModelProto:
@@ -853,15 +861,15 @@ def _type_of(t: onnx.TypeProto, symbols: set[str]) -> tuple[int, Shape | None]:
     return tensor_type.elem_type, tuple(dims)
 
 
-def _tensor_table(graph: onnx.GraphProto, initializers: Mapping[str, onnx.TensorProto],
+def _tensor_table(graph: onnx.GraphProto, weights: Mapping[str, TensorInfo],
                   symbols: set[str]) -> dict[str, TensorInfo]:
     table: dict[str, TensorInfo] = {}
     types: dict[bytes, tuple[int, Shape | None]] = {}  # most tensors share a few types
     for v in (*graph.value_info, *graph.input, *graph.output):
         name = v.name
-        weight = initializers.get(name)
+        weight = weights.get(name)
         if weight is not None:  # its own type wins (the light copy declares most as inputs)
-            table[name] = _initializer_info(weight)
+            table[name] = weight
             continue
         t = v.type
         key = t.SerializeToString()
@@ -869,14 +877,10 @@ def _tensor_table(graph: onnx.GraphProto, initializers: Mapping[str, onnx.Tensor
         if found is None:
             found = types[key] = _type_of(t, symbols)
         table[name] = TensorInfo(name, *found)
-    for name, weight in initializers.items():
+    for name, weight in weights.items():
         if name not in table:
-            table[name] = _initializer_info(weight)
+            table[name] = weight
     return table
-
-
-def _initializer_info(t: onnx.TensorProto) -> TensorInfo:
-    return TensorInfo(t.name, t.data_type, tuple(t.dims))
 
 
 def _check_sizes(tensors: Mapping[str, TensorInfo], max_tensor_bytes: int) -> None:
