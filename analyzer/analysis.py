@@ -324,8 +324,9 @@ def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
 
 def _param_totals(model: LoadedModel) -> tuple[int, int]:
     params = param_bytes = 0
-    for t in model.initializers.values():
-        info = model.tensors[t.name]
+    tensors = model.tensors
+    for name in model.initializers:
+        info = tensors[name]
         params += info.size
         param_bytes += info.nbytes
     return params, param_bytes

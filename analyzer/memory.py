@@ -34,10 +34,14 @@ def boundary_lifetimes(mg: ModelGraph, groups: list[Group]) -> dict[str, tuple[i
         lifetimes[name] = (0, last_step if name in graph_outputs else max(readers, default=0))
     for name, producer in mg.producer.items():
         step = step_of_node[producer]
-        readers = [step_of_node[u] for u in consumers.get(name, ())]
         if name in graph_outputs:
             lifetimes[name] = (step, last_step)
-        elif any(r != step for r in readers):  # read by another group
+            continue
+        users = consumers.get(name)
+        if not users:
+            continue
+        readers = [step_of_node[u] for u in users]
+        if readers.count(step) != len(readers):  # read by another group
             lifetimes[name] = (step, max(step, *readers))
     return lifetimes
 
@@ -49,7 +53,8 @@ def activation_peak_bytes(mg: ModelGraph, groups: list[Group],
     delta = [0] * (len(groups) + 1)
     try:
         for name, (start, end) in boundary_lifetimes(mg, groups).items():
-            size = tensors[name].nbytes if name in tensors else _unknown(name)
+            info = tensors.get(name)
+            size = info.nbytes if info is not None else _unknown(name)
             delta[start] += size
             delta[end + 1] -= size
     except UnknownShape:

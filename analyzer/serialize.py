@@ -46,16 +46,17 @@ def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str,
             "output_shapes": [list(t.shape) if t.shape is not None else None
                               for t in info.outputs],
         })
-    groups = [{
-        "id": g.id,
-        "pattern": g.pattern,
-        "nodes": list(g.nodes),
-        **_cost_fields(result.group_costs[g.id], result.flops_per_mac),
-        "output_shapes": [list(t.shape) if t.shape is not None else None
-                          for t in mg.info(g.nodes[-1]).outputs],
-        **({"estimates": {hw: _group_estimate(est.groups[g.id])
-                          for hw, est in result.estimates.items()}} if result.estimates else {}),
-    } for g in result.groups]
+    groups = []
+    infos, group_costs, fpm = mg.infos, result.group_costs, result.flops_per_mac
+    for g in result.groups:  # a loop of plain stores: 33,000 rows on a 50,000-node chain
+        row = {"id": g.id, "pattern": g.pattern, "nodes": list(g.nodes)}
+        row.update(_cost_fields(group_costs[g.id], fpm))
+        row["output_shapes"] = [list(t.shape) if t.shape is not None else None
+                                for t in infos[g.nodes[-1]].outputs]
+        if result.estimates:
+            row["estimates"] = {hw: _group_estimate(est.groups[g.id])
+                                for hw, est in result.estimates.items()}
+        groups.append(row)
     return {
         "schema": SCHEMA,
         "model": {
