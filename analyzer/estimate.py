@@ -239,16 +239,19 @@ def ort_conv_path(info: NodeInfo) -> tuple[str, str, str]:
     """(class, layout read, layout written) of a Conv as ORT's NCHWc transformer places it:
     a dense or depthwise Conv whose output channels are a multiple of 4 runs as an NCHWc
     kernel (it reads plain NCHW when its input channels are not a multiple of 4: the stem);
-    grouped convolutions and odd channel counts stay on the NCHW path (FusedConv), which the
-    calibration fits as `grouped_conv`."""
+    grouped convolutions and odd channel counts stay on the NCHW path (FusedConv: im2col and
+    a GEMM per group). There a dense Conv is one GEMM, at a dense Conv's rate (`conv`); a
+    grouped or depthwise one is many small GEMMs (`grouped_conv`, fitted apart)."""
     cls = node_class(info)
     w = info.input(1)
     if w is None or not w.known or len(w.dims) != 4:
         return cls, NCHW, NCHW
     cout, cin_per_group = w.dims[0], w.dims[1]
     cin = cin_per_group * info.attr("group", 1)
-    if cls == "grouped_conv" or cout % 4:
+    if cls == "grouped_conv" or (cls == "depthwise" and cout % 4):
         return "grouped_conv", NCHW, NCHW
+    if cout % 4:
+        return cls, NCHW, NCHW
     return cls, NCHWC if cin % 4 == 0 else NCHW, NCHWC
 
 

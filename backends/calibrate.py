@@ -80,6 +80,7 @@ from ..analyzer.calibration import (
     Point,
     host_name,
 )
+from ..analyzer.errors import UsageError
 from ..analyzer.estimate import memory_level, op_class, ort_kernels
 from ..analyzer.hardware import ORT_CPU, HardwareProfile
 from ..analyzer.host import detect_cpu, host_profile
@@ -378,7 +379,7 @@ def benchmarks() -> list[Bench]:
             conv(32, 32, 96, 3, 2, 4, act="Relu"), conv(96, 96, 48, 3, 2, 12, act="Relu"),
             conv(192, 192, 24, 3, 1, 24, act="Relu"), conv(384, 384, 12, 3, 2, 48),
             conv(768, 768, 6, 3, 1, 96, act="Relu"),
-            # Output channels off a multiple of 4: ORT's NCHW path, as grouped ones.
+            # Output channels off a multiple of 4: ORT's NCHW path.
             conv(54, 54, 24, 1, act="Relu"), conv(90, 90, 48, 1), conv(30, 30, 96, 1, act="Relu"),
             depthwise(54, 48), depthwise(90, 24, 3, 2)]
     # Depthwise: 3x3 / 5x5 / 7x7, stride 1 and 2, small and large spatial sizes, channel counts
@@ -522,7 +523,7 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
     if backend not in PREPARE:
-        raise ValueError(f"backend {backend!r}: expected one of {', '.join(PREPARE)}")
+        raise UsageError(f"backend {backend!r}: expected one of {', '.join(PREPARE)}")
     prepare = prepare or PREPARE[backend]
     start = time.perf_counter()
     hw = host_profile(threads)

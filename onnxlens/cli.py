@@ -320,19 +320,23 @@ def calibrate_command(
     threads: Annotated[int, typer.Option(min=1, help="Threads to calibrate for (pinned).")
                        ] = 1,
     budget: Annotated[float, typer.Option(min=5, help="Seconds to spend, about.")] = 100,
+    backend: Annotated[str, typer.Option(
+        help="Runtime to measure: ort-cpu (what `--hardware host` uses) or native-cpu.")
+                       ] = "ort-cpu",
     debug: DebugOpt = False,
 ) -> None:
-    """Measure this host through ONNX Runtime and save the efficiency curves `--hardware host`
-    then uses."""
+    """Measure this host through ONNX Runtime (or the native executor) and save the
+    efficiency curves `--hardware host` then uses."""
     from .backends.calibrate import run_calibration
 
     def calibrate() -> Path:
-        return run_calibration(threads, budget_s=budget, progress=True).save()
+        return run_calibration(threads, budget_s=budget, progress=True, backend=backend).save()
 
     path = _run(debug, calibrate)
-    from .analyzer.calibration import calibrated_host
+    from .analyzer.calibration import Calibration, apply_calibration
+    from .analyzer.host import host_profile
 
-    hw, _ = calibrated_host(threads)
+    hw = apply_calibration(host_profile(threads), Calibration.load(path))
     Console(highlight=False).print(
         f"wrote {path}\nhost at {threads} thread(s): fp32 peak "
         f"{hw.peak_tflops['fp32'] * 1e3:.1f} GFLOP/s, main memory "

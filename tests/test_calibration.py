@@ -25,6 +25,7 @@ from onnxlens.analyzer.calibration import (
     find_calibration,
     host_name,
 )
+from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.hardware import OP_CLASSES, ORT_CPU, RUNTIME_KEY
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.backends import calibrate
@@ -234,7 +235,7 @@ def test_the_calibrated_profile_names_its_runtime(cache: Path) -> None:
     assert find_calibration(1) is None and find_calibration(None) is None
     assert find_calibration(1, "native-cpu") == native
     assert apply_calibration(host_profile(1), native).extra[RUNTIME_KEY] == "native-cpu"
-    with pytest.raises(ValueError, match="backend"):
+    with pytest.raises(UsageError, match="backend"):
         calibrate.run_calibration(1, backend="tpu", progress=False)
 
 

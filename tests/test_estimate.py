@@ -250,7 +250,8 @@ def test_convolution_classes() -> None:
     assert node_class(conv([64, 64, 3, 3], 1)) == "conv"
     # ORT's NCHWc path: output channels a multiple of 4; a 3-channel input is read as NCHW.
     assert ort_conv_path(conv([64, 3, 3, 3], 1)) == ("conv", "nchw", "nchwc")
-    assert ort_conv_path(conv([58, 58, 1, 1], 1)) == ("grouped_conv", "nchw", "nchw")
+    assert ort_conv_path(conv([58, 58, 1, 1], 1)) == ("conv", "nchw", "nchw")
+    assert ort_conv_path(conv([58, 1, 3, 3], 58)) == ("grouped_conv", "nchw", "nchw")
     assert ort_conv_path(conv([64, 8, 3, 3], 8)) == ("grouped_conv", "nchw", "nchw")
     assert ort_conv_path(conv([64, 1, 3, 3], 64)) == ("depthwise", "nchwc", "nchwc")
 
