@@ -84,16 +84,21 @@ GEMM_SHAPES = [(1, 1, 64, 64, 16), (1, 1, 70, 90, 33), (1, 1, 1, 1, 1), (1, 1, 1
                (1, 1, 129, 1, 300), (3, 3, 17, 65, 48), (4, 1, 20, 31, 17), (1, 2, 65, 5, 64)]
 
 
+# the tiled SGEMM, and the untiled kernel the executor picks for few rows (depthwise conv, GEMV)
+KERNELS = ["tiled", "direct"]
+
+
 @pytest.mark.parametrize(("za", "zb", "m", "n", "k"), GEMM_SHAPES)
 @pytest.mark.parametrize(("trans_a", "trans_b"), [(False, False), (True, False), (False, True),
                                                   (True, True)])
-def test_sgemm_matches_numpy(za, zb, m, n, k, trans_a, trans_b):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_sgemm_matches_numpy(za, zb, m, n, k, trans_a, trans_b, kernel):
     rng = np.random.default_rng(m * 1000 + n * 10 + k)
     a = randn(rng, za, *((k, m) if trans_a else (m, k)))
     b = randn(rng, zb, *((n, k) if trans_b else (k, n)))
     y = np.empty((max(za, zb), m, n), np.float32)
     run_both_orders(emu.matmul, y, a, b, trans_a=trans_a, trans_b=trans_b, program=[],
-                    operands=[])
+                    operands=[], kernel=kernel)
     a64 = np.swapaxes(a, 1, 2) if trans_a else a
     b64 = np.swapaxes(b, 1, 2) if trans_b else b
     close(y, a64.astype(np.float64) @ b64, atol=1e-4 * math.sqrt(k))
@@ -102,14 +107,15 @@ def test_sgemm_matches_numpy(za, zb, m, n, k, trans_a, trans_b):
 @pytest.mark.parametrize("epilogue", ["none", "bias_relu", "batchnorm_clip", "bias_hardswish",
                                       "sigmoid", "silu_via_register", "silu",
                                       "bias_residual_relu"])
-def test_sgemm_fused_epilogue(epilogue):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_sgemm_fused_epilogue(epilogue, kernel):
     rng = np.random.default_rng(1)
     m, n, k = 67, 75, 40
     a, b = randn(rng, 1, m, k), randn(rng, 1, k, n)
     program, operands, ref = epilogues(rng, (1, m, n), channel_dim=1)[epilogue]
     y = np.empty((1, m, n), np.float32)
     run_both_orders(emu.matmul, y, a, b, trans_a=False, trans_b=False, program=program,
-                    operands=operands)
+                    operands=operands, kernel=kernel)
     close(y, ref(a.astype(np.float64) @ b))
 
 
@@ -151,27 +157,30 @@ CONV_CASES = [
 
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c[:7])))
-def test_conv_matches_torch(case):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_conv_matches_torch(case, kernel):
     n, c, h, w_, m, kh, kw, strides, pads, dilations, group = case
     rng = np.random.default_rng(sum(case[:7]))
     x, w = randn(rng, n, c, h, w_), randn(rng, m, c // group, kh, kw)
     want = conv_reference(x, w, strides, pads, dilations, group)
     y = np.empty(want.shape, np.float32)
     run_both_orders(emu.conv, y, x, w, strides=list(strides), pads=list(pads),
-                    dilations=list(dilations), group=group, program=[], operands=[])
+                    dilations=list(dilations), group=group, program=[], operands=[],
+                    kernel=kernel)
     close(y, want, atol=1e-4 * math.sqrt(c // group * kh * kw))
 
 
 @pytest.mark.parametrize("epilogue", ["bias_relu", "batchnorm_clip", "bias_hardswish", "silu",
                                       "bias_residual_relu"])
-def test_conv_fused_epilogue(epilogue):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_conv_fused_epilogue(epilogue, kernel):
     rng = np.random.default_rng(3)
     x, w = randn(rng, 2, 6, 10, 10), randn(rng, 10, 3, 3, 3)
     base = conv_reference(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 2)
     program, operands, ref = epilogues(rng, base.shape, channel_dim=1)[epilogue]
     y = np.empty(base.shape, np.float32)
     run_both_orders(emu.conv, y, x, w, strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1],
-                    group=2, program=program, operands=operands)
+                    group=2, program=program, operands=operands, kernel=kernel)
     close(y, ref(base))
 
 

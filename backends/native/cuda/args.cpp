@@ -131,6 +131,13 @@ GemmArgs conv_args(const float* x, const float* w, float* y, const Window2d& g, 
   return a;
 }
 
+std::variant<GemmArgs, DirectGemmArgs> gemm_launch(const GemmArgs& g, const std::string& kernel) {
+  require(kernel.empty() || kernel == "tiled" || kernel == "direct", "unknown GEMM kernel ",
+          kernel);
+  if (kernel == "direct" || (kernel.empty() && g.M <= kDirectMaxRows)) return DirectGemmArgs{g};
+  return g;
+}
+
 PoolArgs pool_args(const float* x, float* y, const Window2d& g, bool max, bool include_pad) {
   return PoolArgs{x,    y,    checked_mul(g.N, g.C), g.H,  g.W,  g.OH, g.OW, g.kh, g.kw,
                   g.sh, g.sw, g.dh,                  g.dw, g.pt, g.pl, g.pb, g.pr, max,

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <variant>
 #include <vector>
 
 #include "conv_geometry.h"
@@ -40,6 +42,13 @@ GemmArgs conv_args(const float* x, const float* w, float* y, const Window2d& g, 
 EwProgramDev strided_copy(const float* x, int64_t numel, int64_t offset,
                           const std::vector<int64_t>& strides,
                           const std::vector<int64_t>& out_shape);
+
+// A product of few rows runs untiled (DirectGemmKernel): at most this many rows per batch.
+constexpr int64_t kDirectMaxRows = 8;
+
+// The launch for a product: tiled, or direct for few rows; `kernel` "tiled" or "direct" forces
+// one (tests run both), "" chooses.
+std::variant<GemmArgs, DirectGemmArgs> gemm_launch(const GemmArgs& g, const std::string& kernel);
 
 PoolArgs pool_args(const float* x, float* y, const Window2d& g, bool max, bool include_pad);
 

@@ -16,6 +16,7 @@
 #include "checked.h"
 #include "emulate.h"
 #include "executor_binding.h"
+#include "lower.h"
 
 namespace nb = nanobind;
 using namespace onnxlens;
@@ -55,29 +56,37 @@ Window2d window(const Ints& x_shape, const Ints& kernel, const Ints& strides, co
                   pads[0],    pads[1],    pads[2],    pads[3]};
 }
 
+// A product on the tiled or the direct kernel ("" chooses as the executor does).
+void run_product(const GemmArgs& g, const std::string& kernel, bool reverse) {
+  std::visit([&](const auto& a) {
+    emulate<typename KernelOf<std::decay_t<decltype(a)>>::type>(a, reverse);
+  }, gemm_launch(g, kernel));
+}
+
 void matmul(const In& a, const In& b, Out& y, bool trans_a, bool trans_b,
-            const std::vector<InstrT>& code, const std::vector<In>& operands, bool reverse) {
+            const std::vector<InstrT>& code, const std::vector<In>& operands,
+            const std::string& kernel, bool reverse) {
   require(a.ndim() == 3 && b.ndim() == 3 && y.ndim() == 3, "matmul: 3-D arrays");
   const Ints as = shape_of(a), bs = shape_of(b), ys = shape_of(y);
   const int64_t M = trans_a ? as[2] : as[1], K = trans_a ? as[1] : as[2];
   const int64_t N = trans_b ? bs[1] : bs[2];
   require((trans_b ? bs[2] : bs[1]) == K && ys == Ints{ys[0], M, N}, "matmul: shapes");
-  emulate<GemmKernel>(matmul_args(a.data(), b.data(), y.data(), M, N, K, ys[0], as[0] > 1,
-                                  bs[0] > 1, trans_a, trans_b, program(code, operands, ys)),
-                      reverse);
+  run_product(matmul_args(a.data(), b.data(), y.data(), M, N, K, ys[0], as[0] > 1, bs[0] > 1,
+                          trans_a, trans_b, program(code, operands, ys)),
+              kernel, reverse);
 }
 
 void conv(const In& x, const In& w, Out& y, const Ints& strides, const Ints& pads,
           const Ints& dilations, int64_t group, const std::vector<InstrT>& code,
-          const std::vector<In>& operands, bool reverse) {
+          const std::vector<In>& operands, const std::string& kernel, bool reverse) {
   const Ints ws = shape_of(w), ys = shape_of(y);
   require(ws.size() == 4 && ys.size() == 4, "conv: 2-D convolutions");
   const Window2d g = window(shape_of(x), {ws[2], ws[3]}, strides, pads, dilations,
                             {ys[2], ys[3]});
   require(ws[1] * group == g.C, "conv: weight channels");
-  emulate<GemmKernel>(
+  run_product(
       conv_args(x.data(), w.data(), y.data(), g, ws[0], group, program(code, operands, ys)),
-      reverse);
+      kernel, reverse);
 }
 
 void pool(const In& x, Out& y, bool max, const Ints& kernel, const Ints& strides,
@@ -118,10 +127,11 @@ NB_MODULE(_native_cuda_emu, m) {
   });
   m.def("kernel_ops", &cuda_kernel_ops, "The kernel names of a plan the CUDA executor runs");
   m.def("matmul", &matmul, nb::arg("a"), nb::arg("b"), nb::arg("y"), nb::arg("trans_a"),
-        nb::arg("trans_b"), nb::arg("program"), nb::arg("operands"), nb::arg("reverse") = false);
+        nb::arg("trans_b"), nb::arg("program"), nb::arg("operands"), nb::arg("kernel") = "",
+        nb::arg("reverse") = false);
   m.def("conv", &conv, nb::arg("x"), nb::arg("w"), nb::arg("y"), nb::arg("strides"),
         nb::arg("pads"), nb::arg("dilations"), nb::arg("group"), nb::arg("program"),
-        nb::arg("operands"), nb::arg("reverse") = false);
+        nb::arg("operands"), nb::arg("kernel") = "", nb::arg("reverse") = false);
   m.def("pool", &pool, nb::arg("x"), nb::arg("y"), nb::arg("max"), nb::arg("kernel"),
         nb::arg("strides"), nb::arg("pads"), nb::arg("dilations"), nb::arg("include_pad"),
         nb::arg("reverse") = false);

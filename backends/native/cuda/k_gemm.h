@@ -50,6 +50,11 @@ ONNXLENS_HD float gemm_b(const GemmArgs& g, int z, int64_t k, int64_t j) {
   return v.x[((img * v.C + z * v.cg + c) * v.H + iy) * v.W + ix];
 }
 
+// Where C(i, j) of batch z lives (see GemmArgs::c).
+ONNXLENS_HD int64_t gemm_c_index(const GemmArgs& g, int z, int64_t i, int64_t j) {
+  return z * g.c_zs + i * g.c_rs + j / g.c_split * g.c_split_s + j % g.c_split;
+}
+
 struct GemmKernel {
   static constexpr int kTile = 64, kDepth = 16, kSide = 16, kMicro = kTile / kSide;
   static constexpr int kThreads = kSide * kSide;
@@ -118,10 +123,41 @@ struct GemmKernel {
       for (int v = 0; v < kMicro; ++v) {
         const int64_t j = static_cast<int64_t>(t.block.x) * kTile + t.thread.x + v * kSide;
         if (i >= g.M || j >= g.N) continue;
-        const int64_t at = z * g.c_zs + i * g.c_rs + j / g.c_split * g.c_split_s + j % g.c_split;
+        const int64_t at = gemm_c_index(g, z, i, j);
         g.c[at] = ew_eval(g.epilogue, at, r.acc[u][v]);
       }
     }
+  }
+};
+
+// The same product without tiles, one thread per element of C: for few rows (a depthwise
+// convolution has one per group, a GEMV one), where a 64-row tile would idle most threads.
+struct DirectGemmArgs {
+  GemmArgs g;
+};
+
+struct DirectGemmKernel {
+  static constexpr int kThreads = 256;
+  using Args = DirectGemmArgs;
+  struct Shared {};
+  struct Regs {};
+
+  static int64_t items(const Args& a) { return a.g.batch * a.g.M * a.g.N; }
+  static Dim3 grid(const Args& a) { return cover(items(a), kThreads); }
+  static Dim3 block(const Args&) { return Dim3{kThreads, 1, 1}; }
+  ONNXLENS_HD static int phases(const Args&) { return 0; }
+  ONNXLENS_HD static void phase(const Args&, const Thread&, int, Shared&, Regs&) {}
+  ONNXLENS_HD static void finish(const Args& a, const Thread& t, Shared&, Regs&) {
+    const GemmArgs& g = a.g;
+    const int64_t e = t.global_x();
+    if (e >= g.batch * g.M * g.N) return;
+    const int64_t j = e % g.N, i = e / g.N % g.M;
+    const int z = static_cast<int>(e / (g.N * g.M));
+    const float* arow = g.a + z * g.a_zs + i * g.a_rs;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < g.K; ++k) acc = fmaf(arow[k * g.a_cs], gemm_b(g, z, k, j), acc);
+    const int64_t at = gemm_c_index(g, z, i, j);
+    g.c[at] = ew_eval(g.epilogue, at, acc);
   }
 };
 

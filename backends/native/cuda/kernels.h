@@ -14,6 +14,12 @@ template <class K>
 int launch(const typename K::Args& args, void* stream);
 
 // Every kernel, for explicit instantiations (X-macro).
-#define ONNXLENS_CUDA_KERNELS(X) X(GemmKernel) X(PoolKernel) X(RowKernel) X(EwKernel)
+#define ONNXLENS_CUDA_KERNELS(X) \
+  X(GemmKernel) X(DirectGemmKernel) X(PoolKernel) X(RowKernel) X(EwKernel)
+
+// Kernel arguments travel as __global__ parameters, at most 4 KiB before CUDA 12.1.
+#define ONNXLENS_PARAM_SIZE(K) static_assert(sizeof(K::Args) <= 4096, #K " arguments too big");
+ONNXLENS_CUDA_KERNELS(ONNXLENS_PARAM_SIZE)
+#undef ONNXLENS_PARAM_SIZE
 
 }  // namespace onnxlens::cuda

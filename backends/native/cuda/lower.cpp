@@ -29,6 +29,11 @@ EwProgramDev epilogue(const KernelContext& ctx) {
   return ew_program(ctx.spec.program, operands, y.shape);
 }
 
+// A product's launch, tiled or direct (args.h).
+Launch product(const GemmArgs& g) {
+  return std::visit([](const auto& a) { return Launch(a); }, gemm_launch(g, ""));
+}
+
 const KernelContext& checked(const KernelContext& ctx, int min_in, int max_in) {
   ctx.expect_arity(min_in, max_in, 1);
   ctx.expect_f32_io();
@@ -44,7 +49,7 @@ Launch conv(const KernelContext& c) {
   const int64_t group = ctx.attr("group", 1);
   require(group >= 1 && w.dim(1) * group == g.C && y.dim(1) == w.dim(0), "Conv: weight ",
           show(w.shape), " for ", g.C, " channels in ", group, " groups");
-  return conv_args(x.f32(), w.f32(), y.f32(), g, w.dim(0), group, epilogue(ctx));
+  return product(conv_args(x.f32(), w.f32(), y.f32(), g, w.dim(0), group, epilogue(ctx)));
 }
 
 Launch gemm(const KernelContext& c) {
@@ -56,7 +61,8 @@ Launch gemm(const KernelContext& c) {
   const int64_t N = tb ? b.dim(0) : b.dim(1);
   require((tb ? b.dim(1) : b.dim(0)) == K && y.shape == std::vector<int64_t>{M, N},
           "Gemm: ", show(a.shape), " x ", show(b.shape), " -> ", show(y.shape));
-  return matmul_args(a.f32(), b.f32(), y.f32(), M, N, K, 1, false, false, ta, tb, epilogue(ctx));
+  return product(
+      matmul_args(a.f32(), b.f32(), y.f32(), M, N, K, 1, false, false, ta, tb, epilogue(ctx)));
 }
 
 // numpy MatMul where each operand's batch is the output's or absent (all 1s); a batched A times
@@ -85,10 +91,11 @@ Launch matmul(const KernelContext& c) {
   require(y.shape == expect, "MatMul: output ", show(y.shape), ", expected ", show(expect));
   const EwProgramDev epi = epilogue(ctx);
   if (nb == 1) {  // rows of every batch of A against the one B
-    return matmul_args(a.f32(), b.f32(), y.f32(), checked_mul(na, M), N, K, 1, false, false,
-                       false, false, epi);
+    return product(matmul_args(a.f32(), b.f32(), y.f32(), checked_mul(na, M), N, K, 1, false,
+                               false, false, false, epi));
   }
-  return matmul_args(a.f32(), b.f32(), y.f32(), M, N, K, items, na > 1, true, false, false, epi);
+  return product(
+      matmul_args(a.f32(), b.f32(), y.f32(), M, N, K, items, na > 1, true, false, false, epi));
 }
 
 Launch pool(const KernelContext& c, bool max) {

@@ -12,11 +12,12 @@
 
 namespace onnxlens::cuda {
 
-using Launch = std::variant<GemmArgs, PoolArgs, RowArgs, EwKernel::Args>;
+using Launch = std::variant<GemmArgs, DirectGemmArgs, PoolArgs, RowArgs, EwKernel::Args>;
 
 // The kernel that runs each kind of launch arguments.
 template <class Args> struct KernelOf;
 template <> struct KernelOf<GemmArgs> { using type = GemmKernel; };
+template <> struct KernelOf<DirectGemmArgs> { using type = DirectGemmKernel; };
 template <> struct KernelOf<PoolArgs> { using type = PoolKernel; };
 template <> struct KernelOf<RowArgs> { using type = RowKernel; };
 template <> struct KernelOf<EwKernel::Args> { using type = EwKernel; };
