@@ -185,3 +185,24 @@ def test_cli_error_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "missing.onnx" in lines[0]
+
+
+def test_cli_model_alone_skips_parsing_but_runs_the_same_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`analyze MODEL` alone is not parsed by typer: the call it makes is typer's, exit code too."""
+    import onnxlens.cli as cli
+
+    calls = []
+    monkeypatch.setattr(cli, "_run", lambda *args, **kwargs: calls.append((args, kwargs)))
+    codes = []
+    for argv in (["analyze", "m.onnx"], ["analyze", "m.onnx", "--top", "10"]):
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as exit_:
+            cli.analyze_main()
+        codes.append(exit_.value.code)
+    assert calls[0] == calls[1] and codes == [0, 0]
+
+
+def test_cli_model_alone_exit_code_of_an_error(tmp_path: Path) -> None:
+    assert _cli(str(tmp_path / "missing.onnx")).returncode == \
+        _cli(str(tmp_path / "missing.onnx"), "--top", "10").returncode == 2
