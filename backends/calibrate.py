@@ -394,6 +394,10 @@ def benchmarks() -> list[Bench]:
             depthwise(120, 48, 3, 2, act="Clip"), depthwise(104, 24, 5, act="Relu"),
             depthwise(200, 24, 5, 2, act="HardSwish"), depthwise(432, 12, act="HardSwish"),
             depthwise(624, 12, 5), depthwise(52, 24), depthwise(100, 12), depthwise(204, 6)]
+    # Working sets past L2 (several MB at 96x96): depthwise and pointwise convolutions that
+    # stream from the last-level cache, so those classes get a level factor there.
+    out += [depthwise(96, 96), depthwise(144, 96, act="Clip"), depthwise(192, 96, 3, 2),
+            conv(16, 96, 96, 1, act="Clip"), conv(96, 24, 96, 1), conv(144, 24, 96, 1)]
     # Elementwise at sizes in L1 (2^10), L2 (2^14, 2^16), the LLC (2^19, 2^21) and DRAM (2^24).
     out += [unary("Relu", 1 << 16, 0), binary("Add", 1 << 16, 0), unary("Relu", 1 << 21, 0)]
     for n in (1 << 10, 1 << 14, 1 << 19):

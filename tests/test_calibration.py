@@ -124,6 +124,14 @@ def test_a_real_mini_calibration() -> None:
     assert {"elementwise", "conv", "gemm"} <= set(cal.curves)
 
 
+def test_a_real_mini_calibration_of_the_native_executor() -> None:
+    pytest.importorskip("onnxlens.backends._native")
+    cal = calibrate.run_calibration(1, budget_s=3.0, progress=False, backend="native-cpu")
+    assert cal.backend == "native-cpu" and cal.points
+    assert all(0 < c.e_max <= 1 for c in cal.curves.values())
+    assert {"elementwise", "conv", "gemm"} <= set(cal.curves)
+
+
 def test_the_layout_kernels_are_cut_off() -> None:
     bench = calibrate.conv(32, 32, 28)
     model = bench.build()
