@@ -553,13 +553,15 @@ def test_emulated_executor_profiles_each_group_and_captures_boundaries():
     assert backend.describe()["device"] == "emulated"
 
 
-def test_resnet18_through_the_emulated_executor_matches_onnxruntime():
-    from onnxlens.exporters.torch_export import cached_export
-
-    path = cached_export("resnet18", image_size=32)
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_torchvision_models_through_the_emulated_executor_match_onnxruntime(name):
+    """ResNet-18 (Conv+Add+Relu groups, MaxPool, Gemm) and MobileNetV2 (depthwise convs on the
+    untiled kernel, Clip, residual adds), at 32x32 to keep the emulation short."""
     import onnx
 
-    model = onnx.load(str(path))
+    from onnxlens.exporters.torch_export import cached_export
+
+    model = onnx.load(str(cached_export(name, image_size=32)))
     name = model.graph.input[0].name
     x = {name: randn(np.random.default_rng(13), 1, 3, 32, 32)}
     backend = emulated_backend()
@@ -578,6 +580,31 @@ def test_a_kernel_without_a_cuda_version_fails_prepare_with_its_name():
                    {"x": np.zeros((2, 3), np.float32)}, {}, ["out"])
     with pytest.raises(BackendError, match="no CUDA kernel for ReduceSum"):
         emulated_backend().prepare(model)
+
+
+def test_matmul_broadcasting_part_of_a_batch_is_refused_with_the_reason():
+    from onnx import helper
+
+    from onnxlens.backends.base import BackendError
+
+    model = _model([helper.make_node("MatMul", ["a", "b"], ["out"])],
+                   {"a": np.zeros((2, 1, 3, 4), np.float32),
+                    "b": np.zeros((1, 5, 4, 6), np.float32)}, {}, ["out"])
+    with pytest.raises(BackendError, match="broadcasts whole batches only"):
+        emulated_backend().prepare(model)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: no CUDA module built")
+def test_cuda_module_imports_without_a_gpu_and_says_why():
+    """Built where nvcc is; its runtime is static, so it imports even with no driver, and the
+    probe answers with a count and a one-line reason instead of failing."""
+    cuda = pytest.importorskip("onnxlens.backends._native_cuda")
+    assert set(cuda.kernel_ops()) == set(emu.kernel_ops())
+    count = cuda.device_count()
+    assert count >= 0
+    if count == 0:
+        reason = cuda.unavailable_reason()
+        assert reason and "\n" not in reason
 
 
 def test_native_cuda_is_registered_and_refused_here_with_one_line():
