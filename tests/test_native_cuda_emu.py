@@ -1,5 +1,7 @@
 """The CUDA kernels (backends/native/cuda) run by their CPU emulator, against references that do
-not share their code: numpy in float64, torch for convolution and pooling.
+not share their code: numpy in float64, torch for convolution and pooling, ONNX Runtime for
+whole models run through the CUDA executor's host side (lowering, arena, steps, timing) with
+the emulator as its device.
 
 The emulator runs the very phase functions the __global__ kernels run, over the same grid, one
 phase of every thread of a block before the next (the barrier). Every case runs twice, the
