@@ -57,6 +57,9 @@ struct DepthwiseArgs {
   int64_t ph_end, pw_end;  // bottom and right pads
   float* scratch;          // (H + ph + ph_end) * (W + pw + pw_end) + kDepthwiseSlack * sw
   float* scratch_row;      // W + pw + pw_end floats
+  // The channel's fused store, when `fused`: v = min(max(v * scale + bias, lo), hi).
+  bool fused;
+  float scale, bias, lo, hi;
 };
 constexpr int64_t kDepthwiseSlack = 16;
 
@@ -88,9 +91,10 @@ struct SimdKernels {
   const char* name;
   int mr, nr;  // the GEMM micro-tile
   // C[mr x nr] (row stride ldc) = (acc ? C : 0) + A_panel[kc x mr]^T B_panel[kc x nr], then
-  // the epilogue `e` if not null.
+  // the epilogue `e` if not null; only C's columns [0, n) (1 <= n <= nr) are read and
+  // written, and the epilogue's column bias and residual read only there.
   void (*gemm_ukernel)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                       bool acc, const TileEpilogue* e);
+                       bool acc, const TileEpilogue* e, int64_t n);
   // Pack rows [0, m) x cols [0, k) of A(i, j) = a[i * rs + j * cs] into mr-row panels
   // [k][mr] (rows past m are zero).
   void (*pack_a)(const float* a, int64_t rs, int64_t cs, int64_t m, int64_t k, float* dst);

@@ -60,12 +60,24 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, co
           int64_t i, int64_t j, int64_t m, int64_t n, bool acc, bool last, float* buf) {
   TileEpilogue e{};
   const bool fused = last && c.fast != nullptr;
-  if (fused) e = tile_epilogue(c, i, j);
-  if (m == s.mr && n == s.nr && contiguous(c, j, n)) {
-    s.gemm_ukernel(kc, ap, bp, c_at(c, i, j), c.ldc, acc, fused ? &e : nullptr);
+  if (m == s.mr) {
+    // Straight from the micro-kernel, masked to each run of contiguous columns. A run from
+    // column t0 > 0 (the tile crosses from one image to the next) reads B from lane t0 on:
+    // its lanes past the run read the next K row, or past the panel into the workspace's
+    // tile buffer (B panels with scattered columns are always packed into the workspace),
+    // and are not stored.
+    for (int64_t t0 = 0; t0 < n;) {
+      int64_t t1 = t0 + 1;
+      while (t1 < n && contiguous(c, j + t0, t1 - t0 + 1)) ++t1;
+      if (fused) e = tile_epilogue(c, i, j + t0);
+      s.gemm_ukernel(kc, ap, bp + t0, c_at(c, i, j + t0), c.ldc, acc, fused ? &e : nullptr,
+                     t1 - t0);
+      t0 = t1;
+    }
     return;
   }
-  s.gemm_ukernel(kc, ap, bp, buf, s.nr, false, nullptr);
+  if (fused) e = tile_epilogue(c, i, j);
+  s.gemm_ukernel(kc, ap, bp, buf, s.nr, false, nullptr, s.nr);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t t = 0; t < n; ++t) {
       float* dst = c_at(c, i + r, j + t);

@@ -171,6 +171,8 @@ class ConvKernel : public XyKernel {
     epilogue_ = EwProgram(ctx, y_.shape);
     fast_ = epilogue_.fast(1, M, false);
     depthwise_ = groups_ == C && M == C;
+    // Per-channel scale and bias and a clamp are applied by the depthwise kernel as it stores.
+    dw_fused_ = fast_.ok && fast_.col_bias == nullptr && fast_.residual == nullptr;
     const int64_t mg = M / groups_, kg = (C / groups_) * g_.kh * g_.kw;
     w_ = w.f32();
     if (depthwise_) return;
@@ -219,9 +221,14 @@ class ConvKernel : public XyKernel {
         DepthwiseArgs a{x_.f32() + p * g_.H * g_.W, y_.f32() + p * ohw,
                         w_ + c * g_.kh * g_.kw, g_.H, g_.W, g_.OH, g_.OW, g_.kh,
                         g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw, g_.pb, g_.pr,
-                        scratch + epilogue_.scratch_floats(), scratch + plane_floats()};
+                        scratch + epilogue_.scratch_floats(), scratch + plane_floats(),
+                        dw_fused_, 1.0f, 0.0f, fast_.lo, fast_.hi};
+        if (dw_fused_ && !fast_.row_scale.empty()) {
+          a.scale = fast_.row_scale[static_cast<size_t>(c)];
+          a.bias = fast_.row_bias[static_cast<size_t>(c)];
+        }
         simd_.depthwise(a);
-        epilogue_.apply(simd_, a.out, p * ohw, ohw, scratch);
+        if (!dw_fused_) epilogue_.apply(simd_, a.out, p * ohw, ohw, scratch);
       }
     }, work);
   }
@@ -265,7 +272,7 @@ class ConvKernel : public XyKernel {
 
   Window2d g_{};
   int64_t groups_ = 1, M_ = 0;
-  bool depthwise_ = false;
+  bool depthwise_ = false, dw_fused_ = false;
   EwProgram epilogue_;
   FastEpilogue fast_;
   const float* w_ = nullptr;
