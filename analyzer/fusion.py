@@ -317,11 +317,13 @@ class _Matcher:
         info = self.infos[key]
         if not info.outputs:
             return None
+        # A failed attempt leaves the state as it found it: cleared once, not per pattern.
+        self.bound.clear()
+        self.members.clear()
+        self.member_set.clear()
+        tensor, contained = info.outputs[0].name, self._contained
         for pattern in self.by_sink.get(info.op_type, ()):
-            self.bound.clear()
-            self.members.clear()
-            self.member_set.clear()
-            if self._match(pattern.tree, info.outputs[0].name, self._contained):
+            if self._match(pattern.tree, tensor, contained):
                 return self._name(pattern), [*self.member_set, *self._baked_constants()]
         return None
 

@@ -30,13 +30,17 @@ Edges = dict[tuple[str, str], list[TensorInfo]]  # (producer, consumer) -> tenso
 @dataclass
 class ModelGraph:
     infos: dict[str, NodeInfo]  # node key -> its NodeInfo, in file order
-    edges: Edges
     order: list[str]  # a topological execution order of node keys
     producer: dict[str, str]  # tensor name -> node key
     consumers: dict[str, list[str]]  # tensor name -> node keys, in execution order
     graph_inputs: list[str]
     graph_outputs: list[str]
     initializers: frozenset[str]
+
+    @cached_property
+    def edges(self) -> Edges:
+        """Node to node, through the tensors that link them (built on first use)."""
+        return _edges(self.infos, self.producer)
 
     @cached_property
     def graph(self) -> nx.DiGraph:
@@ -51,6 +55,16 @@ class ModelGraph:
         return len(self.order)
 
 
+def _edges(infos: dict[str, NodeInfo], producer: dict[str, str]) -> Edges:
+    edges: Edges = {}
+    for key, info in infos.items():
+        for t in info.inputs:
+            src = producer.get(t.name) if t is not None else None
+            if src is not None:
+                edges.setdefault((src, key), []).append(t)
+    return edges
+
+
 def _digraph(infos: dict[str, NodeInfo], edges: Edges) -> nx.DiGraph:
     import networkx as nx
 
@@ -63,6 +77,8 @@ def _digraph(infos: dict[str, NodeInfo], edges: Edges) -> nx.DiGraph:
 def _attributes(node: NodeFields) -> dict[str, Any]:
     """Plain Python values; subgraphs and tensors stay protos."""
     attrs: dict[str, Any] = {}
+    if not node.attributes:
+        return attrs
     for index, (name, _, value) in enumerate(node.attributes):
         # A kind read lazily: onnx's own reading (it raises on a reference, as before).
         attrs[name] = (onnx.helper.get_attribute_value(node.proto.attribute[index])
@@ -117,7 +133,6 @@ def _build_graph(model: LoadedModel) -> ModelGraph:
     topological = True  # is the file's order an execution order? (ONNX requires it)
     infos: dict[str, NodeInfo] = {}
     consumers: dict[str, list[str]] = {}
-    edges: Edges = {}
     for index, (key, node) in enumerate(zip(keys, nodes, strict=True)):
         inputs: list[TensorInfo | None] = []
         const: list[int] = []
@@ -131,9 +146,8 @@ def _build_graph(model: LoadedModel) -> ModelGraph:
             if name in initializers:
                 const.append(pos)
             src = producer.get(name)
-            if src is not None:
-                edges.setdefault((src, key), []).append(info)
-                topological = topological and position[src] < index
+            if src is not None and topological:
+                topological = position[src] < index
         outputs = tuple(tensors.get(o) or TensorInfo(o) for o in node.outputs if o)
         infos[key] = NodeInfo(key, node.op_type, node.domain, _attributes(node), tuple(inputs),
                               outputs, index, frozenset(const))
@@ -143,11 +157,10 @@ def _build_graph(model: LoadedModel) -> ModelGraph:
     else:  # the loader has refused cycles, so a topological order exists
         import networkx as nx
 
-        order = list(nx.lexicographical_topological_sort(_digraph(infos, edges),
+        order = list(nx.lexicographical_topological_sort(_digraph(infos, _edges(infos, producer)),
                                                          key=position.__getitem__))
         rank = {k: i for i, k in enumerate(order)}
         for users in consumers.values():
             users.sort(key=rank.__getitem__)
     outputs = [o.name for o in proto.graph.output]
-    return ModelGraph(infos, edges, order, producer, consumers, graph_inputs, outputs,
-                      initializers)
+    return ModelGraph(infos, order, producer, consumers, graph_inputs, outputs, initializers)
