@@ -10,22 +10,24 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
 from . import cost as _cost_families  # noqa: F401  (registers every formula)
 from .cost.base import Cost, lookup
 from .errors import OnnxLensError, UnsupportedOpError
-from .estimate import Efficiency, ModelEstimate, estimate_model
 from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph, collector_paused
-from .hardware import HardwareProfile
 from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
 from .loader import LoadedModel, load_model
 from .memory import activation_peak_bytes
 from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, symbolic_dims
 from .validate import DEFAULT_LIMITS, Limits
+
+if TYPE_CHECKING:  # estimates are on request: `analyze` alone imports neither
+    from .estimate import Efficiency, ModelEstimate
+    from .hardware import HardwareProfile
 
 SCHEMA = "onnxlens/1"
 
@@ -60,6 +62,8 @@ class AnalysisResult:
     def estimate(self, hw: HardwareProfile, precision: str = "fp32",
                  efficiency: Efficiency | None = None) -> ModelEstimate:
         """Every group's latency and energy on `hw` (see `analyzer.estimate`)."""
+        from .estimate import estimate_model
+
         return estimate_model(self.graph, self.groups,
                               {g: nc.cost for g, nc in self.group_costs.items()},
                               {k: nc.cost for k, nc in self.node_costs.items()},

@@ -6,15 +6,17 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
 from .analyzer.analysis import AnalysisResult
 from .analyzer.analysis import analyze as _analyze_model
 from .analyzer.errors import UsageError
-from .analyzer.estimate import Efficiency, resolve_target
-from .analyzer.hardware import HardwareProfile
+
+if TYPE_CHECKING:  # imported when a profile is asked for
+    from .analyzer.estimate import Efficiency
+    from .analyzer.hardware import HardwareProfile
 
 Source = str | os.PathLike | bytes | onnx.ModelProto
 
@@ -45,7 +47,7 @@ def analyze(
     batches = _as_list(batch)
     precisions = _as_list(precision) or ["fp32"]
     result = _analyze_model(source, batch=batches[0] if batches else None, **options)
-    targets = [resolve_target(name, threads) for name in dict.fromkeys(hardware)]
+    targets = _targets(hardware, threads)
     for hw, efficiency in targets:
         result.add_estimate(hw, precisions[0], efficiency)
     if targets and (len(batches) > 1 or len(precisions) > 1 or len(targets) > 1):
@@ -75,6 +77,15 @@ def _with_limits(options: dict[str, Any]) -> dict[str, Any]:
 
         options["limits"] = replace(options.get("limits", DEFAULT_LIMITS), **changes)
     return options
+
+
+def _targets(hardware: Sequence[str], threads: int | None
+             ) -> list[tuple[HardwareProfile, Efficiency | None]]:
+    if not hardware:
+        return []
+    from .analyzer.estimate import resolve_target
+
+    return [resolve_target(name, threads) for name in dict.fromkeys(hardware)]
 
 
 def _model_batch(result: AnalysisResult) -> int:
