@@ -252,9 +252,15 @@ def _describe_unsupported(unsupported: dict[str, list[str]]) -> str:
 
 
 def _tensor_bytes(tensors: Sequence[TensorInfo | None]) -> int:
-    if len(tensors) == 1:  # most nodes have one output
+    n = len(tensors)
+    if n == 1:  # most nodes have one output
         t = tensors[0]
         return 0 if t is None else t.nbytes
+    if n == 2:  # a binary op, a weight and a bias
+        a, b = tensors
+        if a is None or b is None or a.name == b.name:
+            return _tensor_bytes((a or b,))
+        return a.nbytes + b.nbytes
     seen: set[str] = set()
     total = 0
     for t in tensors:

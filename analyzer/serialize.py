@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .analysis import AnalysisResult
+    from .graph import ModelGraph
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -80,13 +81,25 @@ def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str,
            if result.estimates else {}),
         **({"hardware": {hw: _profile_summary(est) for hw, est in result.estimates.items()}}
            if result.estimates else {}),
-        "group_edges": sorted({(group_of[a], group_of[b]) for a, b in mg.edges
-                               if group_of[a] != group_of[b]}),
+        "group_edges": _group_edges(mg, group_of),
         **({"sweep": result.sweep} if result.sweep else {}),
         **({"whatif": result.whatif} if result.whatif else {}),
         "unsupported_ops": {op: names for op, names in result.unsupported_ops.items()},
         "warnings": list(result.warnings),
     }
+
+
+def _group_edges(mg: ModelGraph, group_of: dict[str, int]) -> list[tuple[int, int]]:
+    """Group to group, where a tensor made in one is read in another (from the tensors'
+    producers and readers: the node-to-node edges need not be built)."""
+    pairs = set()
+    producer = mg.producer
+    for name, users in mg.consumers.items():
+        src = producer.get(name)
+        if src is not None:
+            a = group_of[src]
+            pairs.update((a, b) for b in (group_of[u] for u in users) if b != a)
+    return sorted(pairs)
 
 
 def _profile_summary(est: Any) -> dict[str, Any]:
