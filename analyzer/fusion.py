@@ -105,6 +105,7 @@ Pat = Leaf | Op | Alt
 ANY = Leaf()
 CONST = Leaf(const=True)
 _COMMUTATIVE = frozenset({"Add", "Mul"})
+_ABSENT = "<absent>"  # in a sink signature: an omitted optional input
 
 
 def op(ops: str, *srcs: Pat, fills: Fill | None = None,
@@ -303,14 +304,18 @@ class _Matcher:
         self.initializers = mg.initializers
         self.graph_outputs = frozenset(mg.graph_outputs)
         self.claimed: set[str] = set()
-        self.by_sink: dict[str, list[Pattern]] = {}
-        for pattern in PATTERNS:
+        self.by_sink: dict[str, list[tuple[int, Pattern]]] = {}
+        for index, pattern in enumerate(PATTERNS):
             for sink_op in pattern.sink_ops:
-                self.by_sink.setdefault(sink_op, []).append(pattern)
+                self.by_sink.setdefault(sink_op, []).append((index, pattern))
+        # (pattern index, sink signature) of attempts refused at the sink itself: the same
+        # signature is refused again (most attempts: a model repeats its blocks).
+        self.refused: set[tuple[int, tuple]] = set()
         # State of the attempt in progress.
         self.bound: dict[str, str] = {}
         self.members: list[tuple[str, Op]] = []
         self.member_set: set[str] = set()
+        self.progressed = False  # did some op of the pattern fit by its inputs' op_types?
 
     def first_match(self, key: str) -> tuple[str, list[str]] | None:
         """The name and nodes of the first safe match with `key` as sink, if any."""
@@ -322,10 +327,26 @@ class _Matcher:
         self.members.clear()
         self.member_set.clear()
         tensor, contained = info.outputs[0].name, self._contained
-        for pattern in self.by_sink.get(info.op_type, ()):
+        signature = None
+        for index, pattern in self.by_sink.get(info.op_type, ()):
+            if signature is None:
+                signature = self._signature(info)
+            if (index, signature) in self.refused:
+                continue
+            self.progressed = False
             if self._match(pattern.tree, tensor, contained):
                 return self._name(pattern), [*self.member_set, *self._baked_constants()]
+            if not self.progressed:
+                self.refused.add((index, signature))
         return None
+
+    def _signature(self, info: NodeInfo) -> tuple:
+        """What decides whether a pattern's first op fits `info` as its sink (`_match_op`
+        before `where`): the op_type, each input's producer op_type (`_ABSENT` for an omitted
+        input), and whether the first two inputs are the same tensor."""
+        inputs, op_of = info.inputs, self.op_of
+        return (info.op_type, tuple([_ABSENT if t is None else op_of.get(t.name) for t in inputs]),
+                len(inputs) > 1 and inputs[0] == inputs[1])
 
     # Matching is backtracking in continuation-passing style: `_match(pat, tensor, then)`
     # extends the state by one way of matching `pat` and calls `then()` for the rest of the
@@ -360,8 +381,7 @@ class _Matcher:
         info = self.infos[key]
         inputs = info.inputs
         n = len(pat.srcs)
-        if (info.op_type not in pat.ops or info.outputs[0].name != tensor or len(inputs) < n
-                or (pat.where is not None and not pat.where(info))):
+        if info.op_type not in pat.ops or info.outputs[0].name != tensor or len(inputs) < n:
             return False
         # The orders of the inputs whose producers' op_types fit, found before the state
         # changes: most attempts end here.
@@ -371,6 +391,9 @@ class _Matcher:
             if self._srcs_fit(pat, swapped):
                 orders.append(swapped)
         if not orders:
+            return False
+        self.progressed = True  # past what the signature decides: `where` reads shapes
+        if pat.where is not None and not pat.where(info):
             return False
         self.members.append((key, pat))
         self.member_set.add(key)
