@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
 Edges = dict[tuple[str, str], list[TensorInfo]]  # (producer, consumer) -> tensors, in order
+_NO_CONSTANTS: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -77,8 +78,6 @@ def _digraph(infos: dict[str, NodeInfo], edges: Edges) -> nx.DiGraph:
 def _attributes(node: NodeFields) -> dict[str, Any]:
     """Plain Python values; subgraphs and tensors stay protos."""
     attrs: dict[str, Any] = {}
-    if not node.attributes:
-        return attrs
     for index, (name, _, value) in enumerate(node.attributes):
         # A kind read lazily: onnx's own reading (it raises on a reference, as before).
         attrs[name] = (onnx.helper.get_attribute_value(node.proto.attribute[index])
@@ -140,17 +139,21 @@ def _build_graph(model: LoadedModel) -> ModelGraph:
             if not name:
                 inputs.append(None)
                 continue
-            info = tensors.get(name) or TensorInfo(name)
-            inputs.append(info)
-            consumers.setdefault(name, []).append(key)
+            inputs.append(tensors.get(name) or TensorInfo(name))
+            users = consumers.get(name)
+            if users is None:
+                consumers[name] = [key]
+            else:
+                users.append(key)
             if name in initializers:
                 const.append(pos)
-            src = producer.get(name)
-            if src is not None and topological:
-                topological = position[src] < index
-        outputs = tuple(tensors.get(o) or TensorInfo(o) for o in node.outputs if o)
-        infos[key] = NodeInfo(key, node.op_type, node.domain, _attributes(node), tuple(inputs),
-                              outputs, index, frozenset(const))
+            if topological:
+                src = producer.get(name)
+                topological = src is None or position[src] < index
+        outputs = tuple([tensors.get(o) or TensorInfo(o) for o in node.outputs if o])
+        infos[key] = NodeInfo(key, node.op_type, node.domain,
+                              _attributes(node) if node.attributes else {}, tuple(inputs),
+                              outputs, index, frozenset(const) if const else _NO_CONSTANTS)
 
     if topological:
         order = keys

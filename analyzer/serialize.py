@@ -96,9 +96,13 @@ def _group_edges(mg: ModelGraph, group_of: dict[str, int]) -> list[tuple[int, in
     producer = mg.producer
     for name, users in mg.consumers.items():
         src = producer.get(name)
-        if src is not None:
-            a = group_of[src]
-            pairs.update((a, b) for b in (group_of[u] for u in users) if b != a)
+        if src is None:
+            continue
+        a = group_of[src]
+        for user in users:
+            b = group_of[user]
+            if b != a:
+                pairs.add((a, b))
     return sorted(pairs)
 
 
