@@ -56,7 +56,7 @@ struct DepthwiseArgs {
   int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
   int64_t ph_end, pw_end;  // bottom and right pads
   float* scratch;          // (H + ph + ph_end) * (W + pw + pw_end) + kDepthwiseSlack * sw
-  float* scratch_row;      // W + pw + pw_end floats
+  bool border_ready;       // scratch holds the previous plane of the same geometry
   // The channel's fused store, when `fused`: v = min(max(v * scale + bias, lo), hi).
   bool fused;
   float scale, bias, lo, hi;

@@ -189,13 +189,9 @@ class ConvKernel : public XyKernel {
     }
   }
 
+  // Depthwise: the epilogue's scratch, then the zero-bordered plane of a channel and its slack.
   int64_t workspace_floats() const override {
     if (!depthwise_) return gemm_workspace_floats(simd_, &epilogue_);
-    return plane_floats() + (g_.W + g_.pl + g_.pr);
-  }
-
-  // The epilogue's scratch, then the zero-bordered plane of a depthwise channel and its slack.
-  int64_t plane_floats() const {
     return epilogue_.scratch_floats() + (g_.H + g_.pt + g_.pb) * (g_.W + g_.pl + g_.pr) +
            kDepthwiseSlack * g_.sw;
   }
@@ -221,8 +217,7 @@ class ConvKernel : public XyKernel {
         DepthwiseArgs a{x_.f32() + p * g_.H * g_.W, y_.f32() + p * ohw,
                         w_ + c * g_.kh * g_.kw, g_.H, g_.W, g_.OH, g_.OW, g_.kh,
                         g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw, g_.pb, g_.pr,
-                        scratch + epilogue_.scratch_floats(), scratch + plane_floats(),
-                        dw_fused_, 1.0f, 0.0f, fast_.lo, fast_.hi};
+                        scratch + epilogue_.scratch_floats(), p > r.begin, dw_fused_, 1.0f, 0.0f, fast_.lo, fast_.hi};
         if (dw_fused_ && !fast_.row_scale.empty()) {
           a.scale = fast_.row_scale[static_cast<size_t>(c)];
           a.bias = fast_.row_bias[static_cast<size_t>(c)];
