@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from ..ir import NodeInfo
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Cost:
     macs: int = 0
     other_flops: int = 0
@@ -30,6 +30,19 @@ class Cost:
     bytes_written: int = 0
     params: int = 0
     param_bytes: int = 0
+
+    def __init__(self, macs: int = 0, other_flops: int = 0, transcendental: int = 0,
+                 bytes_read: int = 0, bytes_written: int = 0, params: int = 0,
+                 param_bytes: int = 0) -> None:
+        # Written through the slots' own setters: two are built per node, and the generated
+        # __init__ of a frozen dataclass (object.__setattr__ per field) took twice as long.
+        _set_macs(self, macs)
+        _set_other_flops(self, other_flops)
+        _set_transcendental(self, transcendental)
+        _set_bytes_read(self, bytes_read)
+        _set_bytes_written(self, bytes_written)
+        _set_params(self, params)
+        _set_param_bytes(self, param_bytes)
 
     def flops(self, flops_per_mac: int = 2) -> int:
         return flops_per_mac * self.macs + self.other_flops
@@ -45,6 +58,8 @@ class Cost:
         return Cost(*(getattr(self, f.name) * factor for f in fields(Cost)))
 
 
+(_set_macs, _set_other_flops, _set_transcendental, _set_bytes_read, _set_bytes_written,
+ _set_params, _set_param_bytes) = (getattr(Cost, f.name).__set__ for f in fields(Cost))
 ZERO = Cost()
 Formula = Callable[[NodeInfo], Cost]
 
