@@ -42,7 +42,7 @@ float* c_at(const GemmC& c, int64_t i, int64_t j) {
   return c.p + i * c.ldc + (c.col_off ? c.col_off[j] : j);
 }
 
-TileEpilogue tile_epilogue(const GemmC& c, int64_t i, int64_t j) {
+inline TileEpilogue tile_epilogue(const GemmC& c, int64_t i, int64_t j) {
   const FastEpilogue& f = *c.fast;
   TileEpilogue e{nullptr, nullptr, nullptr, nullptr, f.lo, f.hi};
   if (!f.row_scale.empty()) {
@@ -67,7 +67,7 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, co
     // tile buffer (B panels with scattered columns are always packed into the workspace),
     // and are not stored.
     for (int64_t t0 = 0; t0 < n;) {
-      int64_t t1 = t0 + 1;
+      int64_t t1 = contiguous(c, j + t0, n - t0) ? n : t0 + 1;  // the whole rest, usually
       while (t1 < n && contiguous(c, j + t0, t1 - t0 + 1)) ++t1;
       if (fused) e = tile_epilogue(c, i, j + t0);
       s.gemm_ukernel(kc, ap, bp + t0, c_at(c, i, j + t0), c.ldc, acc, fused ? &e : nullptr,
