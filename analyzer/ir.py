@@ -7,7 +7,7 @@ nothing is known about it. A tensor whose rank is unknown has ``shape = None``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 import onnx
@@ -118,7 +118,7 @@ _set_name, _set_elem_type, _set_shape, _set_elements = (
     getattr(TensorInfo, f).__set__ for f in ("name", "elem_type", "shape", "elements"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class NodeInfo:
     """One ONNX node as the cost formulas see it: op, attributes and typed tensors.
 
@@ -135,11 +135,28 @@ class NodeInfo:
     # Input positions fed by initializers (weights, biases, constant shapes).
     const_inputs: frozenset[int] = field(default_factory=frozenset)
 
+    def __init__(self, name: str, op_type: str, domain: str, attrs: dict[str, Any],
+                 inputs: tuple[TensorInfo | None, ...], outputs: tuple[TensorInfo, ...],
+                 index: int = 0, const_inputs: frozenset[int] = frozenset()) -> None:
+        # As TensorInfo's: one per node.
+        _set_node_name(self, name)
+        _set_op_type(self, op_type)
+        _set_domain(self, domain)
+        _set_attrs(self, attrs)
+        _set_inputs(self, inputs)
+        _set_outputs(self, outputs)
+        _set_index(self, index)
+        _set_const_inputs(self, const_inputs)
+
     def attr(self, key: str, default: Any = None) -> Any:
         return self.attrs.get(key, default)
 
     def input(self, i: int) -> TensorInfo | None:
         return self.inputs[i] if i < len(self.inputs) else None
+
+
+(_set_node_name, _set_op_type, _set_domain, _set_attrs, _set_inputs, _set_outputs, _set_index,
+ _set_const_inputs) = (getattr(NodeInfo, f.name).__set__ for f in fields(NodeInfo))
 
 
 # Attribute kinds whose value `NodeFields` reads up front; the value of any other kind (and of a
