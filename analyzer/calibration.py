@@ -11,18 +11,20 @@ What it holds:
 - `curves`: per op class, the achieved fraction of the fp32 peak (`peak_fp32_tflops`, the peak
   the curves are fractions of) as a function of a group's FLOPs F and intensity I (FLOP/byte):
 
-      eff(F, I) = e_max · F / (F + f_half) · I / (I + i_half) · level_factor[level(F / I)]
+      eff(F, I) = e_max · F / (F + f_half) · I / (I + i_half · level_factor[level(F / I)])
 
   The first factor is a fixed cost per kernel call t0 (packing, loop set-up, a partial last
   tile): t = t0 + F / (e_max·peak) is exactly this with f_half = e_max·peak·t0. The second is
   operand reuse: a kernel with little work per byte (a skinny GEMM, a 1x1 convolution with few
   channels) stalls on loads and stores even when its data sits in cache. f_half or i_half 0
   drops that factor; an intensity above the largest the curve was fitted on (`i_max`) is read
-  as that one, so a curve never extrapolates. The last is where the working set lives: F / I
-  is the group's traffic in bytes, `level` the memory level it fits in by the estimator's
-  rule; a GEMM whose weights stream from the last-level cache runs slower than one held in L2
-  even when the roofline's memory term, which counts each byte once, is not its bound (1 for
-  a level not fitted).
+  as that one, so a curve never extrapolates. The level factor says how much more reuse a
+  kernel needs when its working set lives further away: F / I is the group's traffic in
+  bytes, `level` the memory level it fits in by the estimator's rule; a 1x1 convolution
+  streaming from the last-level cache stalls where the same one held in L2 does not, while a
+  3x3 convolution with a hundred FLOPs per byte runs at the same rate from either (measured:
+  a factor on the efficiency itself slowed the second as much as the first). 1 for a level
+  not fitted.
   Classes: those with multiply-accumulates (conv, depthwise, grouped_conv, gemm, attention);
   `elementwise`, which the estimator applies to the FLOPs that are not MACs in any group but
   a pool, normalization or reduction, and which is fitted on every op class without MACs; and
@@ -64,7 +66,7 @@ from .hardware import (
 )
 from .host import detect_cpu, host_profile, replace_measured
 
-SCHEMA = "onnxlens-calibration/1"
+SCHEMA = "onnxlens-calibration/2"  # 2: level factors scale i_half; grouped_conv; backend
 # Op classes with multiply-accumulates get a curve of their own; the others use `elementwise`.
 MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "gemm", "attention")
 VECTOR_CLASS = "elementwise"
@@ -84,23 +86,24 @@ class CalibrationError(OnnxLensError):
 
 @dataclass(frozen=True, slots=True)
 class Curve:
-    """eff(F, I) = e_max · F/(F + f_half) · I/(I + i_half) · level_factor (module docstring)."""
+    """eff(F, I) = e_max · F/(F + f_half) · I/(I + i_half · level_factor) (module docstring)."""
 
     e_max: float
     f_half: float = 0.0  # FLOPs at which the per-call cost halves the efficiency; 0: none
     i_half: float = 0.0  # FLOP/byte at which low reuse halves the efficiency; 0: none
     i_max: float = math.inf  # intensities above the largest fitted one are read as it
-    level_factors: dict[str, float] = field(default_factory=dict)  # memory level -> factor
+    level_factors: dict[str, float] = field(default_factory=dict)  # level -> i_half factor
     points: int = 0  # micro-benchmarks it was fitted on
     log_error: float = 0.0  # mean |ln(measured / fitted)| over them
 
     def __call__(self, flops: float, intensity: float, level: str | None = None) -> float:
-        eff = self.e_max * self.level_factors.get(level, 1.0) if level else self.e_max
+        eff = self.e_max
         if self.f_half:
             eff *= flops / (flops + self.f_half)
         if self.i_half:
             intensity = min(intensity, self.i_max)
-            eff *= intensity / (intensity + self.i_half)
+            i_half = self.i_half * (self.level_factors.get(level, 1.0) if level else 1.0)
+            eff *= intensity / (intensity + i_half)
         return max(eff, MIN_EFFICIENCY)
 
 

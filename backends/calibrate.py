@@ -47,9 +47,11 @@ project's own executor instead (one step per group, nothing cut off; graphs it c
 are left out) and saves a calibration of its own.
 
 A curve is fitted by least absolute deviations on ln(efficiency): for each (f_half, i_half)
-on a log grid the best e_max (and level factor) is closed-form (the median log residual), and
-the grid point with the smallest error wins. Benchmarks run in priority order (a coarse set
-covering every class first), and those that would overrun `budget_s` are skipped.
+on a log grid the best e_max is closed-form (the median log residual), and the grid point
+with the smallest error wins; then each memory level with enough benchmarks gets the i_half
+factor (on a grid) that fits its benchmarks best, and e_max is refitted. Benchmarks run in
+priority order (a coarse set covering every class first), and those that would overrun
+`budget_s` are skipped.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ CHAIN_LENGTHS = (1, 17, 33, 65)
 COMPUTE_BOUND_SHARE = 0.8
 FIT_ROUNDS = 4
 PASSES = 5  # timings of each benchmark, spread over the run; the fastest median is kept
-LEVEL_POINTS = 3  # benchmarks a memory level needs for an efficiency factor of its own
+LEVEL_POINTS = 3  # benchmarks a memory level needs for an i_half factor of its own
+LEVEL_GRID = np.logspace(-1, 2, 31)  # the i_half factors a level may take (1 included)
 F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
 I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
 
@@ -752,30 +755,39 @@ def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float
 
 def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
               levels: Sequence[str] = ()) -> Curve:
-    """Least absolute deviations on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half) · level
-    factor, with e_max <= 1 and e_max · factor <= 1: a grid over (f_half, i_half), the rest
-    closed-form (median log residuals); intensities past the largest fitted one are read as
-    it (no extrapolation). Absolute, not squared, deviations: one odd benchmark (a channel
-    count ORT runs on a slow path) must not drag a whole class. A level gets a factor of its
-    own from LEVEL_POINTS points on; fewer than 3 points fit e_max alone."""
+    """Least absolute deviations on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half · level
+    factor), with e_max <= 1. The shape is fitted on the most common level's points (the
+    reference, factor 1; all points when no levels are given): a grid over (f_half, i_half)
+    with e_max closed-form (the median log residual). Each other level with LEVEL_POINTS
+    points or more then takes the factor from LEVEL_GRID that fits its points best, and e_max
+    is refitted on all. Intensities past the largest fitted one are read as it (no
+    extrapolation). Absolute, not squared, deviations: one odd benchmark (a channel count ORT
+    runs on a slow path) must not drag a whole class. Fewer than 3 points fit e_max alone."""
     y = np.log(eff)
-    f_grid = np.asarray(F_HALF_GRID if len(y) >= 3 else (0.0,))
-    i_grid = np.asarray(I_HALF_GRID if len(y) >= 3 else (0.0,))
-    g = (np.log(flops / (flops + f_grid[:, None]))[:, None, :]
-         + np.log(intensity / (intensity + i_grid[:, None]))[None, :, :])
-    r = y - g  # ln e_max (times the level factor) each point asks for
+    names = np.asarray(levels if len(levels) else [""] * len(y))
+    counts = {lv: int((names == lv).sum()) for lv in dict.fromkeys(names.tolist())}
+    reference, *others = sorted(counts, key=lambda lv: -counts[lv])
+    ref = names == reference
+    f_grid = np.asarray(F_HALF_GRID if ref.sum() >= 3 else (0.0,))
+    i_grid = np.asarray(I_HALF_GRID if ref.sum() >= 3 else (0.0,))
+    g = (np.log(flops[ref] / (flops[ref] + f_grid[:, None]))[:, None, :]
+         + np.log(intensity[ref] / (intensity[ref] + i_grid[:, None]))[None, :, :])
+    r = y[ref] - g  # ln e_max each reference point asks for
     log_e = np.minimum(np.median(r, axis=-1), 0.0)  # e_max <= 1
-    fitted = np.broadcast_to(log_e[..., None], r.shape).copy()
-    own: dict[str, np.ndarray] = {}
-    names = np.asarray(levels)
-    for level in dict.fromkeys(levels):
+    fi, ii = np.unravel_index(int(np.argmin(np.abs(r - log_e[..., None]).mean(axis=-1))),
+                              log_e.shape)
+    f_half, i_half = float(f_grid[fi]), float(i_grid[ii])
+    size = np.log(flops / (flops + f_half))
+    scale = np.ones_like(y)  # each point's i_half factor
+    factors: dict[str, float] = {}
+    for level in others if i_half else ():
         mask = names == level
         if mask.sum() >= LEVEL_POINTS:
-            own[level] = np.minimum(np.median(r[..., mask], axis=-1), 0.0)
-            fitted[..., mask] = own[level][..., None]
-    err = np.abs(r - fitted).mean(axis=-1)
-    fi, ii = np.unravel_index(int(np.argmin(err)), err.shape)
-    e_max = float(math.exp(log_e[fi, ii]))
-    factors = {lv: float(math.exp(v[fi, ii] - log_e[fi, ii])) for lv, v in own.items()}
-    return Curve(e_max, float(f_grid[fi]), float(i_grid[ii]), float(intensity.max()), factors,
-                 len(y), float(err[fi, ii]))
+            reuse = np.log(intensity[mask] / (intensity[mask] + i_half * LEVEL_GRID[:, None]))
+            level_err = np.abs(y[mask] - log_e[fi, ii] - size[mask] - reuse).mean(axis=-1)
+            factors[level] = float(LEVEL_GRID[int(np.argmin(level_err))])
+            scale[mask] = factors[level]
+    shape = size + np.log(intensity / (intensity + i_half * scale))
+    e_max = min(float(np.median(y - shape)), 0.0)
+    return Curve(float(math.exp(e_max)), f_half, i_half, float(intensity.max()), factors,
+                 len(y), float(np.abs(y - shape - e_max).mean()))

@@ -68,13 +68,18 @@ def test_fit_recovers_a_known_curve() -> None:
 
 
 def test_fit_recovers_level_factors_and_caps_efficiency_at_one() -> None:
-    flops = np.logspace(5, 9, 12)
-    intensity = np.full(12, 50.0)
-    levels = ["L2"] * 6 + ["L3"] * 6
-    eff = np.array([0.9 * (0.6 if lv == "L3" else 1.0) for lv in levels])
+    """From L3, a kernel needs 10x the reuse for the same rate: slow at 2 FLOP/B, as fast
+    as from L2 at 1000."""
+    truth = Curve(0.9, 0.0, 4.0, level_factors={"L3": 10.0})
+    intensity = np.tile([1.0, 4.0, 16.0, 64.0, 256.0, 1024.0], 2)
+    flops = np.full(12, 1e9)
+    levels = ["L2"] * 7 + ["L3"] * 5  # L2, the most common level, is the reference
+    eff = np.array([truth(f, i, lv) for f, i, lv in zip(flops, intensity, levels, strict=True)])
     fit = calibrate.fit_curve(flops, intensity, eff, levels)
-    assert fit(1e9, 1e9, "L2") == pytest.approx(0.9, rel=0.03)
-    assert fit(1e9, 1e9, "L3") == pytest.approx(0.54, rel=0.03)
+    assert fit.level_factors == {"L3": pytest.approx(10.0, rel=0.05)}
+    assert fit(1e9, 2.0, "L2") == pytest.approx(0.9 * 2 / 6, rel=0.05)
+    assert fit(1e9, 2.0, "L3") == pytest.approx(0.9 * 2 / 42, rel=0.08)
+    assert fit(1e9, 1024.0, "L3") == pytest.approx(0.9 * 1024 / 1064, rel=0.05)
     too_fast = calibrate.fit_curve(flops, intensity, np.full(12, 1.7))
     assert too_fast.e_max <= 1.0
 
@@ -210,7 +215,8 @@ def test_efficiency_by_class_and_level() -> None:
     assert cal.curve("pool") is cal.curves["elementwise"]
     size = 1e9 / (1e9 + 1e6)  # conv: Curve(0.8, f_half=1e6, i_half=4, {"L3": 0.7})
     assert cal.efficiency("conv", 1e9, 1e4) == pytest.approx(0.8 * size * 1e4 / (1e4 + 4))
-    assert cal.efficiency("conv", 1e9, 100) == pytest.approx(0.8 * 0.7 * size * 100 / 104)
+    # L3 (1e7 bytes of traffic): i_half 4 scaled by the level's factor 0.7
+    assert cal.efficiency("conv", 1e9, 100) == pytest.approx(0.8 * size * 100 / (100 + 2.8))
     assert cal.efficiency("conv", 1.0, 1e-9) > 0  # never zero
     assert cal.efficiency("gemm", 1e9, 5e3) == cal.efficiency("gemm", 1e9, 500.0)  # i_max
     assert cal.curve("grouped_conv") is cal.curves["conv"]  # a subclass reads its parent's
