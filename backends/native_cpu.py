@@ -24,6 +24,17 @@ from .ort_timing import ModelSource, NodeTime
 
 PROVIDER = "native-cpu"
 
+_REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
+           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
+# Inputs that set up a kernel rather than feed it data (axes, bounds, pads, sizes, shapes,
+# BatchNorm's statistics): the plan needs their values. A graph input used only at these
+# positions is planned at the values it is given, and planned again for other values.
+PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
+    **{op: (1,) for op in _REDUCE}, "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
+    "Resize": (1, 2, 3), "BatchNormalization": (1, 2, 3, 4), "Reshape": (1,), "Expand": (1,),
+    "Tile": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,)}
+_MAX_PARAMETER_VALUES = 4096
+
 
 def native_module() -> Any:
     """The extension, or BackendError with the reason it is missing."""
@@ -47,24 +58,31 @@ class NativeCpuBackend(Backend):
                                f"(have {', '.join(self._native.available_isas())})")
         self.isa = isa
         self._model: onnx.ModelProto | None = None
+        self._parameters: frozenset[str] = frozenset()
         self._prepared: dict[tuple[tuple[int, ...], ...], _Prepared] = {}
 
     def prepare(self, model: ModelSource) -> None:
         self._model = load_proto(model)
         self._prepared.clear()
-        if not _symbolic(self._model):
+        self._parameters = parameter_inputs(self._model)
+        if not _symbolic(self._model) and not self._parameters:
             self._prepare_for(None)
 
     def _prepare_for(self, inputs: Feeds | None) -> _Prepared:
         if self._model is None:
             raise BackendError(f"{PROVIDER}: prepare() a model first")
-        key = () if inputs is None else tuple(np.shape(v) for v in inputs.values())
+        params = {} if inputs is None else {n: np.asarray(inputs[n]) for n in self._parameters
+                                            if n in inputs}
+        key = () if inputs is None else (tuple(np.shape(v) for v in inputs.values()) +
+                                         tuple(v.tobytes() for v in params.values()))
         if key in self._prepared:
             return self._prepared[key]
         if () in self._prepared and not _symbolic(self._model):
             return self._prepared[()]
-        shapes = None if inputs is None else {k: tuple(np.shape(v)) for k, v in inputs.items()}
-        result = analyze(self._model, input_shapes=shapes, symbolic=False)
+        model = with_constants(self._model, params) if params else self._model
+        shapes = None if inputs is None else {k: tuple(np.shape(v)) for k, v in inputs.items()
+                                               if k not in params}
+        result = analyze(model, input_shapes=shapes, symbolic=False)
         prepared = _Prepared(result, self._native, self.threads, self.isa)
         self._prepared[key] = prepared
         return prepared
@@ -177,6 +195,37 @@ class _Prepared:
             raise BackendError(f"{PROVIDER}: input {name!r} has shape {value.shape}, the plan "
                                f"was made for {t.shape}")
         return value
+
+
+def parameter_inputs(model: onnx.ModelProto) -> frozenset[str]:
+    """Graph inputs (not initializers) consumed only as PARAMETER_INPUTS, of at most
+    _MAX_PARAMETER_VALUES values when their shape is known."""
+    weights = {t.name for t in model.graph.initializer}
+    small = {i.name for i in model.graph.input if i.name not in weights and
+             all(d.HasField("dim_value") for d in i.type.tensor_type.shape.dim) and
+             np.prod([d.dim_value for d in i.type.tensor_type.shape.dim]) <=
+             _MAX_PARAMETER_VALUES}
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for node in model.graph.node for a in node.attribute):
+        return frozenset()  # inputs a subgraph reads are not traced here
+    used_as_data: set[str] = set()
+    used_as_parameter: set[str] = set()
+    for node in model.graph.node:
+        positions = PARAMETER_INPUTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
+        for i, name in enumerate(node.input):
+            (used_as_parameter if i in positions else used_as_data).add(name)
+    return frozenset(small & used_as_parameter - used_as_data)
+
+
+def with_constants(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of `model` whose inputs named in `values` are initializers of those values."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [i for i in out.graph.input if i.name not in values]
+    del out.graph.input[:]
+    out.graph.input.extend(kept)
+    out.graph.initializer.extend(onnx.numpy_helper.from_array(v, n) for n, v in values.items())
+    return out
 
 
 def _dtype(elem_type: int) -> np.dtype:

@@ -265,6 +265,31 @@ def test_reduce(op: str, axes: list[int]) -> None:
     check(model, {"x": x}, rtol=1e-5)
 
 
+def test_parameter_inputs_are_planned_at_their_values() -> None:
+    """Axes fed at run time (a graph input used only as a parameter): one plan per value, each
+    equal to onnx.reference; an input also used as data is never folded."""
+    x = rand(np.random.default_rng(16), 2, 3, 4)
+    axes = np.array([1], np.int64)
+    model = model_of([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)],
+                     {"x": x, "axes": axes}, {}, ["y"])
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info(  # rank 3, dims by value
+        "y", onnx.TensorProto.FLOAT, [None] * 3))
+    backend = NativeCpuBackend(1)
+    backend.prepare(model)
+    for value in ([1], [0, 2], [-1]):
+        feeds = {"x": x, "axes": np.array(value, np.int64)}
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        np.testing.assert_allclose(backend.run(feeds)["y"], want, rtol=1e-5)
+    from onnxlens.backends.native_cpu import parameter_inputs
+
+    assert parameter_inputs(model) == {"axes"}
+    shape = np.array([4, 6], np.int64)
+    both = model_of([helper.make_node("Reshape", ["x", "s"], ["r"]),
+                     helper.make_node("Add", ["s", "s"], ["y"])], {"x": x, "s": shape}, {},
+                    ["r", "y"])
+    assert parameter_inputs(both) == frozenset()
+
+
 @pytest.mark.parametrize(("op", "inputs", "attrs", "weights"), [
     ("Transpose", [(2, 3, 4, 5)], {"perm": [0, 2, 3, 1]}, {}),
     ("Transpose", [(6, 7)], {}, {}),
