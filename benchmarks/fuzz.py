@@ -5,6 +5,7 @@ or memory blow-up is saved with the input that caused it.
     python benchmarks/fuzz.py --seconds 600            # 10 minutes, one worker per core
     python benchmarks/fuzz.py --replay FINDING.bin     # run one saved input again
     python benchmarks/fuzz.py --atheris validation     # coverage-guided (pip install atheris)
+    python benchmarks/fuzz.py --targets native         # the native executor's plans only
 
 Each worker feeds every target in turn: it drives hypothesis's `fuzz_one_input` with random
 bytes (the strategies turn them into models), re-arms a watchdog (`faulthandler`, which ends
@@ -34,7 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
-TARGETS = ("loader", "validation", "analyzer", "inputs")
+TARGETS = ("loader", "validation", "analyzer", "inputs", "native")
 MEMORY_LIMIT = 8 << 30  # address space of a worker
 # One thread per worker: workers x library thread pools would oversubscribe the cores.
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -69,7 +70,21 @@ def _fuzzers() -> dict[str, Any]:
     def inputs(file: tuple[str, bytes]) -> None:
         t.inputs(*file, scratch)
 
-    return {"loader": loader, "validation": validation, "analyzer": analyzer, "inputs": inputs}
+    @quiet
+    @given(t.mutated_plans())
+    def native(plan: tuple[Any, ...]) -> None:
+        t.native_plan(*plan)
+
+    return {"loader": loader, "validation": validation, "analyzer": analyzer, "inputs": inputs,
+            "native": native}
+
+
+def _default_targets() -> list[str]:
+    """Every target; `native` only where the extension is built."""
+    import importlib.util
+
+    built = importlib.util.find_spec("onnxlens.backends._native") is not None
+    return [t for t in TARGETS if t != "native" or built]
 
 
 # ---- one worker -------------------------------------------------------------------------------
@@ -204,6 +219,8 @@ def replay(path: Path) -> None:
         ok = t.loader(data)
     elif target in ("validation", "analyzer"):
         ok = getattr(t, target)(onnx.load_from_string(data))
+    elif target == "native":
+        ok = t.native_plan(*t.plan_from_bytes(data))
     else:
         suffix, _, content = data.partition(b"\0")
         ok = t.inputs(suffix.decode(), content, Path(tempfile.mkdtemp()))
@@ -227,7 +244,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
-    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--targets", default=",".join(_default_targets()))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--replay", type=Path)

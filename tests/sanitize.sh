@@ -5,7 +5,8 @@
 # (its own folder: the installed module is never replaced), then runs the kernel tests of
 # tests/test_native.py (the hypothesis fuzz of conv, pool, gemm and matmul on every
 # instruction set, the element-wise, reduce, data-movement kernels and the malformed plans; not
-# the whole models) and ONNX's node tests (tests/test_native_node.py), with
+# the whole models), ONNX's node tests (tests/test_native_node.py) and the fuzz of mutated
+# plans (tests/fuzz/test_fuzz.py -k plan: refused, or run with no bad access), with
 # ONNXLENS_NATIVE_MODULE naming the sanitized module (backends/__init__.py) and the sanitizer
 # runtimes preloaded into Python. Any memory error or undefined behavior aborts the run.
 # Called by .ci/run; about 5 minutes on 2 cores (3.5 of them building). Skipped, with one line, when the compiler has no sanitizer runtimes.
@@ -40,15 +41,32 @@ echo "sanitize: built $module in $((SECONDS - start)) s"
 
 export ONNXLENS_NATIVE_MODULE=$module
 export LD_PRELOAD="$asan $ubsan"
-# Python's allocations are never freed at exit, by design: no leak report.
-export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-python - <<'EOF'
+# Python's allocations are never freed at exit, by design: no leak report. Reports go to files
+# (pytest captures stderr, and an aborted process never shows it), printed on failure.
+report="$PWD/$BUILD/report"
+export ONNXLENS_FUZZ_LAST="$PWD/$BUILD/last-input.bin"
+rm -f "$report".* "$ONNXLENS_FUZZ_LAST"
+export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:log_path=$report
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$report
+failed() {
+  cat "$report".* 2>/dev/null || true
+  if [[ -e "$ONNXLENS_FUZZ_LAST" ]]; then
+    echo "sanitize: the last fuzz input, replayed: ONNXLENS_NATIVE_MODULE=$module" \
+         "LD_PRELOAD='$LD_PRELOAD' python benchmarks/fuzz.py --replay $ONNXLENS_FUZZ_LAST"
+  fi
+  echo "sanitize: FAILED after $((SECONDS - start)) s"
+  exit 1
+}
+python - <<'EOF' || failed
 import os
 from onnxlens.backends import _native
 assert _native.__file__ == os.environ["ONNXLENS_NATIVE_MODULE"], _native.__file__
 EOF
 python -m pytest -q -p no:cacheprovider -m "not slow" \
   -k "not resnet18 and not mobilenet and not transformer and not profile_is_per_group" \
-  tests/test_native.py tests/test_native_node.py
+  tests/test_native.py tests/test_native_node.py || failed
+# The mutated plans (and the plan regressions): refused, or run with no bad access.
+ONNXLENS_FUZZ_EXAMPLES=${ONNXLENS_SANITIZE_PLANS:-1000} \
+  python -m pytest -q -p no:cacheprovider -k "plan" \
+  tests/fuzz/test_fuzz.py tests/fuzz/test_regressions.py || failed
 echo "sanitize: passed in $((SECONDS - start)) s"

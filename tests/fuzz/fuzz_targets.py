@@ -10,12 +10,17 @@ an input that takes more than `HANG_SECONDS` or grows the process by more than `
   hostile (zero strides, pads of 2**62, huge constant shapes, NaN scales ...).
 - `analyzer`: chains of up to six ops drawn from the cost registry, analyzed and serialized.
 - `inputs`: mutated .npy / .npz / .pb files through `backends.base.load_inputs`.
+- `native`: mutated plans of the native executor (`_native.Executor`): refused, or run safely.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
+import json
+import math
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -503,3 +508,251 @@ def inputs(suffix: str, data: bytes, folder: Any) -> bool:
     one = _input_specs()[:1] if suffix != ".npz" else _input_specs()
     return run_target("inputs", suffix.encode() + b"\0" + data,
                       lambda: load_inputs([path], one))
+
+
+# ---- the native executor's plan builder -------------------------------------------------------
+# Valid plans of small models (`backends.native.plan`, lowered to `_native.Executor`'s
+# arguments), mutated: dims negative, zero, huge or with overflowing products; unknown dtypes and
+# storages; offsets out of their area; constants of the wrong size or dtype; tensor ids out of
+# range; unknown kernels, attributes of any value, element-wise programs reading anything;
+# arena and scratch sizes. The executor must refuse the plan (`BackendError`) or, if it accepts
+# it, run it on inputs of the plan's sizes with no crash (a refused run is a `BackendError` too).
+# Run under tests/sanitize.sh, an out-of-bounds access is caught where it happens.
+
+INTERESTING = (-2**63, -2**31 - 1, -2**31, -65536, -2, -1, 0, 1, 2, 3, 7, 64, 255, 4096,
+               2**31 - 1, 2**31, 2**32, 2**40, 2**40 + 1, 2**62, 2**63 - 1)
+MAX_RUN_BYTES = 64 << 20  # an accepted plan is run only when its buffers are this small
+# Under AddressSanitizer (tests/sanitize.sh) an allocation of 1 TiB, the most a plan may ask
+# for, aborts the process instead of raising std::bad_alloc: such plans are left to plain runs.
+SANITIZED_MAX_AREA = (1 << 36) if os.environ.get("ONNXLENS_NATIVE_MODULE") else None
+
+
+def _plan_seed_models() -> list[onnx.ModelProto]:
+    def typed(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+              outputs: list[str], inits: list[TensorProto], opset: int = 17) -> onnx.ModelProto:
+        graph = helper.make_graph(nodes, "plan", inputs, [onnx.ValueInfoProto(name=o)
+                                                          for o in outputs], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                                  ir_version=8)
+        return onnx.shape_inference.infer_shapes(model)
+
+    n = helper.make_node
+    return [
+        typed([n("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), n("Relu", ["c"], ["r"]),
+               n("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+              [vi("x", F, [1, 3, 8, 8])], ["y"], [_w("w", 4, 3, 3, 3), _w("b", 4)]),
+        typed([n("Conv", ["x", "w"], ["c"], group=2, strides=[2, 1], dilations=[1, 2]),
+               n("AveragePool", ["c"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                 count_include_pad=1),
+               n("GlobalAveragePool", ["p"], ["y"])],
+              [vi("x", F, [2, 4, 9, 9])], ["y"], [_w("w", 6, 2, 3, 3)]),
+        typed([n("Gemm", ["x", "w", "c"], ["g"], transB=1, alpha=0.5),
+               n("Softmax", ["g"], ["y"], axis=-1)],
+              [vi("x", F, [3, 5])], ["y"], [_w("w", 4, 5), _w("c", 4)]),
+        typed([n("MatMul", ["x", "w"], ["m"]), n("Add", ["m", "b"], ["a"]),
+               n("Tanh", ["a"], ["y"])],
+              [vi("x", F, [2, 3, 4])], ["y"], [_w("w", 4, 5), _w("b", 5)]),
+        typed([n("ReduceMean", ["x", "axes"], ["m"], keepdims=1),
+               n("LayerNormalization", ["x", "s", "b"], ["l"], axis=-1),
+               n("Sub", ["l", "m"], ["y"])],
+              [vi("x", F, [2, 3, 6])], ["y"], [_i64("axes", [1]), _w("s", 6), _w("b", 6)],
+              opset=18),
+        typed([n("Gather", ["t", "i"], ["g"], axis=0), n("Transpose", ["g"], ["tr"],
+                                                         perm=[1, 0, 2]),
+               n("Concat", ["tr", "tr"], ["y"], axis=2)],
+              [vi("i", TensorProto.INT64, [2, 3])], ["y"], [_w("t", 10, 4)]),
+        typed([n("Resize", ["x", "", "scales"], ["r"], mode="linear"),
+               n("Less", ["r", "z"], ["l"]), n("Where", ["l", "z", "r"], ["y"])],
+              [vi("x", F, [1, 2, 4, 4])], ["y"],
+              [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+               _w("z", 1)]),
+        typed([n("Split", ["x", "sp"], ["a", "b"], axis=1), n("Mul", ["a", "b"], ["m"]),
+               n("ArgMax", ["m"], ["y"], axis=1, keepdims=0),
+               n("InstanceNormalization", ["x", "s", "c"], ["y2"]),
+               n("ReduceSumSquare", ["y2", "ax"], ["y3"], keepdims=0)],
+              [vi("x", F, [2, 4, 5])], ["y", "y3"],
+              [_i64("sp", [2, 2]), _w("s", 4), _w("c", 4), _i64("ax", [2])], opset=18),
+    ]
+
+
+@functools.cache
+def plan_seeds() -> tuple[tuple[Any, ...], ...]:
+    """The executor arguments of every seed model native-cpu can run."""
+    from onnxlens.backends.native_cpu import NativeCpuBackend
+
+    seeds = []
+    for model in _plan_seed_models():
+        backend = NativeCpuBackend(1)
+        try:
+            backend.prepare(model)
+        except OnnxLensError:  # an op the executor does not have (yet): not a seed
+            continue
+        seeds.append(backend.prepared.plan.native_args())
+    return tuple(seeds)
+
+
+def _some_int(draw: st.DrawFn) -> int:
+    return draw(st.one_of(st.sampled_from(INTERESTING), st.integers(-8, 300)))
+
+
+@st.composite
+def mutated_plans(draw: st.DrawFn) -> tuple[tuple[Any, ...], int, str, list[tuple[int, int]]]:
+    """(executor arguments, threads, isa, captures as (step, tensor))."""
+    from onnxlens.backends.native_cpu import native_module
+
+    seeds = plan_seeds()
+    seed = copy.deepcopy(draw(st.sampled_from(seeds)))  # the seeds are cached: never changed
+    tensors, constants, inputs, outputs, steps, arena, scratch = seed
+    tensors = [list(t) for t in tensors]
+    constants, inputs, outputs = list(constants), list(inputs), list(outputs)
+    steps = [(g, name, [list(k) for k in kernels]) for g, name, kernels in steps]
+    kernels = [k for _, _, ks in steps for k in ks]
+    for _ in range(draw(st.integers(1, 4))):
+        what = draw(st.sampled_from(["dim", "rank", "dtype", "storage", "offset", "constant",
+                                     "io", "kernel_op", "kernel_id", "ints", "floats",
+                                     "operand", "program", "area", "steps"]))
+        t = draw(st.sampled_from(tensors))
+        k = draw(st.sampled_from(kernels))
+        if what == "dim" and t[2]:
+            t[2] = list(t[2])
+            t[2][draw(st.integers(0, len(t[2]) - 1))] = _some_int(draw)
+        elif what == "rank":
+            t[2] = draw(st.lists(st.one_of(st.integers(0, 9), st.sampled_from(INTERESTING)),
+                                 max_size=7))
+        elif what == "dtype":
+            t[1] = draw(st.one_of(st.integers(-1, 26), st.sampled_from(INTERESTING)))
+        elif what == "storage":
+            t[3] = draw(st.one_of(st.integers(-1, 3), st.sampled_from(INTERESTING)))
+        elif what == "offset":
+            t[4] = draw(st.one_of(st.integers(-8, 4096), st.sampled_from(INTERESTING)))
+        elif what == "constant" and constants:
+            at = draw(st.integers(0, len(constants) - 1))
+            dtype = draw(st.sampled_from([np.float32, np.int64, np.uint8, np.float64]))
+            count = draw(st.integers(0, 300))
+            constants[at] = np.ones(count, dtype)
+        elif what == "io":
+            which = draw(st.sampled_from([inputs, outputs]))
+            if which and draw(st.booleans()):
+                which[draw(st.integers(0, len(which) - 1))] = _some_int(draw)
+            elif which and draw(st.booleans()):
+                which.append(which[0])
+            elif which:
+                which.pop()
+        elif what == "kernel_op":
+            k[0] = draw(st.one_of(st.sampled_from(native_module().kernel_ops()),
+                                  st.text(max_size=8)))
+        elif what == "kernel_id":
+            ids = draw(st.sampled_from([k[1], k[2]]))
+            if ids:
+                ids[draw(st.integers(0, len(ids) - 1))] = draw(
+                    st.one_of(st.integers(-2, len(tensors) + 1), st.sampled_from(INTERESTING)))
+            else:
+                ids.append(draw(st.integers(-2, len(tensors) + 1)))
+        elif what == "ints":
+            ints = dict(k[3])
+            name = draw(st.one_of(st.sampled_from(sorted(ints) or ["axis"]),
+                                  st.sampled_from(["axis", "pads", "strides", "group", "perm",
+                                                   "kernel_shape", "dilations", "split"])))
+            ints[name] = draw(st.lists(st.one_of(st.integers(-4, 12),
+                                                 st.sampled_from(INTERESTING)), max_size=8))
+            k[3] = ints
+        elif what == "floats":
+            floats = dict(k[4])
+            name = draw(st.sampled_from(sorted(floats) or ["alpha", "epsilon", "beta"]))
+            floats[name] = draw(st.lists(st.floats(allow_nan=True, allow_infinity=True),
+                                         max_size=4))
+            k[4] = floats
+        elif what == "operand":
+            k[5] = [*k[5], (draw(st.integers(-2, len(tensors))),
+                            draw(st.lists(st.integers(-3, 40), max_size=6)))]
+        elif what == "program":
+            program = list(k[6])
+            program.append((draw(st.one_of(st.text(max_size=8), st.sampled_from(
+                                ["Relu", "Add", "Mul", "Div", "Sigmoid", "Clip", "Pow"]))),
+                            draw(st.integers(-2, 12)),
+                            draw(st.lists(st.integers(-2, 12), max_size=3)),
+                            draw(st.lists(st.floats(allow_nan=True), max_size=3))))
+            if program and draw(st.booleans()):
+                at = draw(st.integers(0, len(program) - 1))
+                op, _, srcs, params = program[at]
+                program[at] = (op, _some_int(draw), [_some_int(draw) for _ in srcs], params)
+            k[6] = program
+        elif what == "area":
+            if draw(st.booleans()):
+                arena = _some_int(draw)
+            else:
+                scratch = _some_int(draw)
+        elif what == "steps" and len(steps) > 1:
+            i, j = draw(st.integers(0, len(steps) - 1)), draw(st.integers(0, len(steps) - 1))
+            steps[i], steps[j] = steps[j], steps[i]
+    args = ([tuple(t) for t in tensors], constants, inputs, outputs,
+            [(g, name, [tuple(k) for k in ks]) for g, name, ks in steps], arena, scratch)
+    threads = draw(st.sampled_from([1, 2]))
+    isa = draw(st.sampled_from(["", *native_module().available_isas()]))
+    captures = draw(st.lists(st.tuples(st.integers(-2, len(steps) + 1),
+                                       st.integers(-2, len(tensors))), max_size=2))
+    return args, threads, isa, captures
+
+
+def _plan_bytes(args: tuple[Any, ...], threads: int, isa: str,
+                captures: list[tuple[int, int]]) -> bytes:
+    """A finding's input, as JSON (arrays as dtype, shape and hex; tuples tagged)."""
+    def enc(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return {"a": [v.dtype.str, list(v.shape), v.tobytes().hex()]}
+        if isinstance(v, tuple):
+            return {"t": [enc(x) for x in v]}
+        if isinstance(v, list):
+            return [enc(x) for x in v]
+        if isinstance(v, dict):
+            return {"d": [[key, enc(x)] for key, x in v.items()]}
+        return v
+
+    return json.dumps(enc([args, threads, isa, captures])).encode()
+
+
+def plan_from_bytes(data: bytes) -> tuple[Any, ...]:
+    def dec(v: Any) -> Any:
+        if isinstance(v, list):
+            return [dec(x) for x in v]
+        if isinstance(v, dict) and "a" in v:
+            dtype, shape, hexed = v["a"]
+            return np.frombuffer(bytes.fromhex(hexed), np.dtype(dtype)).reshape(shape).copy()
+        if isinstance(v, dict) and "t" in v:
+            return tuple(dec(x) for x in v["t"])
+        if isinstance(v, dict):
+            return {key: dec(x) for key, x in v["d"]}
+        return v
+
+    args, threads, isa, captures = dec(json.loads(data))
+    return tuple(args), threads, isa, [tuple(c) for c in captures]
+
+
+def native_plan(args: tuple[Any, ...], threads: int, isa: str,
+                captures: list[tuple[int, int]]) -> bool:
+    from onnxlens.backends.base import BackendError
+    from onnxlens.backends.native_cpu import make_executor, native_module
+
+    native = native_module()
+
+    def call() -> None:
+        if SANITIZED_MAX_AREA and max(args[5], args[6]) > SANITIZED_MAX_AREA:
+            return
+        executor = make_executor(native, args, threads, isa)
+        tensors, _, inputs, outputs = args[:4]
+
+        def buffer(tid: int) -> np.ndarray:
+            _, elem, shape, _, _ = tensors[tid]
+            return np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(elem))
+
+        sizes = [math.prod(tensors[i][2]) * 8 for i in (*inputs, *outputs)]
+        if sum(sizes) > MAX_RUN_BYTES:
+            return
+        caps = [(s, t, buffer(t)) for s, t in captures if 0 <= t < len(tensors)
+                and math.prod(tensors[t][2]) * 8 <= MAX_RUN_BYTES]
+        try:
+            executor.run([buffer(i) for i in inputs], [buffer(i) for i in outputs], caps)
+        except native.RunError as e:
+            raise BackendError(f"run failed: {e}") from None
+
+    return run_target("native", _plan_bytes(args, threads, isa, captures), call)

@@ -1,5 +1,7 @@
 """The bounded fuzz run of the test suite (under a minute): every generated input ends in a
-result or an `OnnxLensError`, within 20 s and without a memory blow-up (`fuzz_targets`).
+result or an `OnnxLensError`, within 20 s and without a memory blow-up (`fuzz_targets`); a
+mutated plan of the native executor is refused or runs (tests/sanitize.sh runs it under
+AddressSanitizer).
 
 The examples are derandomized, so a run is repeatable; `ONNXLENS_FUZZ_EXAMPLES=N` changes how
 many each target gets. The long, random run is `python benchmarks/fuzz.py --seconds 600`.
@@ -8,6 +10,7 @@ many each target gets. The long, random run is `python benchmarks/fuzz.py --seco
 from __future__ import annotations
 
 import faulthandler
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 EXAMPLES = int(os.environ.get("ONNXLENS_FUZZ_EXAMPLES", "500"))
+if os.environ.get("ONNXLENS_FUZZ_LAST"):  # each input there before it runs (tests/sanitize.sh)
+    _last = Path(os.environ["ONNXLENS_FUZZ_LAST"])
+    targets.on_input = lambda name, data: _last.write_bytes(name.encode() + b"\n" + data)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
                 suppress_health_check=list(HealthCheck))
 
@@ -59,3 +65,19 @@ def test_analyzer_on_op_chains(model: onnx.ModelProto) -> None:
 def test_input_files(tmp_path_factory: pytest.TempPathFactory, file: tuple[str, bytes]) -> None:
     folder: Path = tmp_path_factory.mktemp("inputs", numbered=True)
     targets.inputs(*file, folder)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxlens.backends._native") is None,
+                    reason="the native extension is not built")
+def test_plan_seeds_are_valid_plans() -> None:
+    assert len(targets.plan_seeds()) == len(targets._plan_seed_models())
+    for args in targets.plan_seeds():
+        assert targets.native_plan(args, 1, "", [])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxlens.backends._native") is None,
+                    reason="the native extension is not built")
+@FUZZ
+@given(targets.mutated_plans())
+def test_native_plans(plan: tuple) -> None:
+    targets.native_plan(*plan)

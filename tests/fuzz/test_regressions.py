@@ -1,11 +1,15 @@
 """Every crash, hang or abort the fuzzers found, minimized, with the answer it gets now.
 
 Inputs that crashed the interpreter itself (onnx's C++ shape inference) run in a child process,
-so that a regression fails this test instead of ending the test run.
+so that a regression fails this test instead of ending the test run. The native executor's
+findings (plans, under tests/sanitize.sh) are at the end.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib.util
+import re
 import subprocess
 import sys
 import textwrap
@@ -248,3 +252,72 @@ def test_crash_of_onnx_inference(case: str) -> None:
                          timeout=120)
     assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
     assert out.stdout.startswith(expected), out.stdout
+
+
+# ---- the native executor's plans (found under AddressSanitizer/UBSan, tests/sanitize.sh) -----
+
+needs_native = pytest.mark.skipif(importlib.util.find_spec("onnxlens.backends._native") is None,
+                                  reason="the native extension is not built")
+
+
+def _plan(**change: Any) -> tuple[Any, ...]:
+    """The first seed plan of fuzz_targets (Conv, Relu, MaxPool), with the input tensor 'x'
+    (an arena tensor of float32) or the first constant changed."""
+    import fuzz_targets
+
+    tensors, constants, *rest = copy.deepcopy(fuzz_targets.plan_seeds()[0])
+    tensors = [list(t) for t in tensors]
+    x = next(t for t in tensors if t[0] == "x")
+    assert x[3] == 0 and x[1] == TensorProto.FLOAT
+    if "offset" in change:
+        x[4] = change["offset"](x[4])
+    if "dtype" in change:
+        x[1] = change["dtype"]
+    if "constant" in change:
+        constants[0] = change["constant"](constants[0])
+    return ([tuple(t) for t in tensors], constants, *rest)
+
+
+def _unaligned(array: np.ndarray) -> np.ndarray:
+    raw = np.zeros(array.nbytes + 1, np.uint8)
+    view = np.frombuffer(raw.data, array.dtype, count=array.size, offset=1).reshape(array.shape)
+    assert not view.flags.aligned
+    return view
+
+
+@needs_native
+@pytest.mark.parametrize(("change", "message"), [
+    # UBSan: a float stored at a misaligned address (k_reduce.cpp); the offset is now refused.
+    ({"offset": lambda o: o - 2 if o else 2},
+     r"tensor x: offset \d+ is not a multiple of its 4-byte elements"),
+    ({"constant": _unaligned}, "tensor w: its data is not aligned to its 4-byte elements"),
+    # UBSan: the message of the area check computed offset + nbytes unchecked (plan.cpp).
+    ({"offset": lambda _: 2**63 - 1}, "size overflow: 9223372036854775807 \\+ 768"),
+    # A multi-line error: nanobind lists every accepted signature on lines of their own.
+    ({"dtype": -2**63}, r"__init__\(\): incompatible function arguments\. The following "
+                        "argument types are supported:$"),
+])
+def test_malformed_native_plan(change: dict[str, Any], message: str) -> None:
+    from onnxlens.backends.base import BackendError
+    from onnxlens.backends.native_cpu import make_executor, native_module
+
+    with pytest.raises(BackendError) as caught:
+        make_executor(native_module(), _plan(**change), 1, "")
+    assert "\n" not in str(caught.value)
+    assert re.search(f"^native-cpu: invalid plan: {message}", str(caught.value)), caught.value
+
+
+def test_native_plan_larger_than_memory_is_a_backend_error() -> None:
+    """std::bad_alloc (an arena of 1 TiB, the most a plan may ask for) was a MemoryError."""
+    from types import SimpleNamespace
+
+    from onnxlens.backends.base import BackendError
+    from onnxlens.backends.native_cpu import make_executor
+
+    def executor(*_: Any) -> None:
+        raise MemoryError("std::bad_alloc")
+
+    fake = SimpleNamespace(Executor=executor, PlanError=RuntimeError)
+    with pytest.raises(BackendError, match=r"^native-cpu: cannot allocate the plan's memory "
+                                           r"\(std::bad_alloc\)$"):
+        make_executor(fake, (), 1, "")

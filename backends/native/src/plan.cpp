@@ -36,12 +36,19 @@ void resolve_one(const TensorSpec& s, const PlanSpec& plan, char* arena, char* s
     const ConstBuffer& c = plan.constants[static_cast<size_t>(s.offset)];
     require(c.nbytes == t.nbytes, "tensor ", s.name, ": its data holds ", c.nbytes,
             " bytes, its shape ", show(s.shape), " needs ", t.nbytes);
+    require(reinterpret_cast<uintptr_t>(c.data) % static_cast<uintptr_t>(size) == 0, "tensor ",
+            s.name, ": its data is not aligned to its ", size, "-byte elements");
     t.data = const_cast<void*>(c.data);  // kernels never write constants (KernelContext)
     return;
   }
   const int64_t area = t.storage == Storage::arena ? plan.arena_bytes : plan.scratch_bytes;
-  require(s.offset >= 0 && checked_add(s.offset, t.nbytes) <= area, "tensor ", s.name,
-          ": bytes [", s.offset, ", ", s.offset + t.nbytes, ") leave its area of ", area);
+  // (require's arguments are all evaluated: no unchecked offset + nbytes in the message)
+  require(s.offset >= 0 && checked_add(s.offset, t.nbytes) <= area, "tensor ", s.name, ": ",
+          t.nbytes, " bytes at offset ", s.offset, " leave its area of ", area);
+  // The areas are allocated by new[] (16-byte aligned): an offset of whole elements keeps
+  // every element aligned (a misaligned float is undefined behavior, found by tests/sanitize.sh).
+  require(s.offset % size == 0, "tensor ", s.name, ": offset ", s.offset,
+          " is not a multiple of its ", size, "-byte elements");
   char* base = t.storage == Storage::arena ? arena : scratch;
   t.data = base != nullptr ? base + s.offset : nullptr;
 }
