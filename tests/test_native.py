@@ -247,12 +247,16 @@ def test_softmax(axis: int) -> None:
         check(model, {"x": x}, rtol=1e-5, atol=1e-6)
 
 
-def test_layer_norm() -> None:
+@pytest.mark.parametrize(("axis", "outputs"), [(-1, ["y"]), (1, ["y", "mean", "rstd"]),
+                                               (-1, ["y", "mean"])])
+def test_layer_norm(axis: int, outputs: list[str]) -> None:
     rng = np.random.default_rng(5)
     x = rand(rng, 2, 5, 48)
-    weights = {"s": rand(rng, 48), "b": rand(rng, 48)}
-    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)
-    check(model_of([node], {"x": x}, weights, ["y"]), {"x": x})
+    inner = x.shape[axis:]
+    weights = {"s": rand(rng, *inner), "b": rand(rng, *inner)}
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], outputs, axis=axis,
+                            epsilon=1e-5)
+    check(model_of([node], {"x": x}, weights, outputs), {"x": x})
 
 
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",

@@ -371,10 +371,13 @@ def _softmax(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 @lowering("LayerNormalization")
 def _layer_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
-    if len([o for o in node.outputs if o.name]) > 1:
-        raise Unsupported("LayerNormalization's Mean / InvStdDev outputs")
-    _require_float(node, *node.inputs)
-    x, y = _io(node)
+    outs = [o.name for o in node.outputs]
+    while outs and not outs[-1]:
+        outs.pop()
+    if not all(outs):
+        raise Unsupported("LayerNormalization's InvStdDev output without its Mean output")
+    _require_float(node, *node.inputs, *node.outputs[1:len(outs)])
+    x = node.inputs[0].name
     rank = len(low.shape(x))
     axis = _axis(int(node.attr("axis", -1)), rank)
     inner = int(np.prod(low.shape(x)[axis:]))
@@ -382,7 +385,7 @@ def _layer_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
         if t is not None and int(np.prod(low.shape(t.name))) != inner:
             raise Unsupported("LayerNormalization's scale / bias broadcast")
     ins = [x] + [t.name if t is not None else None for t in node.inputs[1:3]]
-    return [Kernel("LayerNormalization", ins, [y], {"axis": [axis]},
+    return [Kernel("LayerNormalization", ins, outs, {"axis": [axis]},
                    {"epsilon": [float(node.attr("epsilon", 1e-5))]})]
 
 

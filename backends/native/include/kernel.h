@@ -62,19 +62,20 @@ class Kernel {
 };
 
 // The common front of kernels that read input 0 and write output 0, all float32: checks
-// min_in..max_in inputs, one output and the dtypes before the tensors are bound.
+// min_in..max_in inputs, `outs` outputs and the dtypes before the tensors are bound.
 class XyKernel : public Kernel {
  protected:
-  XyKernel(const KernelContext& ctx, int min_in, int max_in)
-      : simd_(ctx.simd), x_(checked(ctx, min_in, max_in).input(0)), y_(ctx.output(0)) {}
+  XyKernel(const KernelContext& ctx, int min_in, int max_in, int outs = 1)
+      : simd_(ctx.simd), x_(checked(ctx, min_in, max_in, outs).input(0)), y_(ctx.output(0)) {}
 
   const SimdKernels& simd_;
   const Tensor& x_;
   const Tensor& y_;
 
  private:
-  static const KernelContext& checked(const KernelContext& ctx, int min_in, int max_in) {
-    ctx.expect_arity(min_in, max_in, 1);
+  static const KernelContext& checked(const KernelContext& ctx, int min_in, int max_in,
+                                      int outs) {
+    ctx.expect_arity(min_in, max_in, outs);
     ctx.expect_f32_io();
     return ctx;
   }

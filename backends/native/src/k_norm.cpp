@@ -99,8 +99,8 @@ class MomentsKernel : public XyKernel {
   }
 
  protected:
-  MomentsKernel(const KernelContext& ctx, int min_in, int max_in)
-      : XyKernel(ctx, min_in, max_in),
+  MomentsKernel(const KernelContext& ctx, int min_in, int max_in, int outs = 1)
+      : XyKernel(ctx, min_in, max_in, outs),
         eps_(static_cast<float>(ctx.attr_f("epsilon", 1e-5))) {}
 
   virtual void apply(int64_t row, const float* x, float* y, float mean, float rstd) const = 0;
@@ -112,14 +112,22 @@ class MomentsKernel : public XyKernel {
 };
 
 // Rows over the trailing axes from `axis`; scale and bias (optional) per element of a row.
+// Outputs 1 and 2, when present, take each row's mean and 1 / standard deviation.
 class LayerNormKernel : public MomentsKernel {
  public:
-  explicit LayerNormKernel(const KernelContext& ctx) : MomentsKernel(ctx, 1, 3) {
+  explicit LayerNormKernel(const KernelContext& ctx)
+      : MomentsKernel(ctx, 1, 3, std::clamp(static_cast<int>(ctx.spec.outputs.size()), 1, 3)) {
     require(x_.shape == y_.shape, "LayerNormalization: output shape differs");
     int64_t axis = ctx.attr("axis", -1);
     if (axis < 0) axis += x_.rank();
     int64_t inner = 1;
     split_axis(x_, axis, true, rows_, len_, inner);
+    for (size_t i = 1; i < ctx.spec.outputs.size(); ++i) {
+      const Tensor& t = ctx.output(static_cast<int>(i));
+      require(t.numel == rows_, "LayerNormalization: ", t.name, " ", show(t.shape), " for ",
+              rows_, " rows");
+      (i == 1 ? mean_ : rstd_) = t.f32();
+    }
     for (int i = 1; i <= 2; ++i) {
       if (!ctx.has_input(i)) continue;
       const Tensor& t = ctx.input(i);
@@ -130,9 +138,14 @@ class LayerNormKernel : public MomentsKernel {
   }
 
  private:
-  void apply(int64_t, const float* x, float* y, float mean, float rstd) const override {
+  void apply(int64_t row, const float* x, float* y, float mean, float rstd) const override {
     simd_.normalize(y, x, mean, rstd, scale_, bias_, len_);
+    if (mean_) mean_[row] = mean;
+    if (rstd_) rstd_[row] = rstd;
   }
+
+  float* mean_ = nullptr;
+  float* rstd_ = nullptr;
 };
 
 // One row per (image, channel) plane; scale and bias per channel.
