@@ -2,20 +2,21 @@
 
 Per group g on profile h at precision p (derivation, README "Estimates"):
 
-    compute_s  = 2·MACs / (peak_p · eff(class, g))  +  other_flops / (peak_fp32 · eff(elementwise))
+    compute_s  = 2·MACs / (peak_p · eff(class, g))  +  other_flops / (peak_fp32 · eff(vector))
     bytes      = (bytes_read + bytes_written) · bytes(p) / 4       # the model's tensors are fp32
     level      = the fastest memory level whose size holds the group's working set
                  (its boundary tensors: inputs incl. weights, and outputs)
     memory_s   = bytes / bandwidth(level)
-    overhead_s = kernel_launch_us · 1e-6                          # one kernel per group
+    overhead_s = kernel_launch_us · 1e-6                          # per kernel
     latency_s  = max(compute_s, memory_s) + overhead_s            # compute and memory overlap
     bound      = "compute" | "memory:<level>" | "overhead", whichever term is largest
     energy_j   = FLOPs · pJ/FLOP(p) + bytes · pJ/byte(level) + static_w · latency_s
 
-Approximations, signed: non-MAC FLOPs run on the vector units at the fp32 peak (an
-elementwise op does not use tensor cores or a systolic array); the working-set rule ignores
-what the previous group left in cache; every group is one kernel; the model's latency is the
-sum over groups in execution order (no overlap between kernels).
+where `vector` is the group's own class for a pool, normalization or reduction and
+`elementwise` otherwise (a bias, an activation). Approximations, signed: non-MAC FLOPs run
+on the vector units at the fp32 peak (an elementwise op does not use tensor cores or a
+systolic array); the working-set rule ignores what the previous group left in cache; the
+model's latency is the sum over kernels in execution order (no overlap between kernels).
 
 Kernels of a runtime. A profile calibrated through a runtime (`extra["runtime"]`, set by
 `analyzer.calibration`) is estimated as that runtime's kernels, since those are what its
@@ -23,7 +24,7 @@ curves measured: on `ort-cpu` a group is split into the kernels ONNX Runtime mak
 (`ort_kernels`), each costed by the roofline above with its own overhead, plus the layout
 changes (NCHWc reorders) ORT puts between kernels that want different layouts
 (`layout_changes`). The native executor (`native-cpu`) and uncalibrated profiles run one
-kernel per group. Fusion's groups are unchanged; only their cost is split.
+kernel per group, as above. Fusion's groups are unchanged; only their cost is split.
 """
 
 from __future__ import annotations

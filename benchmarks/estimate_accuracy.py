@@ -16,12 +16,13 @@
    more threads it is wall time. On a shared machine even CPU time drifts (caches and memory
    bandwidth are shared), so the models are measured in `--rounds` rounds, one model after
    the other in each, and the fastest round's median is kept (the calibration likewise keeps
-   the faster of two passes). `--measured-cache FILE` keeps each model's round medians
+   the fastest of five passes). `--measured-cache FILE` keeps each model's round medians
    (keyed by model, threads, runs, ORT version and export file) and measures only what it
    lacks, so a change to the estimator is judged against the same measurements.
 3. Estimated: `estimate_model` with the calibrated host profile and the calibration's curves,
-   summed over our fused groups. Naive: every group at one measured GEMM peak,
-   2 x MACs / (best GEMM FLOP/s of the calibration).
+   summed over our fused groups, each costed as the kernels ORT makes of it (the profile
+   names the runtime it was calibrated on; `analyzer/estimate.py`). Naive: every group at
+   one measured GEMM peak, 2 x MACs / (best GEMM FLOP/s of the calibration).
 
 Printed per model: measured, estimated and naive latency with their errors
 ((estimate - measured) / measured); then median absolute error, share within 10% and 25% and
