@@ -117,7 +117,8 @@ class AnalysisResult:
 
     # ---- renderings -----------------------------------------------------------------------
     def to_dict(self, *, nodes: bool = True) -> dict[str, Any]:
-        """The JSON contract as a dict (`nodes=False`: without the per-node rows)."""
+        """The JSON contract as a dict (`nodes=False`: without the per-node rows and the group
+        edges)."""
         from .serialize import analysis_to_dict
 
         return analysis_to_dict(self, nodes=nodes)

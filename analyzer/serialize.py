@@ -30,12 +30,13 @@ def _cost_fields(nc: Any, flops_per_mac: int) -> dict[str, Any]:
 
 
 def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str, Any]:
-    """The JSON contract; without `nodes` the per-node rows are left out (`"nodes": []`), for a
-    caller that only shows totals and groups (the terminal summary of a 50,000-node model)."""
+    """The JSON contract; without `nodes` the per-node rows and the edges between groups are
+    left out (`"nodes": []`, `"group_edges": []`), for a caller that only shows totals and
+    groups (the terminal summary of a 50,000-node model)."""
     from .analysis import SCHEMA, describe_tensor
 
     model, mg = result.model, result.graph
-    group_of = {key: g.id for g in result.groups for key in g.nodes}
+    group_of = {key: g.id for g in result.groups for key in g.nodes} if nodes else {}
     node_rows = []
     for key in mg.order if nodes else ():
         info = mg.info(key)
@@ -81,7 +82,7 @@ def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str,
            if result.estimates else {}),
         **({"hardware": {hw: _profile_summary(est) for hw, est in result.estimates.items()}}
            if result.estimates else {}),
-        "group_edges": _group_edges(mg, group_of),
+        "group_edges": _group_edges(mg, group_of) if nodes else [],
         **({"sweep": result.sweep} if result.sweep else {}),
         **({"whatif": result.whatif} if result.whatif else {}),
         "unsupported_ops": {op: names for op, names in result.unsupported_ops.items()},
