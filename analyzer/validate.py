@@ -956,7 +956,11 @@ def _conv_shapes(v: NodeView) -> None:
 def _conv_transpose_shapes(v: NodeView) -> None:
     """ConvTranspose: X [N, C, ...], W [C, M / group, k...]: C = W[0]."""
     x, w = _ints(v.dims(0)), _ints(v.dims(1))
-    if x is None or w is None or len(x) < 3 or len(w) != len(x):
+    for name, dims in ((v.input_name(0), x), (v.input_name(1), w)):
+        if dims is not None and len(dims) < 3:  # (a scalar weight reached the cost formula)
+            v.fail(ShapeError, f"{name!r} {_show(dims)} has rank {len(dims)}; ConvTranspose "
+                   "takes rank 3 or more (batch or input channels, channels, spatial axes)")
+    if x is None or w is None or len(w) != len(x):
         return
     if x[1] is not None and w[0] is not None and x[1] != w[0]:
         v.fail(ShapeError, f"input {v.input_name(0)!r} has {x[1]} channels, but weight "

@@ -70,6 +70,19 @@ class Regression:
     fragment: str = ""
 
 
+def _conv_transpose_scalar_weight(_: Path) -> onnx.ModelProto:
+    """A scalar weight after an input of unknown rank: onnx infers nothing, the cost formula
+    unpacked the weight's dims (the 10-minute run of issue 7)."""
+    nodes = [helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(
+                 np.zeros(0, np.int64), "k")),
+             helper.make_node("Reshape", ["t", "k"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("ConvTranspose", ["p", "w"], ["y"], name="ct", dilations=[2, 2]),
+             helper.make_node("Shape", ["y"], ["s"])]
+    return _model(nodes, [vi("w", F, [])], [vi("s", TensorProto.INT64, [None])],
+                  [_ones("t", 2, 8, 5, 4)])
+
+
 def _bad_name_model() -> onnx.ModelProto:
     return _model([helper.make_node("Relu", ["x"], ["y"], name="relu_node")],
                   [vi("x", F, [2, 3])], [vi("y", F, ["batch_dim", 3])])
@@ -175,6 +188,9 @@ REGRESSIONS = [
                "metadata 'license' value b'\\x80icence_text' is not valid UTF-8 text"),
     Regression("external data location not UTF-8", _external_location, ExternalDataError,
                "tensor 'w': external data location b'w\\x80ights.bin' is not valid UTF-8 text"),
+    Regression("ConvTranspose with a scalar weight", _conv_transpose_scalar_weight, ShapeError,
+               "node 'ct' (ConvTranspose): 'w' [] has rank 0; ConvTranspose takes rank 3 or "
+               "more"),
 ]
 
 
