@@ -54,8 +54,10 @@ class Row:
 
 
 def side_by_side(a: Backend, b: Backend, feeds: dict[str, np.ndarray], runs: int,
-                 warmup: int) -> tuple[list[float], list[float]]:
-    """Seconds of each run of `a.run` and `b.run`, timed in alternation."""
+                 warmup: int, pause: float) -> tuple[list[float], list[float]]:
+    """Seconds of each run of `a.run` and `b.run`, timed in alternation, `pause` seconds
+    apart: both thread pools spin-wait for a while after a run, and a pool still spinning
+    would take a core from the other backend's next run."""
     for _ in range(warmup):
         a.run(feeds)
         b.run(feeds)
@@ -63,6 +65,7 @@ def side_by_side(a: Backend, b: Backend, feeds: dict[str, np.ndarray], runs: int
     tb: list[float] = []
     for _ in range(runs):
         for backend, times in ((a, ta), (b, tb)):
+            time.sleep(pause)
             start = time.perf_counter()
             backend.run(feeds)
             times.append(time.perf_counter() - start)
@@ -93,14 +96,14 @@ def group_table(native: NativeCpuBackend, feeds: dict[str, np.ndarray], threads:
     return lines
 
 
-def measure(model: str, batch: int, threads: int, runs: int, warmup: int, top: int
-            ) -> tuple[Row, list[str]]:
+def measure(model: str, batch: int, threads: int, runs: int, warmup: int, top: int,
+            pause: float) -> tuple[Row, list[str]]:
     path = cached_export(model, batch=batch)
     native, ort = NativeCpuBackend(threads), OrtBackend("cpu", threads)
     native.prepare(path)
     ort.prepare(path)
     feeds = random_inputs(input_specs(load_proto(path, weights=False)), count=1, batch=batch)[0]
-    ours, theirs = side_by_side(native, ort, feeds, runs, warmup)
+    ours, theirs = side_by_side(native, ort, feeds, runs, warmup, pause)
     gflop = native.prepared.result.totals["flops"] / 1e9
     table = group_table(native, feeds, threads, top) if top else []
     return Row(model, batch, threads, statistics.median(ours), statistics.median(theirs),
@@ -115,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--groups", type=int, default=0, help="slowest groups to list")
+    parser.add_argument("--pause", type=float, default=0.05,
+                        help="seconds between timed runs (spinning thread pools settle)")
     args = parser.parse_args(argv)
     print("| model | batch | threads | native ms | ORT ms | native / ORT | fastest runs: "
           "native / ORT | native GFLOP/s |")
@@ -123,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models.split(","):
         for batch in map(int, args.batch.split(",")):
             for threads in map(int, args.threads.split(",")):
-                row, table = measure(model, batch, threads, args.runs, args.warmup, args.groups)
+                row, table = measure(model, batch, threads, args.runs, args.warmup, args.groups,
+                                     args.pause)
                 print(f"| {model} | {batch} | {threads} | {row.native_s * 1e3:.1f} | "
                       f"{row.ort_s * 1e3:.1f} | {row.ratio:.2f} | "
                       f"{row.native_min_s / row.ort_min_s:.2f} | "
