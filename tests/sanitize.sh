@@ -9,7 +9,8 @@
 # plans (tests/fuzz/test_fuzz.py -k plan: refused, or run with no bad access), with
 # ONNXLENS_NATIVE_MODULE naming the sanitized module (backends/__init__.py) and the sanitizer
 # runtimes preloaded into Python. Any memory error or undefined behavior aborts the run.
-# Called by .ci/run; about 5 minutes on 2 cores (3.5 of them building). Skipped, with one line, when the compiler has no sanitizer runtimes.
+# Called by .ci/run; about 5 minutes on 2 cores from a clean tree (4 of them building).
+# Skipped, with one line, when the compiler has no sanitizer runtimes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
