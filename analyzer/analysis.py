@@ -32,12 +32,21 @@ if TYPE_CHECKING:  # estimates are on request: `analyze` alone imports neither
 SCHEMA = "onnxlens/1"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class NodeCost:
     """A node's cost, or why it is unknown (``cost is None``)."""
 
     cost: Cost | None
     unknown_reason: str | None = None
+
+    def __init__(self, cost: Cost | None, unknown_reason: str | None = None) -> None:
+        # As Cost's: one is built per node and per group.
+        _set_cost(self, cost)
+        _set_unknown_reason(self, unknown_reason)
+
+
+_set_cost, _set_unknown_reason = (getattr(NodeCost, f).__set__ for f in ("cost",
+                                                                         "unknown_reason"))
 
 
 @dataclass

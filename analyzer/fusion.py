@@ -37,11 +37,21 @@ from .graph import ModelGraph
 from .ir import NodeInfo, TensorInfo
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Group:
     id: int
     pattern: str  # "Conv+BN+Relu", or the op_type of a singleton
     nodes: tuple[str, ...]  # node keys in execution order
+
+    def __init__(self, id: int, pattern: str, nodes: tuple[str, ...]) -> None:
+        # Through the slots' own setters, as `ir.TensorInfo`: one is built per group.
+        _set_id(self, id)
+        _set_pattern(self, pattern)
+        _set_nodes(self, nodes)
+
+
+_set_id, _set_pattern, _set_nodes = (getattr(Group, f).__set__ for f in ("id", "pattern",
+                                                                          "nodes"))
 
 
 # ---- the pattern language ---------------------------------------------------------------------
