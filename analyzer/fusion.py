@@ -318,9 +318,9 @@ class _Matcher:
         for index, pattern in enumerate(PATTERNS):
             for sink_op in pattern.sink_ops:
                 self.by_sink.setdefault(sink_op, []).append((index, pattern))
-        # (pattern index, sink signature) of attempts refused at the sink itself: the same
+        # Sink signature -> indexes of the patterns refused at the sink itself: the same
         # signature is refused again (most attempts: a model repeats its blocks).
-        self.refused: set[tuple[int, tuple]] = set()
+        self.refused: dict[tuple, set[int]] = {}
         # State of the attempt in progress.
         self.bound: dict[str, str] = {}
         self.members: list[tuple[str, Op]] = []
@@ -330,24 +330,23 @@ class _Matcher:
     def first_match(self, key: str) -> tuple[str, list[str]] | None:
         """The name and nodes of the first safe match with `key` as sink, if any."""
         info = self.infos[key]
-        if not info.outputs:
+        patterns = self.by_sink.get(info.op_type)
+        if not info.outputs or patterns is None:
             return None
         # A failed attempt leaves the state as it found it: cleared once, not per pattern.
         self.bound.clear()
         self.members.clear()
         self.member_set.clear()
         tensor, contained = info.outputs[0].name, self._contained
-        signature = None
-        for index, pattern in self.by_sink.get(info.op_type, ()):
-            if signature is None:
-                signature = self._signature(info)
-            if (index, signature) in self.refused:
+        refused = self.refused.setdefault(self._signature(info), set())
+        for index, pattern in patterns:
+            if index in refused:
                 continue
             self.progressed = False
             if self._match(pattern.tree, tensor, contained):
                 return self._name(pattern), [*self.member_set, *self._baked_constants()]
             if not self.progressed:
-                self.refused.add((index, signature))
+                refused.add(index)
         return None
 
     def _signature(self, info: NodeInfo) -> tuple:
