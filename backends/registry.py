@@ -24,6 +24,7 @@ class BackendInfo:
     available: bool
     reason: str  # why it cannot run here; "" when it can
     note: str = ""  # a condition that holds even when available
+    ops: str = ""  # the ops it covers, in one line (`onnxlens backends --ops`)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -34,6 +35,7 @@ class _Entry:
     description: str
     probe: Callable[[], str | None]  # None when available, else why not
     build: Callable[[int, ModuleFactory | None], Backend]
+    coverage: Callable[[], str]  # the ops it runs, in one line
     note: str = ""
     needs_module: bool = False  # built from the original torch module
 
@@ -97,31 +99,60 @@ def _build_native_cuda(threads: int, _factory: ModuleFactory | None) -> Backend:
     return NativeCudaBackend(threads)
 
 
+def _ort_coverage() -> str:
+    return ("ONNX Runtime's own kernel registry: the standard ONNX ops of the opsets it "
+            "supports, and its com.microsoft contrib ops")
+
+
+def _native_cpu_coverage() -> str:
+    from .native_cpu import supported_ops
+
+    return (", ".join(supported_ops()) + "; any other op whose outputs are computed from "
+            "constants alone is folded when planning")
+
+
+def _native_cuda_coverage() -> str:
+    """The plan kernels with a CUDA kernel: read from the emulator module, which holds the same
+    lowering table as the CUDA one and is built everywhere."""
+    try:
+        from ._native_cuda_emu import kernel_ops
+    except ImportError:
+        return "unknown: the native extension is not built"
+    return ("native-cpu's ops whose plan kernels have a CUDA kernel; plan kernels: "
+            + ", ".join(sorted(kernel_ops())))
+
+
+def _torch_coverage() -> str:
+    return "every op of the original torch module (it runs the module, not the ONNX graph)"
+
+
 _ENTRIES: dict[str, _Entry] = {
     "ort-cpu": _Entry("ONNX Runtime, CPU execution provider", _ort_cpu_reason,
-                      _build_ort("cpu")),
+                      _build_ort("cpu"), _ort_coverage),
     "ort-cuda": _Entry("ONNX Runtime, CUDA execution provider", _ort_cuda_reason,
-                       _build_ort("cuda")),
+                       _build_ort("cuda"), _ort_coverage),
     "native-cpu": _Entry("onnxlens native executor (C++, CPU; one kernel per fused group)",
-                         _native_cpu_reason, _build_native_cpu),
+                         _native_cpu_reason, _build_native_cpu, _native_cpu_coverage),
     "native-cuda": _Entry("onnxlens native executor on CUDA (its own kernels; one per fused "
                           "group, timed by CUDA events)", _native_cuda_reason,
-                          _build_native_cuda),
-    "torch": _Entry("PyTorch eager (reference)", _torch_reason, _build_torch,
+                          _build_native_cuda, _native_cuda_coverage),
+    "torch": _Entry("PyTorch eager (reference)", _torch_reason, _build_torch, _torch_coverage,
                     note=f"only for models exported by onnxlens: {TORCH_NEEDS_MODULE}",
                     needs_module=True),
 }
 
 
-def availability(name: str) -> BackendInfo:
+def availability(name: str, *, ops: bool = False) -> BackendInfo:
+    """Whether `name` runs here and why not; with `ops`, the ops it covers too."""
     entry = _entry(name)
     reason = entry.probe()
-    return BackendInfo(name, entry.description, reason is None, reason or "", entry.note)
+    return BackendInfo(name, entry.description, reason is None, reason or "", entry.note,
+                       entry.coverage() if ops else "")
 
 
-def list_backends() -> list[BackendInfo]:
+def list_backends(*, ops: bool = False) -> list[BackendInfo]:
     """Every backend with whether it can run here; the rows of `onnxlens backends`."""
-    return [availability(name) for name in _ENTRIES]
+    return [availability(name, ops=ops) for name in _ENTRIES]
 
 
 def needs_module(name: str) -> bool:

@@ -297,12 +297,15 @@ def _compare(model: str, *, backends: str, threads: int, runs: int, warmup: int,
 
 
 @app.command("backends")
-def backends_command() -> None:
+def backends_command(
+    ops: Annotated[bool, typer.Option("--ops", help="List the ops each backend covers.")
+                   ] = False,
+) -> None:
     """List the measured backends, whether each runs here, and why not."""
     from .backends.registry import list_backends
     from .reports.compare_terminal import render_backends
 
-    render_backends([b.to_dict() for b in list_backends()], Console(highlight=False))
+    render_backends([b.to_dict() for b in list_backends(ops=ops)], Console(highlight=False))
 
 
 @app.command("report")

@@ -45,6 +45,9 @@ def render_backends(rows: list[dict[str, Any]], console: Console) -> None:
                       Text(plain(r["reason"] or r["note"], 200),
                            style="" if r["available"] else "yellow"))
     console.print(table)
+    for r in rows:
+        if r.get("ops"):
+            console.print(Text.assemble((r["name"], "bold"), " runs: ", plain(r["ops"], 4000)))
 
 
 def render_comparison(d: dict[str, Any], console: Console, *, top: int = 10) -> None:

@@ -146,6 +146,25 @@ def test_registry_lists_every_backend_and_refuses_unknown_names() -> None:
         registry.create("tensorrt")
 
 
+
+def test_backends_list_their_op_coverage() -> None:
+    from typer.testing import CliRunner
+
+    from onnxlens.backends.native_cpu import supported_ops
+    from onnxlens.cli import app
+
+    rows = {b.name: b for b in registry.list_backends(ops=True)}
+    assert rows["native-cpu"].ops.startswith(", ".join(supported_ops()) + ";")
+    assert {"Conv", "MaxPool", "GlobalAveragePool"} <= set(supported_ops())
+    # native-cuda's kernels come from the emulator's lowering table, the CUDA module's own.
+    cuda_kernels = rows["native-cuda"].ops.split("plan kernels: ")[1].split(", ")
+    assert {"Conv", "MatMul", "Softmax", "LayerNormalization", "Elementwise"} <= set(cuda_kernels)
+    assert "Resize" not in cuda_kernels  # no CUDA kernel yet: native-cuda refuses it
+    assert all(b.ops == "" for b in registry.list_backends())  # only when asked
+    out = CliRunner().invoke(app, ["backends", "--ops"], terminal_width=400)
+    assert out.exit_code == 0
+    assert "native-cpu runs: " + ", ".join(supported_ops()[:3]) in out.output
+
 def test_backends_do_not_import_torch() -> None:
     code = ("import sys, onnxlens.backends.compare, onnxlens.backends.registry, "
             "onnxlens.reports.compare_terminal; print('torch' in sys.modules)")
