@@ -27,6 +27,7 @@ import numpy as np
 from ..analyzer.analysis import AnalysisResult, analyze
 from ..analyzer.errors import OnnxLensError, UsageError
 from ..analyzer.estimate import ModelEstimate
+from ..analyzer.validate import DEFAULT_LIMITS, Limits
 from .agreement import Agreement, DumpDiff, agreement, dump_diff
 from .base import (
     Backend,
@@ -181,6 +182,7 @@ def compare(
     hardware: Mapping[str, str] | None = None,
     memory: bool = True,
     analysis: AnalysisResult | None = None,
+    limits: Limits = DEFAULT_LIMITS,
     progress: Progress | None = None,
 ) -> Comparison:
     """Measure `model` on each of `backends` (names from `registry`) and compare them.
@@ -190,8 +192,9 @@ def compare(
     the agreement check (default: `samples` random sets from `seed`). `hardware`: backend ->
     hardware profile for the estimate column, over `DEFAULT_HARDWARE`. `memory`: measure peak
     memory (a subprocess per backend). `analysis`: an analysis of the same model at the first
-    batch, to reuse. Backends that cannot run are listed in `unavailable` with the reason;
-    errors of the user's making (bad flags or files) raise `OnnxLensError`.
+    batch, to reuse. `limits`: the validation limits of the model's analysis and of the input
+    files (their byte budget among them). Backends that cannot run are listed in `unavailable`
+    with the reason; errors of the user's making (bad flags or files) raise `OnnxLensError`.
     """
     spec = model if isinstance(model, ModelSpec) else ModelSpec(Path(model))
     if runs < 1 or warmup < 0 or profile_runs < 1 or samples < 1:
@@ -200,7 +203,7 @@ def compare(
     primary = plan.batches[0]
     path = plan.paths[primary]
     if analysis is None:
-        analysis = analyze(path, batch=primary if plan.symbolic else None)
+        analysis = analyze(path, batch=primary if plan.symbolic else None, limits=limits)
     specs = input_specs(load_proto(path, weights=False))
     settings = {"threads": threads, "runs": runs, "warmup": warmup, "profile_runs": profile_runs,
                 "batches": plan.batches, "dump_diff": dump_diff,
@@ -208,7 +211,7 @@ def compare(
                 "samples": len(inputs) or samples, "seed": seed}
     warnings = list(plan.warnings)
     ready, unavailable = _prepare(backends, spec, path, threads)
-    agree_inputs = (load_inputs(inputs, specs) if inputs else
+    agree_inputs = (load_inputs(inputs, specs, limits=limits) if inputs else
                     random_inputs(specs, count=samples, batch=primary, seed=seed))
     steps = _Steps(progress, len(ready) * (len(plan.paths) + 1 + int(len(ready) > 1)
                                            + int(memory) + int(dump_diff)))

@@ -36,6 +36,8 @@ KeepBnOpt = Annotated[bool, typer.Option(
     "--keep-batchnorm", help="Export keeping BatchNormalization nodes (default: folded).")]
 OpsetOpt = Annotated[int | None, typer.Option(help="ONNX opset for exported models.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")]
+MaxTensorBytesOpt = Annotated[int, typer.Option(
+    help="Refuse a model tensor or an input file's array larger than this.")]
 
 
 def _run(debug: bool, fn, *args, **kwargs):
@@ -194,8 +196,7 @@ def analyze_command(
     image_size: ImageSizeOpt = None,
     keep_batchnorm: KeepBnOpt = False,
     opset: OpsetOpt = None,
-    max_tensor_bytes: Annotated[int, typer.Option(
-        help="Refuse models with a tensor larger than this.")] = 1 << 38,
+    max_tensor_bytes: MaxTensorBytesOpt = 1 << 38,
     max_nesting_depth: Annotated[int | None, typer.Option(
         help="Refuse If/Loop/Scan bodies and local-function calls nested deeper [default: 32]."
     )] = None,
@@ -260,20 +261,24 @@ def compare_command(
     image_size: ImageSizeOpt = None,
     keep_batchnorm: KeepBnOpt = False,
     opset: OpsetOpt = None,
+    max_tensor_bytes: MaxTensorBytesOpt = 1 << 38,
     debug: DebugOpt = False,
 ) -> None:
     """Measure a model on several backends: latency, throughput, per-group time, agreement."""
     _run(debug, _compare, model, backends=backends, threads=threads, runs=runs, warmup=warmup,
          batch=batch, inputs=inputs or [], samples=samples, dump_diff=dump_diff,
          gpu_profile=gpu_profile, json_path=json_path, image_size=image_size,
-         keep_batchnorm=keep_batchnorm, opset=opset)
+         keep_batchnorm=keep_batchnorm, opset=opset, max_tensor_bytes=max_tensor_bytes)
 
 
 def _compare(model: str, *, backends: str, threads: int, runs: int, warmup: int,
              batch: str | None, inputs: list[Path], samples: int, dump_diff: bool,
              gpu_profile: str | None, json_path: Path | None, image_size: int | None,
-             keep_batchnorm: bool, opset: int | None) -> None:
+             keep_batchnorm: bool, opset: int | None, max_tensor_bytes: int) -> None:
+    from dataclasses import replace
+
     from .analyzer.serialize import dump_json
+    from .analyzer.validate import DEFAULT_LIMITS
     from .api import resolve_model
     from .backends.compare import compare
     from .reports.compare_terminal import measuring, render_comparison
@@ -287,6 +292,7 @@ def _compare(model: str, *, backends: str, threads: int, runs: int, warmup: int,
         result = compare(spec, _names(backends), threads=threads, runs=runs, warmup=warmup,
                          batches=batches, inputs=inputs, samples=samples, dump_diff=dump_diff,
                          hardware={"ort-cuda": gpu_profile} if gpu_profile else None,
+                         limits=replace(DEFAULT_LIMITS, max_tensor_bytes=max_tensor_bytes),
                          progress=progress)
     d = result.to_dict()
     render_comparison(d, Console(highlight=False))

@@ -312,3 +312,18 @@ def test_compare_command_reports_a_bad_input_file_in_one_line(tmp_path: Path) ->
     assert out.returncode != 0 and "Traceback" not in out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "(dim 1 differs)" in errors[0], out.stderr
+
+
+def test_compare_command_takes_the_input_files_byte_budget(tmp_path: Path) -> None:
+    model = tmp_path / "model.onnx"
+    model.write_bytes(one_input_model("batch").SerializeToString())
+    big = tmp_path / "x.npy"
+    big.write_bytes(_npy(np.ones((5, 8), np.float32)))  # 160 bytes: fits the model's [batch, 8]
+    code = "from onnxlens.cli import main; main()"
+    out = subprocess.run([sys.executable, "-c", code, "compare", str(model), "--inputs", str(big),
+                          "--max-tensor-bytes", "100", "--runs", "1", "--warmup", "0"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out.stderr
+    assert "(160 bytes), over the limit of 100 bytes (max_tensor_bytes)" in errors[0]
