@@ -33,6 +33,11 @@ What it holds:
 - `bandwidth_gbps`: per memory level of the host profile, the streaming rate measured on ops
   whose traffic fits that level (and not the one before), in GB/s.
 - `kernel_overhead_us`: the time the runtime spends per kernel besides the kernel's work.
+- `denormal_factor`: how much slower a MatMul runs when its left operand is all float32
+  denormals (1e-40) than on normal numbers (time_denormal / time_normal, one micro-benchmark;
+  x86 cores take a microcode assist per denormal operand). The calibrated profile carries it as
+  `extra["denormal_factor"]`; the estimator charges it to MatMuls that read a masked softmax's
+  denormal probabilities (`analyzer.estimate.denormal_reads`). A file without it reads 1.
 - `backend`: the runtime measured (`ort-cpu`, or `native-cpu`, the project's executor); the
   calibrated profile carries it as `extra["runtime"]`, and the estimator then costs groups as
   that runtime's kernels (`analyzer.estimate`). Non-ORT calibrations are saved under a name
@@ -73,6 +78,8 @@ VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
 OWN_VECTOR_CLASSES = ("pool", "normalization", "reduce")
 DEFAULT_BACKEND = ORT_CPU
+# `extra[DENORMAL_KEY]` of a calibrated profile: the measured denormal slowdown of a MatMul.
+DENORMAL_KEY = "denormal_factor"
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4
 
@@ -138,6 +145,7 @@ class Calibration:
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     backend: str = DEFAULT_BACKEND  # the runtime whose kernels were timed
+    denormal_factor: float = 1.0  # MatMul time on denormal / normal operands; 1: not measured
 
     def efficiency(self, cls: str, flops: float, intensity: float) -> float:
         """The estimator's `Efficiency`: fraction of `peak_fp32_tflops` for a group of class
@@ -264,7 +272,8 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
         kernel_launch_us=cal.kernel_overhead_us,
         efficiency={c: min(1.0, cal.curve(c).e_max) for c in OP_CLASSES},
         source=f"measured: {where}")
-    return replace(measured, extra={**measured.extra, RUNTIME_KEY: cal.backend})
+    return replace(measured, extra={**measured.extra, RUNTIME_KEY: cal.backend,
+                                    DENORMAL_KEY: cal.denormal_factor})
 
 
 def calibrated_host_profile(threads: int | None = None) -> HardwareProfile:

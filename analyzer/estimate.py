@@ -25,14 +25,28 @@ curves measured: on `ort-cpu` a group is split into the kernels ONNX Runtime mak
 changes (NCHWc reorders) ORT puts between kernels that want different layouts
 (`layout_changes`). The native executor (`native-cpu`) and uncalibrated profiles run one
 kernel per group, as above. Fusion's groups are unchanged; only their cost is split.
+
+Denormal operands. On a profile calibrated through ORT, a MatMul that reads a softmax's output
+where the softmax's input had a constant mask added (Swin's shifted-window mask, -100) costs
+
+    latency_s · (1 + share · (factor - 1))
+
+with `share` the fraction of the mask's entries v for which exp(v) is a float32 denormal
+(`denormal_reads`) and `factor` the calibration's measured MatMul slowdown on denormal
+operands (`extra["denormal_factor"]`; 1 when not measured). Other profiles are unchanged (a GPU
+flushes denormals to zero: no penalty).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
+from .calibration import DENORMAL_KEY
 from .cost.base import Cost
 from .fusion import Group
 from .graph import ModelGraph
@@ -398,6 +412,8 @@ def _ort_group_estimates(mg: ModelGraph, groups: list[Group], node_costs: dict[s
     charged to the group that needs them, and the kernels ORT folds into the one before
     across our groups (`_folded`)."""
     block = max(1, int(hw.extra.get("simd_bits", 256)) // 32)  # NCHWc block: one vector of fp32
+    factor = float(hw.extra.get(DENORMAL_KEY, 1.0))
+    denormal = denormal_reads(mg) if factor > 1 else {}
     have: dict[str, set[str]] = {t: {NCHW} for t in mg.graph_inputs}
     open_sums: set[str] = set()
     out: dict[int, GroupEstimate | None] = {}
@@ -414,6 +430,8 @@ def _ort_group_estimates(mg: ModelGraph, groups: list[Group], node_costs: dict[s
             costs.append(k.cost)
             parts.append(estimate_group(k.cost, k.cls, hw, precision, eff, k.launches,
                                         k.reuse, k.calls))
+            if share := max((denormal.get(n, 0.0) for n in k.nodes), default=0.0):
+                parts[-1] = denormal_slowed(parts[-1], share, factor, hw.static_w)
             open_sums.update(t.name for t in k.outputs if k.open_sum
                              and len(mg.consumers.get(t.name, ())) == 1)
         out[g.id] = combine(parts, costs, precision)
@@ -436,6 +454,111 @@ def _folded(mg: ModelGraph, k: Kernel, open_sums: set[str]) -> Kernel | None:
     else:
         return None
     return Kernel(k.cls, cost, k.nodes, NCHWC, NCHWC, other, k.outputs, launches=0)
+
+
+# ---- denormal operands ------------------------------------------------------------------------
+
+# exp(v) in float32 is a denormal for ln(2^-149) = -103.28 < v < ln(2^-126) = -87.34: below
+# it rounds to exact zero (fast), above it is a normal number. softmax(x + m) = exp(x + m -
+# max) / sum: with the logits x a few units apart, a mask entry m in this band makes the
+# probability it lands on a denormal (Swin-T: the share of -100 entries equals the share of
+# denormal probabilities, measured), and the MatMul reading P stalls on them.
+DENORMAL_BAND = (math.log(2.0 ** -149), math.log(2.0 ** -126))
+_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def denormal_share(values: np.ndarray) -> float:
+    """The fraction of `values` whose exp is a float32 denormal (DENORMAL_BAND)."""
+    low, high = DENORMAL_BAND
+    return float(np.mean((values > low) & (values < high))) if values.size else 0.0
+
+
+def constant_value(mg: ModelGraph, name: str) -> np.ndarray | None:
+    """The value of tensor `name` when it is computed from Constant nodes alone (Swin's mask:
+    Where over ScatterNDs of constants), evaluated by onnx's reference evaluator; None when it
+    depends on a graph input or an initializer (whose values the graph does not hold)."""
+    import onnx
+    from onnx import helper
+
+    nodes: dict[str, NodeInfo] = {}
+    todo = [name]
+    while todo:
+        tensor = todo.pop()
+        key = mg.producer.get(tensor)
+        if key is None:
+            return None
+        if key in nodes:
+            continue
+        info = nodes[key] = mg.info(key)
+        todo += [t.name for t in info.inputs if t is not None]
+        if len(nodes) > 256:
+            return None
+    ordered = sorted(nodes.values(), key=lambda i: i.index)
+    protos = [helper.make_node(i.op_type, [t.name if t else "" for t in i.inputs],
+                               [t.name for t in i.outputs], domain=i.domain or None, **i.attrs)
+              for i in ordered]
+    graph = helper.make_graph(protos, "constant", [],
+                              [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)])
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        return np.asarray(ReferenceEvaluator(helper.make_model(graph)).run(None, {})[0])
+    except Exception:  # an op the reference cannot run: no value, no penalty
+        return None
+
+
+def _through_views(mg: ModelGraph, tensor: str) -> NodeInfo | None:
+    """The first node producing `tensor` that is not a view (Reshape and the like)."""
+    while (key := mg.producer.get(tensor)) is not None:
+        info = mg.info(key)
+        if info.op_type not in _VIEWS or not info.inputs or info.inputs[0] is None:
+            return info
+        tensor = info.inputs[0].name
+    return None
+
+
+def _readers_through_views(mg: ModelGraph, tensor: str) -> list[NodeInfo]:
+    out = []
+    for key in mg.consumers.get(tensor, ()):
+        info = mg.info(key)
+        if info.op_type in _VIEWS:
+            out += _readers_through_views(mg, info.outputs[0].name)
+        else:
+            out.append(info)
+    return out
+
+
+def denormal_reads(mg: ModelGraph) -> dict[str, float]:
+    """MatMul node key -> share of its left operand that is denormal: the MatMuls reading (as
+    operand 0, through views) a Softmax whose input is (through views) an Add of a constant
+    mask with entries in DENORMAL_BAND; the share is the mask's (`denormal_share`)."""
+    out: dict[str, float] = {}
+    for info in mg.infos.values():
+        if info.op_type != "Softmax" or not info.inputs or info.inputs[0] is None:
+            continue
+        add = _through_views(mg, info.inputs[0].name)
+        if add is None or add.op_type != "Add":
+            continue
+        shares = [denormal_share(v) for t in add.inputs if t is not None
+                  and (v := constant_value(mg, t.name)) is not None]
+        share = max(shares, default=0.0)
+        if share <= 0:
+            continue
+        for reader in _readers_through_views(mg, info.outputs[0].name):
+            if reader.op_type == "MatMul" and _through_views(
+                    mg, reader.inputs[0].name) is info:  # type: ignore[union-attr]
+                out[reader.name] = share
+    return out
+
+
+def denormal_slowed(e: GroupEstimate, share: float, factor: float,
+                    static_w: float) -> GroupEstimate:
+    """A kernel reading `share` denormal operands: its time x (1 + share · (factor - 1)); the
+    extra time costs static power."""
+    scale = 1 + share * (max(factor, 1.0) - 1)
+    extra = e.latency_s * (scale - 1)
+    return dataclasses.replace(e, latency_s=e.latency_s + extra, compute_s=e.compute_s * scale,
+                               energy_j=e.energy_j + static_w * extra)
 
 
 def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, Cost | None],

@@ -576,8 +576,34 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     if refused:
         notes.append(f"{len(refused)} benchmark(s) {backend} cannot run: "
                      + ", ".join(sorted(refused)))
+    factor = denormal_factor(threads) if backend == ORT_CPU and prepare is PREPARE[ORT_CPU] \
+        else 1.0
     return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes,
-                               backend=backend)
+                               backend=backend, denormal_factor=factor)
+
+
+def denormal_factor(threads: int, min_time_s: float = 0.05) -> float:
+    """How much slower ORT's MatMul runs on a left operand of float32 denormals (1e-40) than on
+    normal numbers, on the shape of a shifted-window attention's P x V ([48, 49, 49] x
+    [48, 49, 32], Swin-T's third stage): time_denormal / time_normal, each the median run over
+    `min_time_s` (well under a second in all). x86 cores take a microcode assist on each
+    denormal operand unless flush-to-zero is set, which ORT's CPU provider leaves off."""
+    a, b = helper.make_tensor_value_info, TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["Y"])], "denormal",
+                              [a("A", b, [48, 49, 49]), a("B", b, [48, 49, 32])],
+                              [a("Y", b, [48, 49, 32])])
+    session = make_session(helper.make_model(graph, ir_version=8, opset_imports=[
+        helper.make_opsetid("", 17)]), threads)
+    rng = np.random.default_rng(0)
+    rhs = rng.random((48, 49, 32), dtype=np.float32)
+    clock = "cpu" if threads == 1 else "wall"
+
+    def median(lhs: np.ndarray) -> float:
+        return time_session(session, {"A": lhs, "B": rhs}, runs=3, warmup=1,
+                            min_time_s=min_time_s, clock=clock).median_s
+
+    normal = median(rng.random((48, 49, 49), dtype=np.float32))
+    return max(1.0, median(np.full((48, 49, 49), 1e-40, np.float32)) / normal)
 
 
 def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxlens.analyzer.calibration import (
+    DENORMAL_KEY,
     Calibration,
     CalibrationError,
     Curve,
@@ -236,6 +237,20 @@ def test_own_curves_for_pools_normalizations_and_reductions() -> None:
     curves = calibrate.fit_vector_classes(norm + pools, hw, peak, bandwidth)
     assert set(curves) == {"normalization"}
     assert curves["normalization"](1e6, 244.0) == pytest.approx(0.05, rel=1e-6)
+
+
+def test_an_old_file_without_a_denormal_factor_reads_one(cache: Path) -> None:
+    data = _calibration(denormal_factor=120.0).to_dict()
+    assert apply_calibration(host_profile(1), Calibration.from_dict(data)).extra[
+        DENORMAL_KEY] == 120.0
+    del data["denormal_factor"]
+    old = Calibration.from_dict(data)
+    assert old.denormal_factor == 1.0
+    assert apply_calibration(host_profile(1), old).extra[DENORMAL_KEY] == 1.0
+
+
+def test_the_denormal_factor_is_measured() -> None:
+    assert calibrate.denormal_factor(1, min_time_s=0.01) >= 1.0
 
 
 def test_the_calibrated_profile_names_its_runtime(cache: Path) -> None:

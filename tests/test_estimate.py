@@ -9,10 +9,14 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxlens
+from onnxlens.analyzer.calibration import DENORMAL_KEY
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import (
     constant_efficiency,
+    denormal_reads,
+    denormal_slowed,
     estimate_group,
+    estimate_model,
     group_gemm_intensity,
     layout_changes,
     memory_level,
@@ -288,3 +292,71 @@ def test_pool_groups_use_their_class_efficiency(gpu) -> None:
     grouped = estimate_group(Cost(macs=10**9), "grouped_conv", gpu, "fp32",
                              constant_efficiency(gpu))
     assert grouped.compute_s == pytest.approx(2e9 / (60e12 * 0.6))  # a profile's conv figure
+
+
+# ---- denormal operands (a masked softmax read by a MatMul) ------------------------------------
+
+def _masked_attention(mask: list[float] | None):
+    """S = Q·K, (+ a [4] mask, as Constant nodes: Swin's is a Where over constants), viewed
+    as [1, 2, 2, 4] and back, Softmax, then P·V: the shape of Swin's shifted-window block."""
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"])]
+    scores = "s"
+    if mask is not None:
+        nodes += [helper.make_node("Constant", [], ["m0"], value=helper.make_tensor(
+                      "m0", TensorProto.FLOAT, [4], mask)),
+                  helper.make_node("Constant", [], ["axes"], value=helper.make_tensor(
+                      "axes", TensorProto.INT64, [1], [0])),
+                  helper.make_node("Unsqueeze", ["m0", "axes"], ["m"]),
+                  helper.make_node("Constant", [], ["shape"], value=helper.make_tensor(
+                      "shape", TensorProto.INT64, [4], [1, 2, 2, 4])),
+                  helper.make_node("Reshape", ["s", "shape"], ["s4"]),
+                  helper.make_node("Add", ["s4", "m"], ["sm"]),
+                  helper.make_node("Constant", [], ["back"], value=helper.make_tensor(
+                      "back", TensorProto.INT64, [3], [4, 1, 4])),
+                  helper.make_node("Reshape", ["sm", "back"], ["s3"])]
+        scores = "s3"
+    nodes += [helper.make_node("Softmax", [scores], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"], name="pv")]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("q", f, [4, 1, 8]),
+                                           helper.make_tensor_value_info("k", f, [4, 8, 4]),
+                                           helper.make_tensor_value_info("v", f, [4, 4, 8])],
+                              [helper.make_tensor_value_info("y", f, [4, 1, 8])])
+    return onnxlens.analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize(("mask", "share"), [
+    ([0.0, -100.0, -100.0, 0.0], 0.5),  # exp(-100) = 3.7e-44: a denormal
+    ([0.0, 0.0, 0.0, -95.0], 0.25),
+    ([0.0, -1e9, -1e9, 0.0], None),  # exp rounds to exact zero: no denormal
+    ([0.0, -10000.0, 0.0, 0.0], None),
+    ([0.0, -50.0, 0.0, 0.0], None),  # exp(-50) = 2e-22: a normal number
+    (None, None),
+])
+def test_denormal_reads_of_a_masked_softmax(mask, share) -> None:
+    found = denormal_reads(_masked_attention(mask).graph)
+    assert found == ({} if share is None else {"pv": pytest.approx(share)})
+
+
+def test_a_denormal_matmul_costs_its_share_of_the_factor(gpu) -> None:
+    e = estimate_group(Cost(macs=10**6, bytes_read=10**5, bytes_written=10**5), "gemm", gpu,
+                       "fp32", constant_efficiency(gpu))
+    slowed = denormal_slowed(e, 0.25, 101.0, gpu.static_w)
+    assert slowed.latency_s == pytest.approx(e.latency_s * 26)  # 1 + 0.25 x (101 - 1)
+    assert slowed.energy_j == pytest.approx(e.energy_j + 100.0 * 25 * e.latency_s)
+    assert denormal_slowed(e, 0.5, 1.0, gpu.static_w) == e
+
+
+def test_only_a_calibrated_denormal_factor_slows_the_model(gpu) -> None:
+    result = _masked_attention([0.0, -100.0, -100.0, 0.0])
+    args = (result.graph, result.groups, {g: nc.cost for g, nc in result.group_costs.items()},
+            _node_costs(result))
+    base = estimate_model(*args, _ort(gpu), "fp32")
+    slow_hw = dataclasses.replace(gpu, extra={**_ort(gpu).extra, DENORMAL_KEY: 11.0})
+    slow = estimate_model(*args, slow_hw, "fp32")
+    pv = next(g.id for g in result.groups if "pv" in g.nodes)
+    assert base.groups[pv] is not None and slow.groups[pv] is not None
+    assert slow.latency_s > base.latency_s
+    assert estimate_model(*args, gpu, "fp32").latency_s == pytest.approx(
+        estimate_model(*args, dataclasses.replace(gpu, extra={DENORMAL_KEY: 11.0}),
+                       "fp32").latency_s)  # not ORT-calibrated: unchanged
