@@ -144,8 +144,8 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
                    calls: int = 1) -> GroupEstimate:
     """One kernel's roofline (module docstring); `launches` kernel overheads (0: the work runs
     inside another kernel, as a sum ORT folds into the convolution before it). A kernel that
-    is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution on ORT's NCHW path: one
-    per group, `group_gemm_intensity`) reads its MAC efficiency at one call's FLOPs and that
+    is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution on ORT's NCHW path:
+    `nchw_conv_gemms`) reads its MAC efficiency at one call's FLOPs and that
     reuse: the per-call cost t0 is paid `calls` times, t = calls·t0 + F/(e·peak), which is
     the curve's F/(F + f_half) factor at F / calls."""
     scale = PRECISION_BYTES[precision] / 4
@@ -219,7 +219,7 @@ class Kernel:
     open_sum: bool = False  # a lone NCHWc Conv or BN: ORT folds a following Add or activation
     launches: int = 1
     reuse: float = 0.0  # the intensity its efficiency reads, where not FLOPs per byte
-    calls: int = 1  # GEMM calls it makes (a grouped convolution: one per group)
+    calls: int = 1  # GEMM calls it makes (a grouped convolution: `nchw_conv_gemms`)
 
 
 def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls: str,
@@ -250,40 +250,75 @@ def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls
                   tuple(outputs.values()), open_sum, reuse=reuse, calls=calls)
 
 
-def ort_conv_path(info: NodeInfo) -> tuple[str, str, str]:
-    """(class, layout read, layout written) of a Conv as ORT's NCHWc transformer places it:
-    a dense or depthwise Conv whose output channels are a multiple of 4 runs as an NCHWc
-    kernel (it reads plain NCHW when its input channels are not a multiple of 4: the stem);
-    grouped convolutions and odd channel counts stay on the NCHW path (FusedConv: im2col and
-    a GEMM per group). There a dense Conv is one GEMM, at a dense Conv's rate (`conv`); a
-    grouped or depthwise one is many small GEMMs (`grouped_conv`, fitted apart)."""
+def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
+    """(class, layout read, layout written) of a Conv as ORT's NCHWc transformer places it
+    (`block`: the NCHWc block in channels). A dense or depthwise Conv whose output channels
+    are a multiple of 4 runs as an NCHWc kernel (it reads plain NCHW when its input channels
+    are not a multiple of 4: the stem); a grouped Conv does when its groups' input and output
+    channels are whole blocks, and is then a dense convolution's kernel per group (`conv`).
+    Other grouped Convs and odd channel counts stay on the NCHW path (MlasConv: im2col and
+    GEMMs, `nchw_conv_gemms`): a dense Conv there runs at a dense Conv's rate (`conv`), a
+    grouped or depthwise one as many small GEMMs (`grouped_conv`, fitted apart). Probed on
+    ORT 1.31 with AVX-512 (block 16): 8, 12 and 24 channels per group NCHW, 16, 32 and 48
+    NCHWc."""
     cls = node_class(info)
     w = info.input(1)
     if w is None or not w.known or len(w.dims) != 4:
         return cls, NCHW, NCHW
     cout, cin_per_group = w.dims[0], w.dims[1]
-    cin = cin_per_group * info.attr("group", 1)
-    if cls == "grouped_conv" or (cls == "depthwise" and cout % 4):
+    groups = info.attr("group", 1)
+    if cls == "grouped_conv":
+        if cin_per_group % block or (cout // groups) % block:
+            return "grouped_conv", NCHW, NCHW
+        return "conv", NCHWC, NCHWC
+    if cls == "depthwise" and cout % 4:
         return "grouped_conv", NCHW, NCHW
     if cout % 4:
         return cls, NCHW, NCHW
-    return cls, NCHWC if cin % 4 == 0 else NCHW, NCHWC
+    return cls, NCHWC if cin_per_group * groups % 4 == 0 else NCHW, NCHWC
 
 
-def group_gemm_intensity(info: NodeInfo) -> float:
-    """FLOPs per byte of one group's GEMM of a Conv on ORT's NCHW path, which runs im2col and
-    then, per group, W_g[M, K] · cols[K, N] with M = output channels per group, K = input
-    channels per group x kernel size, N = output pixels: 2·M·K·N FLOPs over 4·(M·K + K·N +
-    M·N) bytes. Its operand reuse, not the whole tensors' traffic, is what sets the kernel's
-    rate: 8 channels per group (M = 8, K = 72 at 3x3) reuse each loaded column 16 times, a
-    dense 1x1 Conv of 54 channels 54 times (0 when the shapes are unknown)."""
+# MLAS's SGEMM blocking (mlasi.h): a convolution's column buffer holds at most
+# STRIDE_N x STRIDE_K floats, the two traded against each other for short K or N.
+MLAS_STRIDE_N = MLAS_STRIDE_K = 128
+
+
+def nchw_conv_gemms(info: NodeInfo) -> tuple[int, float]:
+    """(GEMM calls, FLOPs per byte of one call) of a Conv on ORT's NCHW path (MlasConv), 0
+    reuse when the shapes are unknown.
+
+    Derivation (MLAS convolve.cpp): per image and group the output is W_g[M, K] · cols[K, N]
+    with M = output channels per group, K = input channels per group x kernel size, N =
+    output pixels. A pointwise Conv (1x1, stride 1, no padding) is one GEMM on the input
+    itself; one with M > N expands the whole cols matrix and makes one GEMM; any other
+    (ExpandThenGemmSegmented) walks N in slices of StrideN and K in slices of StrideK,
+    im2col-ing each slice into the column buffer and making one GEMM of it, with StrideN
+    doubled (StrideK halved) while StrideK / 2 >= K when N >= K, and the reverse while
+    StrideN / 2 >= N otherwise. Each call pays its packing, im2col and dispatch: RegNet's
+    3x3 Conv of 8 channels per group at 56x56 is 25 calls per group of M = 8, K = 72, N =
+    128. A call's reuse is 2·M·K·N FLOPs over 4·(M·K + K·N + M·N) bytes (8 channels per
+    group reuse each loaded column about 3.4 times, a dense 1x1 Conv of 54 channels 54)."""
     w, y = info.input(1), info.outputs[0] if info.outputs else None
-    if w is None or y is None or not w.known or not y.known or len(w.dims) < 3:
-        return 0.0
-    m = w.dims[0] // info.attr("group", 1)
-    k = math.prod(w.dims[1:])
-    n = math.prod(y.dims[2:])
-    return 2 * m * k * n / (4 * (m * k + k * n + m * n))
+    if w is None or y is None or not w.known or not y.known or len(w.dims) < 3 or not y.rank:
+        return 1, 0.0
+    groups = info.attr("group", 1)
+    m, k, n = w.dims[0] // groups, math.prod(w.dims[1:]), math.prod(y.dims[2:])
+    spatial = len(w.dims) - 2
+    pointwise = (all(d == 1 for d in w.dims[2:])
+                 and all(s == 1 for s in info.attr("strides", [1] * spatial))
+                 and not any(info.attr("pads", [0] * 2 * spatial)))
+    calls = y.dims[0] * groups
+    if not pointwise and m <= n:
+        stride_n, stride_k = MLAS_STRIDE_N, MLAS_STRIDE_K
+        if n >= k:
+            while stride_k // 2 >= k:
+                stride_n, stride_k = stride_n * 2, stride_k // 2
+        else:
+            while stride_n > 16 and stride_n // 2 >= n:
+                stride_n, stride_k = stride_n // 2, stride_k * 2
+        calls *= math.ceil(n / stride_n) * math.ceil(k / stride_k)
+        n, k = min(n, stride_n), min(k, stride_k)
+    return calls, 2 * m * k * n / (4 * (m * k + k * n + m * n))
 
 
 def _elementwise_layout(info: NodeInfo) -> str:
@@ -352,12 +387,11 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
                 block: int) -> Kernel:
     head = mg.info(nodes[0])
     if head.op_type == "Conv":
-        cls, reads, writes = ort_conv_path(head)
-        nchw = cls == "grouped_conv"
+        cls, reads, writes = ort_conv_path(head, block)
+        calls, reuse = nchw_conv_gemms(head) if cls == "grouped_conv" else (1, 0.0)
         return _kernel(mg, nodes, costs, cls, reads, writes,
                        open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
-                       reuse=group_gemm_intensity(head) if nchw else 0.0,
-                       calls=head.attr("group", 1) if nchw else 1)
+                       reuse=reuse, calls=calls)
     if head.op_type in _ANCHORS:
         return _kernel(mg, nodes, costs, node_class(head), NCHW, NCHW)
     if head.op_type == "BatchNormalization":

@@ -353,7 +353,8 @@ def benchmarks() -> list[Bench]:
             linear(512, 1024, 256), linear(256, 512, 2048, gelu=True), linear(256, 2048, 512),
             SQUARE_GEMM, matmul(1, 8192, 4096, 2, weight=False)]
     # Convolutions: 3x3 over channel counts and sizes, strided, 1x1 up and down, the stem,
-    # grouped (group widths 8, 16, 32); channel counts that are and are not multiples of 16
+    # grouped (group widths 4, 8, 12, 24 on ORT's NCHW path, 16 and 32 whole NCHWc blocks on
+    # AVX-512); channel counts that are and are not multiples of 16
     # (ORT's NCHWc block on AVX-512 pads the others); fused activations, from the free Relu to
     # the costlier ReLU6 and HardSwish, as networks use them.
     out += [conv(64, 64, 24, tier=0), conv(32, 128, 24, 1, tier=0),
@@ -381,7 +382,9 @@ def benchmarks() -> list[Bench]:
             conv(128, 128, 48, 3, 2, 4), conv(256, 256, 24, 3, 1, 32),
             conv(32, 32, 96, 3, 2, 4, act="Relu"), conv(96, 96, 48, 3, 2, 12, act="Relu"),
             conv(192, 192, 24, 3, 1, 24, act="Relu"), conv(384, 384, 12, 3, 2, 48),
-            conv(768, 768, 6, 3, 1, 96, act="Relu"),
+            conv(768, 768, 6, 3, 1, 96, act="Relu"), conv(64, 64, 48, 3, 1, 16),
+            conv(96, 96, 24, 3, 1, 8, act="Relu"), conv(192, 192, 24, 3, 2, 8),
+            conv(128, 128, 48, 3, 2, 16, act="Relu"), conv(256, 256, 12, 3, 1, 64),
             # Output channels off a multiple of 4: ORT's NCHW path.
             conv(54, 54, 24, 1, act="Relu"), conv(90, 90, 48, 1), conv(30, 30, 96, 1, act="Relu"),
             depthwise(54, 48), depthwise(90, 24, 3, 2)]

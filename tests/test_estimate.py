@@ -17,9 +17,9 @@ from onnxlens.analyzer.estimate import (
     denormal_slowed,
     estimate_group,
     estimate_model,
-    group_gemm_intensity,
     layout_changes,
     memory_level,
+    nchw_conv_gemms,
     node_class,
     ort_conv_path,
     ort_kernels,
@@ -253,29 +253,64 @@ def test_convolution_classes() -> None:
     assert node_class(conv([64, 1, 3, 3], 64)) == "depthwise"
     assert node_class(conv([64, 64, 3, 3], 1)) == "conv"
     # ORT's NCHWc path: output channels a multiple of 4; a 3-channel input is read as NCHW.
-    assert ort_conv_path(conv([64, 3, 3, 3], 1)) == ("conv", "nchw", "nchwc")
-    assert ort_conv_path(conv([58, 58, 1, 1], 1)) == ("conv", "nchw", "nchw")
-    assert ort_conv_path(conv([58, 1, 3, 3], 58)) == ("grouped_conv", "nchw", "nchw")
-    assert ort_conv_path(conv([64, 8, 3, 3], 8)) == ("grouped_conv", "nchw", "nchw")
-    assert ort_conv_path(conv([64, 1, 3, 3], 64)) == ("depthwise", "nchwc", "nchwc")
+    assert ort_conv_path(conv([64, 3, 3, 3], 1), 16) == ("conv", "nchw", "nchwc")
+    assert ort_conv_path(conv([58, 58, 1, 1], 1), 16) == ("conv", "nchw", "nchw")
+    assert ort_conv_path(conv([58, 1, 3, 3], 58), 16) == ("grouped_conv", "nchw", "nchw")
+    assert ort_conv_path(conv([64, 8, 3, 3], 8), 16) == ("grouped_conv", "nchw", "nchw")
+    assert ort_conv_path(conv([64, 1, 3, 3], 64), 16) == ("depthwise", "nchwc", "nchwc")
+    # Grouped: NCHWc when each group's channels fill whole blocks (16 here, 8 on AVX2).
+    assert ort_conv_path(conv([64, 16, 3, 3], 4), 16) == ("conv", "nchwc", "nchwc")
+    assert ort_conv_path(conv([64, 8, 3, 3], 8), 8) == ("conv", "nchwc", "nchwc")
+    assert ort_conv_path(conv([96, 24, 3, 3], 4), 16) == ("grouped_conv", "nchw", "nchw")
 
 
-def test_a_grouped_convolution_reads_its_group_gemms_reuse(gpu) -> None:
-    """3x3, 64 channels in 8 groups, 24x24 output: per group M = 8, K = 8·9 = 72, N = 576, so
-    2·8·72·576 FLOPs over 4·(8·72 + 72·576 + 8·576) bytes = 3.56 FLOP/B; the MAC efficiency
-    reads that in place of the kernel's FLOPs per byte."""
-    info = NodeInfo("c", "Conv", "", {"group": 8},
-                    (TensorInfo("x", TensorProto.FLOAT, (1, 64, 24, 24)),
-                     TensorInfo("w", TensorProto.FLOAT, (64, 8, 3, 3))),
-                    (TensorInfo("y", TensorProto.FLOAT, (1, 64, 24, 24)),))
-    reuse = group_gemm_intensity(info)
-    assert reuse == pytest.approx(2 * 8 * 72 * 576 / (4 * (8 * 72 + 72 * 576 + 8 * 576)))
-    assert reuse == pytest.approx(3.5556, rel=1e-4)
+def _conv_info(w: tuple[int, ...], y: tuple[int, ...], **attrs: object) -> NodeInfo:
+    return NodeInfo("c", "Conv", "", attrs,
+                    (TensorInfo("x", TensorProto.FLOAT, (y[0], w[1] * attrs.get("group", 1),
+                                                         *y[2:])),
+                     TensorInfo("w", TensorProto.FLOAT, w)),
+                    (TensorInfo("y", TensorProto.FLOAT, y),))
+
+
+def _reuse(m: int, k: int, n: int) -> float:
+    return 2 * m * k * n / (4 * (m * k + k * n + m * n))
+
+
+def test_nchw_convolutions_are_mlas_gemm_calls() -> None:
+    """MlasConv's calls (`nchw_conv_gemms`), derived by hand from its blocking (StrideN =
+    StrideK = 128, traded while one side is short)."""
+    # 3x3, 64 channels in 8 groups, 24x24: M = 8, K = 72, N = 576 >= K and 64 < 72, so the
+    # strides stay 128 x 128: 8 groups x ceil(576 / 128) = 40 calls of M = 8, K = 72, N = 128.
+    calls, reuse = nchw_conv_gemms(_conv_info((64, 8, 3, 3), (1, 64, 24, 24), group=8,
+                                              pads=[1, 1, 1, 1]))
+    assert calls == 40
+    assert reuse == pytest.approx(_reuse(8, 72, 128)) and reuse == pytest.approx(3.408, rel=1e-3)
+    # Depthwise 3x3 at 48x48, batch 2: K = 9, so StrideK halves 3 times (64, 32, 16 >= 9) and
+    # StrideN becomes 1024: 2 images x 54 groups x ceil(2304 / 1024) = 324 calls.
+    calls, reuse = nchw_conv_gemms(_conv_info((54, 1, 3, 3), (2, 54, 48, 48), group=54,
+                                              pads=[1, 1, 1, 1]))
+    assert (calls, reuse) == (324, pytest.approx(_reuse(1, 9, 1024)))
+    # Short N (3x3 at 4x4, 16 pixels < K = 144): StrideN halves to 16, StrideK grows to 1024.
+    calls, reuse = nchw_conv_gemms(_conv_info((32, 16, 3, 3), (1, 32, 4, 4), group=2,
+                                              pads=[1, 1, 1, 1]))
+    assert (calls, reuse) == (2, pytest.approx(_reuse(16, 144, 16)))
+    # Pointwise grouped: one GEMM per group on the input itself, whatever N.
+    calls, reuse = nchw_conv_gemms(_conv_info((64, 8, 1, 1), (1, 64, 56, 56), group=8))
+    assert (calls, reuse) == (8, pytest.approx(_reuse(8, 8, 3136)))
+    # More filters than pixels (M = 64 > N = 4): the whole expansion, one GEMM per group.
+    calls, reuse = nchw_conv_gemms(_conv_info((128, 8, 3, 3), (1, 128, 2, 2), group=2,
+                                              pads=[1, 1, 1, 1]))
+    assert (calls, reuse) == (2, pytest.approx(_reuse(64, 72, 4)))
+
+
+def test_a_grouped_convolution_reads_one_calls_size_and_reuse(gpu) -> None:
+    """The MAC efficiency reads a call's reuse in place of the kernel's FLOPs per byte, and
+    the curve's size factor F/(F + f_half) one call's FLOPs."""
+    reuse = _reuse(8, 72, 128)
     cost = Cost(macs=10**9, bytes_read=10**6, bytes_written=10**6)
     by_intensity = estimate_group(cost, "grouped_conv", gpu, "fp32", lambda c, f, i: i / 1e4,
                                   reuse=reuse)
     assert by_intensity.compute_s == pytest.approx(2e9 / (60e12 * reuse / 1e4))
-    # Eight GEMM calls: the curve's size factor F/(F + f_half) reads one call's FLOPs.
     sized = estimate_group(cost, "grouped_conv", gpu, "fp32",
                            lambda c, f, i: i / 1e4 * f / (f + 1e8), reuse=reuse, calls=8)
     assert sized.compute_s == pytest.approx(2e9 / (60e12 * reuse / 1e4 * 2.5e8 / 3.5e8))
