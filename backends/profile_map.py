@@ -10,7 +10,10 @@ kernel's inputs and outputs, and the mapping goes through tensor names:
 1. Resolve each tensor of the optimized graph to the original tensor holding the same value:
    the same name; the output of an ``<T>_nchwc`` kernel is T in another layout, or for a Conv
    that fused a residual Add and an activation after T, the output of those; the output of
-   ReorderInput is its input in another layout. Other tensors are ORT's own (unresolved).
+   ReorderInput is its input in another layout; the output of a fused kernel named
+   ``<node>/QuickGeluFusion/`` is that node's (x·sigmoid(x) is named after its Mul, and
+   between NCHWc convolutions writes a tensor of ORT's own). Other tensors are ORT's own
+   (unresolved).
 2. Kernels joined by an unresolved tensor form one unit (gemm_input_reshape -> Gemm ->
    gemm_output_reshape); a unit covers the original producers of the resolved tensors it
    writes, walking back through the original graph until a tensor that exists in the optimized
@@ -41,9 +44,15 @@ import onnx
 
 from ..analyzer.analysis import AnalysisResult
 from ..analyzer.graph import ModelGraph
+from ..analyzer.ir import NodeInfo
 from .base import Profile
 
 _NCHWC_SUFFIX = "_nchwc"
+# ORT fusions that name their kernel `<node><suffix>` after the last node of the pattern they
+# replace and compute that node's output, possibly into a tensor of their own (NCHWc chains).
+# Other fusions (MatMulAddFusion, named after its MatMul) write ORT's own tensors that join
+# them to their neighbours, or write original tensors.
+_NAMED_AFTER_LAST = ("/QuickGeluFusion/",)
 _LAYOUT_OPS = frozenset({"ReorderInput", "ReorderOutput"})
 _SHAPE_OPS = frozenset({"Shape", "Size"})
 
@@ -150,16 +159,28 @@ def resolve_tensors(optimized: onnx.GraphProto, mg: ModelGraph) -> dict[str, str
             if not out:
                 continue
             named = node.name.removesuffix(_NCHWC_SUFFIX)
+            last = _fused_last(mg, node.name)
             if out in original:
                 alias[out] = out
             elif node.name.endswith(_NCHWC_SUFFIX) and i == 0 and named in original:
                 alias[out] = _nchwc_result(mg, named, node, alias)
+            elif last is not None and i < len(last.outputs):
+                alias[out] = last.outputs[i].name
             elif node.op_type in _LAYOUT_OPS and node.input:
                 source = node.input[0]
                 alias[out] = alias.get(source) or (source if source in original else None)
             else:
                 alias[out] = None
     return alias
+
+
+def _fused_last(mg: ModelGraph, kernel: str) -> NodeInfo | None:
+    """The node a kernel named `<node>/QuickGeluFusion/` (`_NAMED_AFTER_LAST`) is named
+    after, if it is one of ours."""
+    for suffix in _NAMED_AFTER_LAST:
+        if kernel.endswith(suffix) and (key := kernel.removesuffix(suffix)) in mg.infos:
+            return mg.info(key)
+    return None
 
 
 def _original_tensors(mg: ModelGraph) -> set[str]:

@@ -250,6 +250,41 @@ def test_mobilenet_v2_kernels_map_to_our_nodes(mobilenet_v2_path: Path) -> None:
     assert kernels - mapped == 1  # ReorderOutput
 
 
+def _silu_chain() -> onnx.ModelProto:
+    """EfficientNet's spelling, twice: Conv, then x·sigmoid(x) (ORT: NCHWc Conv, QuickGelu)."""
+    rng = np.random.default_rng(0)
+    nodes, weights, x = [], [], "x"
+    for i, (cin, cout, k) in enumerate(((16, 32, 3), (32, 32, 1))):
+        nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], name=f"conv{i}",
+                                   kernel_shape=[k, k], pads=[k // 2] * 4),
+                  helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"], name=f"sigmoid{i}"),
+                  helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"y{i}"], name=f"mul{i}")]
+        weights.append(numpy_helper.from_array(
+            rng.standard_normal((cout, cin, k, k)).astype(np.float32) * 0.1, f"w{i}"))
+        x = f"y{i}"
+    graph = helper.make_graph(
+        nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 24])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 32, 24, 24])], weights)
+    return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_each_kernel_covers_only_the_nodes_it_runs(tmp_path: Path) -> None:
+    """ORT's QuickGelu between NCHWc Convs writes a tensor of its own; named after our Mul,
+    it covers the Sigmoid and the Mul, and the next Conv kernel only its Conv (joined to the
+    QuickGelu through that tensor, both once claimed all three nodes and split their time
+    by FLOPs, so the Conv took most of the QuickGelu's)."""
+    path = tmp_path / "silu.onnx"
+    onnx.save(_silu_chain(), path)
+    analysis = analyze(path)
+    _, _, profile = _profiled(path, runs=1)
+    by_name = kernel_covers(analysis.graph, profile.optimized)
+    covers: dict[str, list[tuple[str, ...]]] = {}
+    for kernel in profile.kernels:
+        covers.setdefault(kernel.op_type, []).append(by_name.get(kernel.name, ()))
+    assert covers["QuickGelu"] == [("sigmoid0", "mul0"), ("sigmoid1", "mul1")]
+    assert covers["Conv"] == [("conv0",), ("conv1",)]
+
+
 def test_transformer_block_kernels_map_to_our_nodes(transformer_block_path: Path) -> None:
     """ORT's own Reshape/Gemm/Reshape, Split, SkipLayerNormalization: all mapped."""
     mapped, kernels = _check_mapping(transformer_block_path)
