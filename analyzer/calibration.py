@@ -30,9 +30,20 @@ What it holds:
   a pool, normalization or reduction, and which is fitted on every op class without MACs; and
   `pool`, `normalization`, `reduce`, each fitted on its own benchmarks when it has enough (a
   class without a curve reads `elementwise`'s, `grouped_conv` without one reads `conv`'s).
+  The curves of classes without MACs read F as vector work in plain-FLOP equivalents
+  (`Cost.vector_flops` at `transcendental_flops`), and `elementwise`'s has no reuse factor
+  (i_half 0): an elementwise op reuses nothing, its traffic is the memory term's alone. (Given
+  one, it turned into a second, slower bandwidth: at low I, F / (e·peak) with I / (I + i_half)
+  is bytes · i_half / (e_max·peak), which fitted to Erf's rate made a Relu 6x too slow.)
 - `bandwidth_gbps`: per memory level of the host profile, the streaming rate measured on ops
   whose traffic fits that level (and not the one before), in GB/s.
 - `kernel_overhead_us`: the time the runtime spends per kernel besides the kernel's work.
+- `transcendental_flops`: what one transcendental evaluation (exp, tanh, erf, a sigmoid)
+  costs in plain vector FLOPs on this host (AVX2 here: about 5), fitted with the vector curve
+  and the bandwidths (a Relu streams at the bandwidth, a Sigmoid of the same bytes and FLOP
+  count does not). The calibrated profile carries it as `extra["transcendental_flops"]`; the
+  estimator then costs a group's FLOPs without MACs as `Cost.vector_flops` of it. A file
+  without it reads 1 (each transcendental one FLOP).
 - `denormal_factor`: how much slower a MatMul runs when its left operand is all float32
   denormals (1e-40) than on normal numbers (time_denormal / time_normal, one micro-benchmark;
   x86 cores take a microcode assist per denormal operand). The calibrated profile carries it as
@@ -60,6 +71,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .cost.base import Cost
 from .errors import OnnxLensError
 from .hardware import (
     OP_CLASSES,
@@ -80,6 +92,8 @@ OWN_VECTOR_CLASSES = ("pool", "normalization", "reduce")
 DEFAULT_BACKEND = ORT_CPU
 # `extra[DENORMAL_KEY]` of a calibrated profile: the measured denormal slowdown of a MatMul.
 DENORMAL_KEY = "denormal_factor"
+# `extra[TRANSCENDENTAL_KEY]`: plain vector FLOPs one transcendental evaluation costs.
+TRANSCENDENTAL_KEY = "transcendental_flops"
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4
 
@@ -126,6 +140,11 @@ class Point:
     seconds: float  # its kernels' time: session overhead and layout reorders taken out
     reuse: float = 0.0  # the intensity its curve reads where not FLOPs per byte (estimator's)
     calls: int = 1  # GEMM calls its kernel makes: its curve reads FLOPs / calls (estimator's)
+    transcendental: int = 0  # of its other_flops, transcendental evaluations
+
+    def cost(self) -> Cost:
+        """Its cost as the estimator sees a group's (all its bytes counted as read)."""
+        return Cost(self.macs, self.other_flops, self.transcendental, self.bytes)
 
 
 @dataclass(frozen=True)
@@ -146,6 +165,7 @@ class Calibration:
     notes: list[str] = field(default_factory=list)
     backend: str = DEFAULT_BACKEND  # the runtime whose kernels were timed
     denormal_factor: float = 1.0  # MatMul time on denormal / normal operands; 1: not measured
+    transcendental_flops: float = 1.0  # plain vector FLOPs per transcendental; 1: not fitted
 
     def efficiency(self, cls: str, flops: float, intensity: float) -> float:
         """The estimator's `Efficiency`: fraction of `peak_fp32_tflops` for a group of class
@@ -261,8 +281,9 @@ def find_calibration(threads: int | None = None,
 def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwareProfile:
     """`profile` (this host, detected) with the calibration's measured numbers: fp32 peak,
     bandwidth of each measured level, kernel overhead, as the constant efficiency of each
-    class its curve's e_max (estimates use the whole curve, `Calibration.efficiency`), and the
-    runtime measured (`extra["runtime"]`: the estimator models that runtime's kernels)."""
+    class its curve's e_max (estimates use the whole curve, `Calibration.efficiency`), the
+    runtime measured (`extra["runtime"]`: the estimator models that runtime's kernels), the
+    denormal factor and the cost of a transcendental (`extra`, see the module docstring)."""
     where = f"onnxlens calibrate, {cal.created}, {cal.threads} thread(s)"
     levels = [MemoryLevel(lv.name, cal.bandwidth_gbps[lv.name], lv.size_bytes,
                           lv.energy_pj_per_byte, f"measured: {where}")
@@ -273,7 +294,8 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
         efficiency={c: min(1.0, cal.curve(c).e_max) for c in OP_CLASSES},
         source=f"measured: {where}")
     return replace(measured, extra={**measured.extra, RUNTIME_KEY: cal.backend,
-                                    DENORMAL_KEY: cal.denormal_factor})
+                                    DENORMAL_KEY: cal.denormal_factor,
+                                    TRANSCENDENTAL_KEY: cal.transcendental_flops})
 
 
 def calibrated_host_profile(threads: int | None = None) -> HardwareProfile:

@@ -2,7 +2,8 @@
 
 Per group g on profile h at precision p (derivation, README "Estimates"):
 
-    compute_s  = 2·MACs / (peak_p · eff(class, g))  +  other_flops / (peak_fp32 · eff(vector))
+    compute_s  = 2·MACs / (peak_p · eff(class, g))  +  V / (peak_fp32 · eff(vector))
+    V          = other_flops + (τ - 1) · transcendental                 # Cost.vector_flops
     bytes      = (bytes_read + bytes_written) · bytes(p) / 4       # the model's tensors are fp32
     level      = the fastest memory level whose size holds the group's working set
                  (its boundary tensors: inputs incl. weights, and outputs)
@@ -13,9 +14,12 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
     energy_j   = FLOPs · pJ/FLOP(p) + bytes · pJ/byte(level) + static_w · latency_s
 
 where `vector` is the group's own class for a pool, normalization or reduction and
-`elementwise` otherwise (a bias, an activation). Approximations, signed: non-MAC FLOPs run
-on the vector units at the fp32 peak (an elementwise op does not use tensor cores or a
-systolic array); the working-set rule ignores what the previous group left in cache; the
+`elementwise` otherwise (a bias, an activation), and τ what one transcendental evaluation
+(exp, tanh, erf) costs in plain vector FLOPs (`extra["transcendental_flops"]`, measured by a
+calibration; 1 otherwise). Approximations, signed: non-MAC FLOPs run on the vector units at
+the fp32 peak (an elementwise op does not use tensor cores or a systolic array); one τ for
+every transcendental function (measured here, erf costs about twice a sigmoid); the
+working-set rule ignores what the previous group left in cache; the
 model's latency is the sum over kernels in execution order (no overlap between kernels).
 
 Kernels of a runtime. A profile calibrated through a runtime (`extra["runtime"]`, set by
@@ -46,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibration import DENORMAL_KEY
+from .calibration import DENORMAL_KEY, TRANSCENDENTAL_KEY
 from .cost.base import Cost
 from .fusion import Group
 from .graph import ModelGraph
@@ -157,10 +161,10 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
     if mac_flops:
         mac_eff = efficiency(cls, flops / calls, reuse or intensity)
         compute_s += mac_flops / (hw.peak_flops(precision) * mac_eff)
-    if cost.other_flops:
+    if vector_flops := cost.vector_flops(float(hw.extra.get(TRANSCENDENTAL_KEY, 1.0))):
         vector_cls = cls if cls in VECTOR_CLASSES else "elementwise"
-        vector_eff = efficiency(vector_cls, cost.other_flops, intensity)
-        compute_s += cost.other_flops / (hw.peak_flops("fp32") * vector_eff)
+        vector_eff = efficiency(vector_cls, vector_flops, intensity)
+        compute_s += vector_flops / (hw.peak_flops("fp32") * vector_eff)
     level = memory_level(hw, nbytes)
     memory_s = nbytes / (level.bandwidth_gbps * 1e9)
     overhead_s = launches * hw.kernel_launch_us * 1e-6

@@ -31,14 +31,21 @@ Fitting, in the estimator's terms (a group takes max(compute, memory) + overhead
 2. the fp32 peak: the host profile's, raised to the best GEMM rate measured if that beats it
    (efficiencies measured above the peak count as 1); the rate of the 1024^3 GEMM is kept as
    the "measured GEMM peak" a naive estimate would use;
-3. memory bandwidth per level and the `elementwise` curve, alternately (four rounds) on every
-   benchmark without MACs: a level's bandwidth is the median rate of its benchmarks that the
-   current curve calls memory bound; the curve is fitted on those the bandwidths call compute
-   bound; a level slower than the one after it is raised to it;
+3. memory bandwidth per level, the `elementwise` curve and the cost of a transcendental τ
+   (`fit_vector`), on every benchmark without MACs: for each τ on a grid, alternately (four
+   rounds) a level's bandwidth is the median rate of its benchmarks that the current curve
+   calls memory bound and the curve (no reuse factor) is fitted on those the bandwidths call
+   compute bound, its work in plain-FLOP equivalents (`Cost.vector_flops`); a level slower
+   than the one after it is raised to it; the τ whose fit predicts the benchmarks' times best
+   wins (plain ops such as Relu pin the bandwidths, transcendental ones the curve);
 4. a curve of its own for pools, normalizations and reductions, on all their benchmarks
    (`fit_vector_classes`);
 5. a curve per class with MACs, on its benchmarks that are not memory bound, after taking
    out the time the `elementwise` curve gives their other FLOPs (bias, fused activation).
+
+`fit_check` then asks the estimator for each benchmark's time on the calibrated profile: how
+well the fitted model explains what it was fitted on, per class (`onnxlens calibrate` prints
+it).
    Classes are the estimator's on the runtime measured: through ORT, a convolution ORT runs
    off its NCHWc path (grouped, or output channels not a multiple of 4) is `grouped_conv`.
 
@@ -80,10 +87,11 @@ from ..analyzer.calibration import (
     Calibration,
     Curve,
     Point,
+    apply_calibration,
     host_name,
 )
 from ..analyzer.errors import UsageError
-from ..analyzer.estimate import memory_level, op_class, ort_kernels
+from ..analyzer.estimate import estimate_group, memory_level, op_class, ort_kernels
 from ..analyzer.hardware import ORT_CPU, HardwareProfile
 from ..analyzer.host import detect_cpu, host_profile
 from .base import BackendError, input_specs, random_inputs
@@ -104,6 +112,8 @@ LEVEL_POINTS = 3  # benchmarks a memory level needs for an i_half factor of its 
 LEVEL_GRID = np.logspace(-1, 2, 31)  # the i_half factors a level may take (1 included)
 F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
 I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
+# Plain vector FLOPs one transcendental evaluation may cost (1: as cheap as an add).
+TRANSCENDENTAL_GRID = np.logspace(0, 2, 31)
 
 # ---- micro-benchmark graphs ---------------------------------------------------------------------
 
@@ -625,12 +635,13 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
     if cost is None or seconds <= 0:
         return None
     costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    nbytes = cost.bytes_read + cost.bytes_written
     if not block:
         return Point(name, op_class(result.graph, group, costs), cost.macs, cost.other_flops,
-                     cost.bytes_read + cost.bytes_written, seconds)
+                     nbytes, seconds, transcendental=cost.transcendental)
     main = max(ort_kernels(result.graph, group, costs, block), key=lambda k: k.cost.flops())
-    return Point(name, main.cls, cost.macs, cost.other_flops,
-                 cost.bytes_read + cost.bytes_written, seconds, main.reuse, main.calls)
+    return Point(name, main.cls, cost.macs, cost.other_flops, nbytes, seconds, main.reuse,
+                 main.calls, cost.transcendental)
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
@@ -685,13 +696,10 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
     # The measured GEMM peak of the naive estimate: the largest square GEMM, as one would
     # measure a peak (the best rate of any GEMM when that one was skipped).
     square = gemm_rates.get(SQUARE_GEMM.name, max(gemm_rates.values(), default=peak))
-    bandwidth, vector = fit_vector([p for p in points if not p.macs], hw, peak)
-    # A faster level is never slower: its tiny benchmarks are mostly fixed cost.
-    slowest = 0.0
-    for level in reversed([lv.name for lv in hw.memory if lv.name in bandwidth]):
-        slowest = bandwidth[level] = max(bandwidth[level], slowest)
+    vector_points = [p for p in points if not p.macs]
+    bandwidth, vector, tau = fit_vector(vector_points, hw, peak)
     curves = {VECTOR_CLASS: vector,
-              **fit_vector_classes([p for p in points if not p.macs], hw, peak, bandwidth)}
+              **fit_vector_classes(vector_points, hw, peak, bandwidth, tau)}
     for cls in MAC_CLASSES:
         eff_points = []
         for p in (p for p in mac_points if p.op_class == cls):
@@ -699,8 +707,8 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
             intensity = flops / p.bytes
             level = memory_level(hw, p.bytes).name
             memory_s = p.bytes / (bandwidth.get(level, _assumed_gbps(hw, level)) * 1e9)
-            vector_s = p.other_flops / (peak * vector(p.other_flops, intensity, level)) \
-                if p.other_flops else 0.0
+            work = p.cost().vector_flops(tau)
+            vector_s = work / (peak * vector(work, intensity, level)) if work else 0.0
             compute_s = p.seconds - vector_s
             # The curve reads one call's FLOPs, the reuse, and the level of their ratio, as
             # the estimator asks it (`estimate_group`, `Calibration.efficiency`).
@@ -717,7 +725,8 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
         kernel_overhead_us=kernel_s * 1e6, bandwidth_gbps=bandwidth, curves=curves,
         levels=[(lv.name, lv.size_bytes) for lv in hw.memory],
         points=tuple(points), ort_version=ort.__version__,
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        transcendental_flops=tau)
 
 
 def _assumed_gbps(hw: HardwareProfile, level: str) -> float:
@@ -725,65 +734,126 @@ def _assumed_gbps(hw: HardwareProfile, level: str) -> float:
 
 
 def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
-               ) -> tuple[dict[str, float], Curve]:
-    """Bandwidth per memory level and the `elementwise` curve, fitted in turn on benchmarks
-    without MACs: bandwidth on those the curve calls memory bound, the curve on those the
-    bandwidths call compute bound. The curve has no level factors (levels are the memory
-    term's business here). Its benchmarks all do under one FLOP per byte, while the estimator
-    also applies it to the bias and activation FLOPs of convolutions and GEMMs, far above: the
-    curve is held flat past its largest fitted intensity, and the MAC classes' fits take out
-    the same vector time, so they absorb the difference."""
+               ) -> tuple[dict[str, float], Curve, float]:
+    """Bandwidth per memory level, the `elementwise` curve and τ, the plain vector FLOPs one
+    transcendental evaluation costs, from benchmarks without MACs: for each τ on
+    TRANSCENDENTAL_GRID, `_fit_vector_at` fits bandwidths and curve; the τ whose fit predicts
+    the times of the benchmarks they are for (all but the classes with curves of their own)
+    best, by mean |ln(max(compute, memory) / measured)|, wins. A Relu and a Sigmoid of the
+    same size do one FLOP per element each by our count, the Sigmoid's a transcendental: the
+    Relu streams at the bandwidth, the Sigmoid is slower by what τ says."""
     levels = [memory_level(hw, p.bytes).name for p in points]
+    mine = [(p, lv) for p, lv in zip(points, levels, strict=True)
+            if p.op_class not in OWN_VECTOR_CLASSES]
+    best: tuple[float, dict[str, float], Curve, float] | None = None
+    for tau in map(float, TRANSCENDENTAL_GRID):
+        bandwidth, curve = _fit_vector_at(points, levels, hw, peak, tau)
+        error = statistics.fmean(
+            abs(math.log(_vector_time(p, bandwidth[lv], curve, peak, tau) / p.seconds))
+            for p, lv in mine)
+        if best is None or error < best[0]:
+            best = (error, bandwidth, curve, tau)
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def _vector_time(p: Point, gbps: float, curve: Curve, peak: float, tau: float) -> float:
+    """The estimator's time of a benchmark without MACs: max(compute, memory)."""
+    work = p.cost().vector_flops(tau)
+    compute_s = work / (peak * curve(work, work / p.bytes)) if work else 0.0
+    return max(compute_s, p.bytes / (gbps * 1e9))
+
+
+def _fit_vector_at(points: Sequence[Point], levels: Sequence[str], hw: HardwareProfile,
+                   peak: float, tau: float) -> tuple[dict[str, float], Curve]:
+    """Bandwidths and the `elementwise` curve at τ, fitted in turn: bandwidth on the
+    benchmarks the curve calls memory bound, the curve on those the bandwidths call compute
+    bound. The curve has no reuse factor and no level factors (an elementwise op's traffic is
+    the memory term's business). Its benchmarks all do a few FLOPs per byte, while the
+    estimator also applies it to the bias and activation FLOPs of convolutions and GEMMs, far
+    above: no reuse factor means none to extrapolate, and the MAC classes' fits take out the
+    same vector time, so they absorb what differs."""
     rates = [p.bytes / p.seconds / 1e9 for p in points]
     bandwidth = {lv: max(r for r, lv2 in zip(rates, levels, strict=True) if lv2 == lv)
                  for lv in set(levels)}
     curve = Curve(1.0)
 
     def compute_s(p: Point) -> float:
-        return p.other_flops / (peak * curve(p.other_flops, p.other_flops / p.bytes))
+        work = p.cost().vector_flops(tau)
+        return work / (peak * curve(work, work / p.bytes))
 
     for _ in range(FIT_ROUNDS):
-        eff_points = _compute_bound(points, levels, bandwidth, peak)
+        eff_points = _compute_bound(points, levels, bandwidth, peak, tau)
         if eff_points:
-            curve = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)))
+            curve = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)), reuse=False)
         for lv in bandwidth:
             bound = [r for p, r, lv2 in zip(points, rates, levels, strict=True) if lv2 == lv
                      and (not p.other_flops or compute_s(p) < COMPUTE_BOUND_SHARE * p.seconds)]
             if bound:
                 bandwidth[lv] = statistics.median(bound)
+    # A faster level is never slower: its tiny benchmarks are mostly fixed cost.
+    slowest = 0.0
+    for level in reversed([lv.name for lv in hw.memory if lv.name in bandwidth]):
+        slowest = bandwidth[level] = max(bandwidth[level], slowest)
     return bandwidth, curve
 
 
 def _compute_bound(points: Sequence[Point], levels: Sequence[str], bandwidth: dict[str, float],
-                   peak: float) -> list[tuple[float, float, float]]:
-    """(FLOPs, intensity, efficiency) of the benchmarks without MACs that `bandwidth` does not
-    call memory bound."""
-    return [(p.other_flops, p.other_flops / p.bytes, p.other_flops / (peak * p.seconds))
-            for p, lv in zip(points, levels, strict=True) if p.other_flops
-            and p.bytes / (bandwidth[lv] * 1e9) < COMPUTE_BOUND_SHARE * p.seconds]
+                   peak: float, tau: float) -> list[tuple[float, float, float]]:
+    """(work, work per byte, efficiency) of the benchmarks without MACs that `bandwidth` does
+    not call memory bound, their work in plain-FLOP equivalents at τ."""
+    out = []
+    for p, lv in zip(points, levels, strict=True):
+        work = p.cost().vector_flops(tau)
+        if work and p.bytes / (bandwidth[lv] * 1e9) < COMPUTE_BOUND_SHARE * p.seconds:
+            out.append((work, work / p.bytes, work / (peak * p.seconds)))
+    return out
 
 
 def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float,
-                       bandwidth: dict[str, float]) -> dict[str, Curve]:
+                       bandwidth: dict[str, float], tau: float = 1.0) -> dict[str, Curve]:
     """A curve of its own for each class in OWN_VECTOR_CLASSES (pools, normalizations,
     reductions) with at least LEVEL_POINTS benchmarks: their loops (a window, a row statistic,
     exp) run at rates of their own, not an elementwise op's. Fitted on every benchmark of the
-    class, memory bound or not: the curve then gives its measured time, and the memory term
-    takes over only where the bandwidths say a level is slower still (a pool streams its
-    input faster than an elementwise op of the same bytes, which writes as much as it reads:
-    its benchmarks sit above the fitted bandwidths, not on them)."""
+    class, memory bound or not, its work in plain-FLOP equivalents at τ: the curve then gives
+    its measured time, and the memory term takes over only where the bandwidths say a level
+    is slower still (a pool streams its input faster than an elementwise op of the same
+    bytes, which writes as much as it reads: its benchmarks sit above the fitted bandwidths,
+    not on them)."""
     curves = {}
     for cls in OWN_VECTOR_CLASSES:
         mine = [p for p in points if p.op_class == cls]
         eff_points = _compute_bound(mine, [memory_level(hw, p.bytes).name for p in mine],
-                                    {lv: math.inf for lv in bandwidth}, peak)
+                                    {lv: math.inf for lv in bandwidth}, peak, tau)
         if len(eff_points) >= LEVEL_POINTS:
             curves[cls] = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)))
     return curves
 
 
+def fit_check(cal: Calibration) -> dict[str, float]:
+    """Per op class, the median |estimate / measured - 1| of the calibration's own benchmarks:
+    each costed by the estimator (`estimate_group`, one kernel on the calibrated profile, no
+    overhead: a point's time has it taken out) against the time measured. How well the fitted
+    model explains what it was fitted on; a curve's own `log_error` covers only the points
+    that curve was fitted on."""
+    hw = apply_calibration(host_profile(cal.threads), cal)
+    errors: dict[str, list[float]] = {}
+    for p in cal.points:
+        e = estimate_group(p.cost(), p.op_class, hw, "fp32", cal.efficiency, 0, p.reuse,
+                           p.calls)
+        errors.setdefault(p.op_class, []).append(abs(e.latency_s / p.seconds - 1))
+    return {cls: statistics.median(errs) for cls, errs in errors.items()}
+
+
+def describe_fit_check(cal: Calibration) -> str:
+    """`fit_check` in one line, worst class first."""
+    check = sorted(fit_check(cal).items(), key=lambda kv: -kv[1])
+    return ("fit check, median |estimate / measured - 1| on its own benchmarks: "
+            + ", ".join(f"{cls} {err:.0%}" for cls, err in check))
+
+
 def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
-              levels: Sequence[str] = ()) -> Curve:
+              levels: Sequence[str] = (), reuse: bool = True) -> Curve:
     """Least absolute deviations on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half · level
     factor), with e_max <= 1. The shape is fitted on the most common level's points (the
     reference, factor 1; all points when no levels are given): a grid over (f_half, i_half)
@@ -791,14 +861,15 @@ def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
     points or more then takes the factor from LEVEL_GRID that fits its points best, and e_max
     is refitted on all. Intensities past the largest fitted one are read as it (no
     extrapolation). Absolute, not squared, deviations: one odd benchmark (a channel count ORT
-    runs on a slow path) must not drag a whole class. Fewer than 3 points fit e_max alone."""
+    runs on a slow path) must not drag a whole class. Fewer than 3 points fit e_max alone;
+    `reuse` False fits no reuse factor (i_half 0)."""
     y = np.log(eff)
     names = np.asarray(levels if len(levels) else [""] * len(y))
     counts = {lv: int((names == lv).sum()) for lv in dict.fromkeys(names.tolist())}
     reference, *others = sorted(counts, key=lambda lv: -counts[lv])
     ref = names == reference
     f_grid = np.asarray(F_HALF_GRID if ref.sum() >= 3 else (0.0,))
-    i_grid = np.asarray(I_HALF_GRID if ref.sum() >= 3 else (0.0,))
+    i_grid = np.asarray(I_HALF_GRID if reuse and ref.sum() >= 3 else (0.0,))
     g = (np.log(flops[ref] / (flops[ref] + f_grid[:, None]))[:, None, :]
          + np.log(intensity[ref] / (intensity[ref] + i_grid[:, None]))[None, :, :])
     r = y[ref] - g  # ln e_max each reference point asks for

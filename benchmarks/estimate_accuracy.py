@@ -59,7 +59,12 @@ from onnxlens.analyzer.calibration import Calibration, apply_calibration, find_c
 from onnxlens.analyzer.estimate import estimate_model, op_class
 from onnxlens.analyzer.hardware import ORT_CPU
 from onnxlens.analyzer.host import host_profile
-from onnxlens.backends.calibrate import benchmarks, prepare_ort, run_calibration
+from onnxlens.backends.calibrate import (
+    benchmarks,
+    describe_fit_check,
+    prepare_ort,
+    run_calibration,
+)
 from onnxlens.backends.ort_timing import time_model
 from onnxlens.exporters.torch_export import cached_export
 
@@ -257,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     for cls, c in cal.curves.items():
         print(f"  {cls:12s} e_max {c.e_max:.3f}  f_half {c.f_half:9.3g}  i_half {c.i_half:6.3g}"
               f"  ({c.points} benchmarks, mean |log error| {c.log_error:.2f})")
+    print(f"a transcendental costs {cal.transcendental_flops:.2f} plain FLOPs; denormal MatMul "
+          f"factor {cal.denormal_factor:.1f}\n{describe_fit_check(cal)}")
     clock = "CPU time" if args.threads == 1 else "wall"
     estimates = {m: estimate(m, cal) for m in args.models}
     probe = Probe(cal)

@@ -339,7 +339,7 @@ def calibrate_command(
 ) -> None:
     """Measure this host through ONNX Runtime (or the native executor) and save the
     efficiency curves `--hardware host` then uses."""
-    from .backends.calibrate import run_calibration
+    from .backends.calibrate import describe_fit_check, run_calibration
 
     def calibrate() -> Path:
         return run_calibration(threads, budget_s=budget, progress=True, backend=backend).save()
@@ -348,11 +348,13 @@ def calibrate_command(
     from .analyzer.calibration import Calibration, apply_calibration
     from .analyzer.host import host_profile
 
-    hw = apply_calibration(host_profile(threads), Calibration.load(path))
+    cal = Calibration.load(path)
+    hw = apply_calibration(host_profile(threads), cal)
     Console(highlight=False).print(
         f"wrote {path}\nhost at {threads} thread(s): fp32 peak "
         f"{hw.peak_tflops['fp32'] * 1e3:.1f} GFLOP/s, main memory "
-        f"{hw.main_memory.bandwidth_gbps:.1f} GB/s, kernel overhead {hw.kernel_launch_us:.1f} µs")
+        f"{hw.main_memory.bandwidth_gbps:.1f} GB/s, kernel overhead {hw.kernel_launch_us:.1f} µs, "
+        f"a transcendental {cal.transcendental_flops:.1f} FLOPs\n{describe_fit_check(cal)}")
 
 
 @app.command("hardware")

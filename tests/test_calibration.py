@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 from onnxlens.analyzer.calibration import (
     DENORMAL_KEY,
+    TRANSCENDENTAL_KEY,
     Calibration,
     CalibrationError,
     Curve,
@@ -106,9 +107,10 @@ def test_run_calibration_fits_a_fake_machine() -> None:
         work = max(cost.flops() / (0.4 * peak), (cost.bytes_read + cost.bytes_written) / 20e9)
         return lambda min_time_s: 5e-6 + 1e-6 + work
 
-    cal = calibrate.run_calibration(1, budget_s=1.0, progress=False, prepare=prepare)
+    # 0.3 s: the coarse tier always runs; analyzing the rest alone takes longer than that.
+    cal = calibrate.run_calibration(1, budget_s=0.3, progress=False, prepare=prepare)
     assert cal.kernel_overhead_us == pytest.approx(1.0, rel=1e-6)
-    assert cal.points and cal.notes
+    assert cal.points and "skipped to stay within 0.3 s" in cal.notes[0]
     assert all(bw == pytest.approx(20.0, rel=0.05) for bw in cal.bandwidth_gbps.values())
     for point in cal.points:
         if point.macs:
@@ -239,14 +241,48 @@ def test_own_curves_for_pools_normalizations_and_reductions() -> None:
     assert curves["normalization"](1e6, 244.0) == pytest.approx(0.05, rel=1e-6)
 
 
-def test_an_old_file_without_a_denormal_factor_reads_one(cache: Path) -> None:
-    data = _calibration(denormal_factor=120.0).to_dict()
-    assert apply_calibration(host_profile(1), Calibration.from_dict(data)).extra[
-        DENORMAL_KEY] == 120.0
-    del data["denormal_factor"]
+def test_the_vector_fit_tells_bandwidth_from_transcendental_work() -> None:
+    """A machine where plain elementwise ops stream at 20 GB/s and a transcendental costs τ
+    plain FLOPs at 5% of peak: a Relu and a Sigmoid of n elements both do n FLOPs by our
+    count, 8n bytes, but the Sigmoid's are transcendental; a HardSwish does 5 plain FLOPs.
+    Times max(work / (0.05·peak), bytes / 20 GB/s): every Relu is memory bound, every
+    Sigmoid and HardSwish compute bound (the HardSwish pins the plain rate: without a plain
+    op that is compute bound, any larger τ at a proportionally higher rate fits as well).
+    The fit finds τ, the bandwidth at every level and the curve, and predicts a Relu at its
+    bandwidth (given a reuse factor, the curve fitted to the Sigmoids became a second,
+    slower bandwidth and made a Relu several times too slow)."""
+    hw = host_profile(1)
+    peak, gbps, tau = 1e11, 20.0, float(calibrate.TRANSCENDENTAL_GRID[9])  # tau ~ 3.98
+    points = []
+    for n in (2 ** 12, 2 ** 14, 2 ** 16, 2 ** 19, 2 ** 21, 2 ** 24):
+        for op, flops, transcendental in (("Relu", n, 0), ("Sigmoid", n, n),
+                                          ("HardSwish", 5 * n, 0)):
+            work = flops + (tau - 1) * transcendental
+            points.append(Point(f"{op} {n}", "elementwise", 0, flops, 8 * n,
+                                max(work / (0.05 * peak), 8 * n / (gbps * 1e9)),
+                                transcendental=transcendental))
+    bandwidth, curve, fitted_tau = calibrate.fit_vector(points, hw, peak)
+    assert fitted_tau == pytest.approx(tau)
+    assert set(bandwidth) == {lv.name for lv in hw.memory}
+    assert all(bw == pytest.approx(gbps, rel=1e-6) for bw in bandwidth.values())
+    assert curve.i_half == 0 and curve(1e6, 0.1) == pytest.approx(0.05, rel=0.02)
+    cal = dataclasses.replace(_calibration(), peak_fp32_tflops=peak / 1e12,
+                              bandwidth_gbps=bandwidth, curves={"elementwise": curve},
+                              transcendental_flops=fitted_tau, points=tuple(points))
+    assert max(calibrate.fit_check(cal).values()) < 0.02  # every point within 2%
+
+
+def test_an_old_file_without_a_denormal_factor_or_tau_reads_one(cache: Path) -> None:
+    data = _calibration(denormal_factor=120.0, transcendental_flops=3.0).to_dict()
+    extra = apply_calibration(host_profile(1), Calibration.from_dict(data)).extra
+    assert (extra[DENORMAL_KEY], extra[TRANSCENDENTAL_KEY]) == (120.0, 3.0)
+    del data["denormal_factor"], data["transcendental_flops"]
+    for point in data["points"]:
+        del point["transcendental"]
     old = Calibration.from_dict(data)
-    assert old.denormal_factor == 1.0
-    assert apply_calibration(host_profile(1), old).extra[DENORMAL_KEY] == 1.0
+    assert old.denormal_factor == old.transcendental_flops == 1.0
+    extra = apply_calibration(host_profile(1), old).extra
+    assert (extra[DENORMAL_KEY], extra[TRANSCENDENTAL_KEY]) == (1.0, 1.0)
 
 
 def test_the_denormal_factor_is_measured() -> None:

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxlens
-from onnxlens.analyzer.calibration import DENORMAL_KEY
+from onnxlens.analyzer.calibration import DENORMAL_KEY, TRANSCENDENTAL_KEY
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import (
     constant_efficiency,
@@ -67,6 +67,18 @@ def test_gemm_by_hand(gpu) -> None:
     assert e.intensity == pytest.approx(2e9 / 8e6)
     energy = (2e9 * 0.5 + 8e6 * 2.0) * 1e-12 + 100 * (compute + 3e-6)
     assert e.energy_j == pytest.approx(energy)
+
+
+def test_a_transcendental_costs_the_calibrated_plain_flops(gpu) -> None:
+    """10^9 other FLOPs of which 4·10^8 transcendental, τ = 5: the vector units do
+    10^9 + 4·4·10^8 = 2.6·10^9 plain-FLOP equivalents at 50% of the 60 TFLOP/s fp32 peak; a
+    profile without τ counts each transcendental once."""
+    cost = Cost(other_flops=10**9, transcendental=4 * 10**8, bytes_read=4000, bytes_written=4000)
+    plain = estimate_group(cost, "elementwise", gpu, "fp32", constant_efficiency(gpu))
+    assert plain.compute_s == pytest.approx(1e9 / (60e12 * 0.5))
+    tau_hw = dataclasses.replace(gpu, extra={TRANSCENDENTAL_KEY: 5.0})
+    e = estimate_group(cost, "elementwise", tau_hw, "fp32", constant_efficiency(gpu))
+    assert e.compute_s == pytest.approx(2.6e9 / (60e12 * 0.5))
 
 
 def test_big_elementwise_is_memory_bound_in_main_memory(gpu) -> None:

@@ -47,6 +47,12 @@ class Cost:
     def flops(self, flops_per_mac: int = 2) -> int:
         return flops_per_mac * self.macs + self.other_flops
 
+    def vector_flops(self, transcendental_flops: float = 1.0) -> float:
+        """The work without MACs in plain-FLOP equivalents, when one transcendental evaluation
+        costs `transcendental_flops` plain FLOPs on the vector units: other_flops counts it as
+        one, so it adds (transcendental_flops - 1) per evaluation. 1 gives other_flops."""
+        return self.other_flops + (transcendental_flops - 1) * self.transcendental
+
     def __add__(self, other: Cost) -> Cost:
         # Spelled out: this runs once per node and group, and fields() is slow.
         return Cost(self.macs + other.macs, self.other_flops + other.other_flops,
