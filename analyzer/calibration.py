@@ -25,9 +25,10 @@ What it holds:
   3x3 convolution with a hundred FLOPs per byte runs at the same rate from either (measured:
   a factor on the efficiency itself slowed the second as much as the first). 1 for a level
   not fitted.
-  Classes: those with multiply-accumulates (conv, depthwise, grouped_conv, gemm, attention);
-  `elementwise`, which the estimator applies to the FLOPs that are not MACs in any group but
-  a pool, normalization or reduction, and which is fitted on every op class without MACs; and
+  Classes: those with multiply-accumulates (conv, depthwise, grouped_conv, gemm, attention),
+  whose curves rate all the work of their kernels (MACs and the epilogue: bias, activation);
+  `elementwise`, which the estimator applies to kernels without MACs other than a pool,
+  normalization or reduction, and which is fitted on every op class without MACs; and
   `pool`, `normalization`, `reduce`, each fitted on its own benchmarks when it has enough (a
   class without a curve reads `elementwise`'s, `grouped_conv` without one reads `conv`'s).
   The curves of classes without MACs read F as vector work in plain-FLOP equivalents
@@ -141,10 +142,20 @@ class Point:
     reuse: float = 0.0  # the intensity its curve reads where not FLOPs per byte (estimator's)
     calls: int = 1  # GEMM calls its kernel makes: its curve reads FLOPs / calls (estimator's)
     transcendental: int = 0  # of its other_flops, transcendental evaluations
+    # Of those, the work of an activation its kernel runs as a pass over its output
+    # (`analyzer.estimate.activation_passes`): FLOPs and transcendental evaluations.
+    pass_flops: int = 0
+    pass_transcendental: int = 0
 
     def cost(self) -> Cost:
-        """Its cost as the estimator sees a group's (all its bytes counted as read)."""
-        return Cost(self.macs, self.other_flops, self.transcendental, self.bytes)
+        """Its kernel's cost as the estimator sees it (all its bytes counted as read), less
+        the activation pass."""
+        return Cost(self.macs, self.other_flops - self.pass_flops,
+                    self.transcendental - self.pass_transcendental, self.bytes)
+
+    def pass_cost(self) -> Cost:
+        """The activation pass over its output: FLOPs only."""
+        return Cost(other_flops=self.pass_flops, transcendental=self.pass_transcendental)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Per group g on profile h at precision p (derivation, README "Estimates"):
 
-    compute_s  = 2·MACs / (peak_p · eff(class, g))  +  V / (peak_fp32 · eff(vector))
+    compute_s  = (2·MACs / peak_p  +  V / peak_fp32) / eff(class, g)      # a kernel with MACs
+               = V / (peak_fp32 · eff(vector))                          # one without
     V          = other_flops + (τ - 1) · transcendental                 # Cost.vector_flops
     bytes      = (bytes_read + bytes_written) · bytes(p) / 4       # the model's tensors are fp32
     level      = the fastest memory level whose size holds the group's working set
@@ -14,10 +15,13 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
     energy_j   = FLOPs · pJ/FLOP(p) + bytes · pJ/byte(level) + static_w · latency_s
 
 where `vector` is the group's own class for a pool, normalization or reduction and
-`elementwise` otherwise (a bias, an activation), and τ what one transcendental evaluation
+`elementwise` otherwise, and τ what one transcendental evaluation
 (exp, tanh, erf) costs in plain vector FLOPs (`extra["transcendental_flops"]`, measured by a
-calibration; 1 otherwise). Approximations, signed: non-MAC FLOPs run on the vector units at
-the fp32 peak (an elementwise op does not use tensor cores or a systolic array); one τ for
+calibration; 1 otherwise). A kernel with MACs runs its other work (bias, activation, a sum
+folded into it) in its epilogue, on values still in registers, at the kernel's own rate:
+measured, a residual sum of 803 KB folded into a 1x1 Conv costs nothing measurable, where
+the standalone elementwise rate said 58 us. Approximations, signed: non-MAC FLOPs run on the
+vector units at the fp32 peak (they do not use tensor cores or a systolic array); one τ for
 every transcendental function (measured here, erf costs about twice a sigmoid); the
 working-set rule ignores what the previous group left in cache; the
 model's latency is the sum over kernels in execution order (no overlap between kernels).
@@ -51,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .calibration import DENORMAL_KEY, TRANSCENDENTAL_KEY
-from .cost.base import Cost
+from .cost.base import ZERO, Cost
 from .fusion import Group
 from .graph import ModelGraph
 from .hardware import ORT_CPU, PRECISION_BYTES, RUNTIME_KEY, HardwareProfile, MemoryLevel
@@ -148,23 +152,24 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
                    calls: int = 1) -> GroupEstimate:
     """One kernel's roofline (module docstring); `launches` kernel overheads (0: the work runs
     inside another kernel, as a sum ORT folds into the convolution before it). A kernel that
-    is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution on ORT's NCHW path:
-    `nchw_conv_gemms`) reads its MAC efficiency at one call's FLOPs and that
-    reuse: the per-call cost t0 is paid `calls` times, t = calls·t0 + F/(e·peak), which is
-    the curve's F/(F + f_half) factor at F / calls."""
+    is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution: `group_gemms`) reads its
+    MAC efficiency at one call's FLOPs and that reuse: the per-call cost t0 is paid `calls`
+    times, t = calls·t0 + F/(e·peak), which is the curve's F/(F + f_half) factor at
+    F / calls."""
     scale = PRECISION_BYTES[precision] / 4
     nbytes = (cost.bytes_read + cost.bytes_written) * scale
     flops = cost.flops(2)
     intensity = flops / nbytes if nbytes else float("inf")
-    mac_flops = 2 * cost.macs
-    compute_s = 0.0
-    if mac_flops:
-        mac_eff = efficiency(cls, flops / calls, reuse or intensity)
-        compute_s += mac_flops / (hw.peak_flops(precision) * mac_eff)
-    if vector_flops := cost.vector_flops(float(hw.extra.get(TRANSCENDENTAL_KEY, 1.0))):
+    vector_flops = cost.vector_flops(float(hw.extra.get(TRANSCENDENTAL_KEY, 1.0)))
+    if cost.macs:  # the epilogue at the kernel's rate (module docstring)
+        compute_s = (2 * cost.macs / hw.peak_flops(precision) + vector_flops
+                     / hw.peak_flops("fp32")) / efficiency(cls, flops / calls, reuse or intensity)
+    elif vector_flops:
         vector_cls = cls if cls in VECTOR_CLASSES else "elementwise"
-        vector_eff = efficiency(vector_cls, vector_flops, intensity)
-        compute_s += vector_flops / (hw.peak_flops("fp32") * vector_eff)
+        compute_s = vector_flops / (hw.peak_flops("fp32")
+                                    * efficiency(vector_cls, vector_flops, intensity))
+    else:
+        compute_s = 0.0
     level = memory_level(hw, nbytes)
     memory_s = nbytes / (level.bandwidth_gbps * 1e9)
     overhead_s = launches * hw.kernel_launch_us * 1e-6
@@ -222,15 +227,30 @@ class Kernel:
     outputs: tuple[TensorInfo, ...] = ()  # what it writes that others read
     open_sum: bool = False  # a lone NCHWc Conv or BN: ORT folds a following Add or activation
     launches: int = 1
+    host: Kernel | None = None  # the kernel it runs inside (`_folded`), costed as a marginal
     reuse: float = 0.0  # the intensity its efficiency reads, where not FLOPs per byte
-    calls: int = 1  # GEMM calls it makes (a grouped convolution: `nchw_conv_gemms`)
+    calls: int = 1  # GEMM calls it makes (a grouped convolution: `group_gemms`)
+    # An activation MLAS applies in a pass over the output in cache (`activation_passes`):
+    # its FLOPs, at the elementwise rate, no traffic, no launch.
+    epilogue: Cost = ZERO
+
+
+def activation_passes(mg: ModelGraph, nodes: Iterable[str], in_kernel: bool) -> frozenset[str]:
+    """The activations among `nodes` that MLAS runs as a pass of MlasActivation over the
+    kernel's output after computing it, not inside the kernel: all of them (`in_kernel`
+    False: FusedGemm, the NCHW path's FusedConv), or all but ReLU, which an NCHWc convolution
+    kernel applies as it stores (its bias and a sum input likewise). Measured: a Conv with
+    ReLU6 or HardSwish ran about 20% slower than its MACs at a ReLU Conv's rate said."""
+    return frozenset(k for k in nodes if (op := mg.info(k).op_type) in ORT_FUSED_ACTIVATIONS
+                     and not (in_kernel and op == "Relu"))
 
 
 def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls: str,
             reads: str, writes: str, open_sum: bool = False, reuse: float = 0.0,
-            calls: int = 1) -> Kernel:
+            calls: int = 1, passes: frozenset[str] = frozenset()) -> Kernel:
     """The kernel of `nodes`: their arithmetic, and bytes for the tensors crossing its boundary
-    (one node: its own cost, which already leaves out views)."""
+    (one node: its own cost, which already leaves out views); the FLOPs of `passes` go to its
+    `epilogue`."""
     members = set(nodes)
     infos = [mg.info(k) for k in nodes]
     inside = {t.name for info in infos for t in info.outputs}
@@ -240,9 +260,13 @@ def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls
     outputs = {t.name: t for info in infos for t in info.outputs
                if t.name in mg.graph_outputs
                or any(u not in members for u in mg.consumers.get(t.name, ()))}
-    total = Cost()
+    total = epilogue = Cost()
     for k in nodes:
-        total = total + costs[k]  # type: ignore[operator]
+        c: Cost = costs[k]  # type: ignore[assignment]
+        if k in passes:
+            epilogue = epilogue + Cost(other_flops=c.other_flops, transcendental=c.transcendental)
+        else:
+            total = total + c
     if len(nodes) > 1:
         consts = [t for info in infos for i, t in enumerate(info.inputs)
                   if t is not None and t.name not in inside and t.name not in inputs]
@@ -251,7 +275,7 @@ def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls
         total = Cost(total.macs, total.other_flops, total.transcendental, read,
                      sum(t.nbytes for t in outputs.values()), total.params, total.param_bytes)
     return Kernel(cls, total, tuple(nodes), reads, writes, tuple(inputs.values()),
-                  tuple(outputs.values()), open_sum, reuse=reuse, calls=calls)
+                  tuple(outputs.values()), open_sum, reuse=reuse, calls=calls, epilogue=epilogue)
 
 
 def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
@@ -259,12 +283,14 @@ def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
     (`block`: the NCHWc block in channels). A dense or depthwise Conv whose output channels
     are a multiple of 4 runs as an NCHWc kernel (it reads plain NCHW when its input channels
     are not a multiple of 4: the stem); a grouped Conv does when its groups' input and output
-    channels are whole blocks, and is then a dense convolution's kernel per group (`conv`).
-    Other grouped Convs and odd channel counts stay on the NCHW path (MlasConv: im2col and
-    GEMMs, `nchw_conv_gemms`): a dense Conv there runs at a dense Conv's rate (`conv`), a
-    grouped or depthwise one as many small GEMMs (`grouped_conv`, fitted apart). Probed on
-    ORT 1.31 with AVX-512 (block 16): 8, 12 and 24 channels per group NCHW, 16, 32 and 48
-    NCHWc."""
+    channels are whole blocks, as one convolution per group. Other grouped Convs and odd
+    channel counts stay on the NCHW path (MlasConv: im2col and GEMMs): a dense Conv there
+    runs at a dense Conv's rate (`conv`). A grouped Conv on either path, and a depthwise one
+    on the NCHW path, is many small problems, one or more per group (`grouped_conv`, fitted
+    apart and read per call, `group_gemms`): measured on AVX2 (block 8), 8 channels per
+    group run at half a dense Conv's rate on the NCHWc path. Probed on ORT 1.31 with AVX-512
+    (block 16): 8, 12 and 24 channels per group NCHW, 16, 32 and 48 NCHWc; on AVX2 (block 8)
+    all multiples of 8 NCHWc."""
     cls = node_class(info)
     w = info.input(1)
     if w is None or not w.known or len(w.dims) != 4:
@@ -272,9 +298,8 @@ def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
     cout, cin_per_group = w.dims[0], w.dims[1]
     groups = info.attr("group", 1)
     if cls == "grouped_conv":
-        if cin_per_group % block or (cout // groups) % block:
-            return "grouped_conv", NCHW, NCHW
-        return "conv", NCHWC, NCHWC
+        layout = NCHW if cin_per_group % block or (cout // groups) % block else NCHWC
+        return "grouped_conv", layout, layout
     if cls == "depthwise" and cout % 4:
         return "grouped_conv", NCHW, NCHW
     if cout % 4:
@@ -287,9 +312,10 @@ def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
 MLAS_STRIDE_N = MLAS_STRIDE_K = 128
 
 
-def nchw_conv_gemms(info: NodeInfo) -> tuple[int, float]:
-    """(GEMM calls, FLOPs per byte of one call) of a Conv on ORT's NCHW path (MlasConv), 0
-    reuse when the shapes are unknown.
+def group_gemms(info: NodeInfo, sliced: bool = True) -> tuple[int, float]:
+    """(calls, FLOPs per byte of one call) of a grouped Conv, 0 reuse when the shapes are
+    unknown: on ORT's NCHW path (MlasConv, `sliced`) its GEMM calls; on the NCHWc path one
+    direct convolution per image and group, of the same M, K and N (no column buffer).
 
     Derivation (MLAS convolve.cpp): per image and group the output is W_g[M, K] · cols[K, N]
     with M = output channels per group, K = input channels per group x kernel size, N =
@@ -312,7 +338,7 @@ def nchw_conv_gemms(info: NodeInfo) -> tuple[int, float]:
                  and all(s == 1 for s in info.attr("strides", [1] * spatial))
                  and not any(info.attr("pads", [0] * 2 * spatial)))
     calls = y.dims[0] * groups
-    if not pointwise and m <= n:
+    if sliced and not pointwise and m <= n:
         stride_n, stride_k = MLAS_STRIDE_N, MLAS_STRIDE_K
         if n >= k:
             while stride_k // 2 >= k:
@@ -392,17 +418,20 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     head = mg.info(nodes[0])
     if head.op_type == "Conv":
         cls, reads, writes = ort_conv_path(head, block)
-        calls, reuse = nchw_conv_gemms(head) if cls == "grouped_conv" else (1, 0.0)
+        calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
         return _kernel(mg, nodes, costs, cls, reads, writes,
                        open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
-                       reuse=reuse, calls=calls)
+                       reuse=reuse, calls=calls,
+                       passes=activation_passes(mg, nodes, writes == NCHWC))
     if head.op_type in _ANCHORS:
-        return _kernel(mg, nodes, costs, node_class(head), NCHW, NCHW)
+        return _kernel(mg, nodes, costs, node_class(head), NCHW, NCHW,
+                       passes=activation_passes(mg, nodes, False))
     if head.op_type == "BatchNormalization":
         x = head.input(0)
         layout = NCHWC if x is not None and x.known and x.rank == 4 else NCHW
         return _kernel(mg, nodes, costs, "normalization", layout, layout,
-                       open_sum=len(nodes) == 1 and layout == NCHWC)
+                       open_sum=len(nodes) == 1 and layout == NCHWC,
+                       passes=activation_passes(mg, nodes, layout == NCHWC))
     cls = _dominant_class(mg, nodes, costs)
     if cls == "pool":
         layout = ANY
@@ -448,12 +477,12 @@ def _ort_group_estimates(mg: ModelGraph, groups: list[Group], node_costs: dict[s
                          ) -> dict[int, GroupEstimate | None]:
     """Every group as ORT's kernels, in execution order, with the layout changes between them
     charged to the group that needs them, and the kernels ORT folds into the one before
-    across our groups (`_folded`)."""
+    across our groups (`_folded`), at what they add to it (`absorbed`)."""
     block = max(1, int(hw.extra.get("simd_bits", 256)) // 32)  # NCHWc block: one vector of fp32
     factor = float(hw.extra.get(DENORMAL_KEY, 1.0))
     denormal = denormal_reads(mg) if factor > 1 else {}
     have: dict[str, set[str]] = {t: {NCHW} for t in mg.graph_inputs}
-    open_sums: set[str] = set()
+    open_sums: dict[str, Kernel] = {}  # output of a lone NCHWc kernel -> that kernel
     out: dict[int, GroupEstimate | None] = {}
     for g in groups:
         if any(node_costs.get(k) is None for k in g.nodes):
@@ -466,32 +495,67 @@ def _ort_group_estimates(mg: ModelGraph, groups: list[Group], node_costs: dict[s
                 costs.append(reorder_cost(t))
                 parts.append(estimate_group(costs[-1], "data_movement", hw, precision, eff))
             costs.append(k.cost)
-            parts.append(estimate_group(k.cost, k.cls, hw, precision, eff, k.launches,
-                                        k.reuse, k.calls))
+            parts.append(absorbed(k, hw, precision, eff) if k.host else estimate_group(
+                k.cost, k.cls, hw, precision, eff, k.launches, k.reuse, k.calls))
             if share := max((denormal.get(n, 0.0) for n in k.nodes), default=0.0):
                 parts[-1] = denormal_slowed(parts[-1], share, factor, hw.static_w)
-            open_sums.update(t.name for t in k.outputs if k.open_sum
-                             and len(mg.consumers.get(t.name, ())) == 1)
+            if k.epilogue.other_flops:
+                costs.append(k.epilogue)
+                parts.append(activation_pass(k.epilogue, hw, precision, eff))
+            if k.open_sum:
+                open_sums.update((t.name, k) for t in k.outputs
+                                 if len(mg.consumers.get(t.name, ())) == 1)
         out[g.id] = combine(parts, costs, precision)
     return out
 
 
-def _folded(mg: ModelGraph, k: Kernel, open_sums: set[str]) -> Kernel | None:
+def _folded(mg: ModelGraph, k: Kernel, open_sums: dict[str, Kernel]) -> Kernel | None:
     """`k` run inside the lone NCHWc Conv or BatchNormalization kernel whose output (read by
-    nothing else) it reads, or None when ORT does not fold it (NchwcTransformer): an Add is
-    the Conv's sum input, costing only the read of its other operand; a fusable activation
-    costs only its FLOPs. Either way no write of its own and no launch."""
-    if len(k.nodes) != 1 or not any(t.name in open_sums for t in k.inputs):
+    nothing else) it reads (its `host`), or None when ORT does not fold it
+    (NchwcTransformer): an Add is the Conv's sum input, reading its other operand; a ReLU
+    only computes; another fusable activation is a pass over the output (`epilogue`). None
+    writes anything of its own."""
+    host_input = next((t for t in k.inputs if t.name in open_sums), None)
+    if len(k.nodes) != 1 or host_input is None:
         return None
     op_type = mg.info(k.nodes[0]).op_type
+    work = Cost(other_flops=k.cost.other_flops, transcendental=k.cost.transcendental)
+    if op_type in ORT_FUSED_ACTIVATIONS and op_type != "Relu":  # a pass after the kernel
+        return Kernel(k.cls, ZERO, k.nodes, NCHWC, NCHWC, (), k.outputs, launches=0,
+                      epilogue=work)
     if op_type == "Add" and len(k.inputs) == 2:
-        other = tuple(t for t in k.inputs if t.name not in open_sums)[:1]
-        cost = Cost(other_flops=k.cost.other_flops, bytes_read=sum(t.nbytes for t in other))
-    elif op_type in ORT_FUSED_ACTIVATIONS:
-        other, cost = (), Cost(other_flops=k.cost.other_flops)
+        other = tuple(t for t in k.inputs if t is not host_input)
+    elif op_type == "Relu":
+        other = ()
     else:
         return None
-    return Kernel(k.cls, cost, k.nodes, NCHWC, NCHWC, other, k.outputs, launches=0)
+    cost = work + Cost(bytes_read=sum(t.nbytes for t in other))
+    return Kernel(k.cls, cost, k.nodes, NCHWC, NCHWC, other, k.outputs,
+                  host=open_sums[host_input.name])
+
+
+def activation_pass(work: Cost, hw: HardwareProfile, precision: str, eff: Efficiency
+                    ) -> GroupEstimate:
+    """An activation MLAS applies over a kernel's output in cache (`activation_passes`): its
+    FLOPs at the elementwise rate, no traffic, no launch."""
+    return estimate_group(work, "elementwise", hw, precision, eff, launches=0)
+
+
+def absorbed(k: Kernel, hw: HardwareProfile, precision: str, eff: Efficiency
+             ) -> GroupEstimate:
+    """What `k` adds to the kernel it runs inside (`k.host`): that kernel's roofline with k's
+    work and traffic, less its roofline without them; no launch. A sum read in a compute-bound
+    convolution's epilogue hides behind its MACs; in a memory-bound one it is more traffic."""
+    host = k.host
+    assert host is not None
+    args = (host.cls, hw, precision, eff, 0, host.reuse, host.calls)
+    alone = estimate_group(host.cost, *args)
+    both = estimate_group(host.cost + k.cost, *args)
+    nbytes = (k.cost.bytes_read + k.cost.bytes_written) * PRECISION_BYTES[precision] / 4
+    return GroupEstimate(both.latency_s - alone.latency_s, both.energy_j - alone.energy_j,
+                         both.bound, k.cost.flops(2) / nbytes if nbytes else float("inf"),
+                         both.compute_s - alone.compute_s, both.memory_s - alone.memory_s, 0.0,
+                         both.level)
 
 
 # ---- denormal operands ------------------------------------------------------------------------

@@ -40,8 +40,11 @@ Fitting, in the estimator's terms (a group takes max(compute, memory) + overhead
    wins (plain ops such as Relu pin the bandwidths, transcendental ones the curve);
 4. a curve of its own for pools, normalizations and reductions, on all their benchmarks
    (`fit_vector_classes`);
-5. a curve per class with MACs, on its benchmarks that are not memory bound, after taking
-   out the time the `elementwise` curve gives their other FLOPs (bias, fused activation).
+5. a curve per class with MACs, on its benchmarks that are not memory bound, its rate taken
+   over all the work of the kernel: its MACs and its epilogue (bias, ReLU), which the
+   estimator charges at the kernel's rate (`estimate_group`), after taking out the time of
+   an activation MLAS applies in a pass after the kernel (ReLU6, HardSwish: at the
+   `elementwise` rate, `activation_pass`).
 
 `fit_check` then asks the estimator for each benchmark's time on the calibrated profile: how
 well the fitted model explains what it was fitted on, per class (`onnxlens calibrate` prints
@@ -91,7 +94,13 @@ from ..analyzer.calibration import (
     host_name,
 )
 from ..analyzer.errors import UsageError
-from ..analyzer.estimate import estimate_group, memory_level, op_class, ort_kernels
+from ..analyzer.estimate import (
+    activation_pass,
+    estimate_group,
+    memory_level,
+    op_class,
+    ort_kernels,
+)
 from ..analyzer.hardware import ORT_CPU, HardwareProfile
 from ..analyzer.host import detect_cpu, host_profile
 from .base import BackendError, input_specs, random_inputs
@@ -641,7 +650,8 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
                      nbytes, seconds, transcendental=cost.transcendental)
     main = max(ort_kernels(result.graph, group, costs, block), key=lambda k: k.cost.flops())
     return Point(name, main.cls, cost.macs, cost.other_flops, nbytes, seconds, main.reuse,
-                 main.calls, cost.transcendental)
+                 main.calls, cost.transcendental, main.epilogue.other_flops,
+                 main.epilogue.transcendental)
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
@@ -707,14 +717,16 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
             intensity = flops / p.bytes
             level = memory_level(hw, p.bytes).name
             memory_s = p.bytes / (bandwidth.get(level, _assumed_gbps(hw, level)) * 1e9)
-            work = p.cost().vector_flops(tau)
-            vector_s = work / (peak * vector(work, intensity, level)) if work else 0.0
-            compute_s = p.seconds - vector_s
+            work = 2 * p.macs + p.cost().vector_flops(tau)  # MACs and epilogue
+            # An activation pass after the kernel, at the elementwise rate (`activation_pass`).
+            pass_work = p.pass_cost().vector_flops(tau)
+            run_s = p.seconds - (pass_work / (peak * vector(pass_work, math.inf))
+                                 if pass_work else 0.0)
             # The curve reads one call's FLOPs, the reuse, and the level of their ratio, as
             # the estimator asks it (`estimate_group`, `Calibration.efficiency`).
             reuse, call_flops = p.reuse or intensity, flops / p.calls
-            if memory_s < COMPUTE_BOUND_SHARE * p.seconds and compute_s > 0:
-                eff_points.append((call_flops, reuse, min(1.0, 2 * p.macs / (peak * compute_s)),
+            if memory_s < COMPUTE_BOUND_SHARE * run_s and run_s > 0:
+                eff_points.append((call_flops, reuse, min(1.0, work / (peak * run_s)),
                                    memory_level(hw, call_flops / reuse).name))
         if eff_points:
             f, i, e, lv = zip(*eff_points, strict=True)
@@ -769,10 +781,8 @@ def _fit_vector_at(points: Sequence[Point], levels: Sequence[str], hw: HardwareP
     """Bandwidths and the `elementwise` curve at τ, fitted in turn: bandwidth on the
     benchmarks the curve calls memory bound, the curve on those the bandwidths call compute
     bound. The curve has no reuse factor and no level factors (an elementwise op's traffic is
-    the memory term's business). Its benchmarks all do a few FLOPs per byte, while the
-    estimator also applies it to the bias and activation FLOPs of convolutions and GEMMs, far
-    above: no reuse factor means none to extrapolate, and the MAC classes' fits take out the
-    same vector time, so they absorb what differs."""
+    the memory term's business); it costs kernels without MACs only (a kernel with MACs runs
+    its bias and activation at its own rate)."""
     rates = [p.bytes / p.seconds / 1e9 for p in points]
     bandwidth = {lv: max(r for r, lv2 in zip(rates, levels, strict=True) if lv2 == lv)
                  for lv in set(levels)}
@@ -839,9 +849,11 @@ def fit_check(cal: Calibration) -> dict[str, float]:
     hw = apply_calibration(host_profile(cal.threads), cal)
     errors: dict[str, list[float]] = {}
     for p in cal.points:
-        e = estimate_group(p.cost(), p.op_class, hw, "fp32", cal.efficiency, 0, p.reuse,
-                           p.calls)
-        errors.setdefault(p.op_class, []).append(abs(e.latency_s / p.seconds - 1))
+        seconds = estimate_group(p.cost(), p.op_class, hw, "fp32", cal.efficiency, 0, p.reuse,
+                                 p.calls).latency_s
+        if p.pass_flops:
+            seconds += activation_pass(p.pass_cost(), hw, "fp32", cal.efficiency).latency_s
+        errors.setdefault(p.op_class, []).append(abs(seconds / p.seconds - 1))
     return {cls: statistics.median(errs) for cls, errs in errors.items()}
 
 

@@ -17,12 +17,13 @@ from onnxlens.analyzer.estimate import (
     denormal_slowed,
     estimate_group,
     estimate_model,
+    group_gemms,
     layout_changes,
     memory_level,
-    nchw_conv_gemms,
     node_class,
     ort_conv_path,
     ort_kernels,
+    reorder_cost,
 )
 from onnxlens.analyzer.hardware import (
     ORT_CPU,
@@ -67,6 +68,18 @@ def test_gemm_by_hand(gpu) -> None:
     assert e.intensity == pytest.approx(2e9 / 8e6)
     energy = (2e9 * 0.5 + 8e6 * 2.0) * 1e-12 + 100 * (compute + 3e-6)
     assert e.energy_j == pytest.approx(energy)
+
+
+def test_a_kernels_epilogue_runs_at_its_rate(gpu) -> None:
+    """A GEMM with 10^8 bias and activation FLOPs: at fp32, (2·10^9 + 10^8) FLOPs at 70% of
+    60 TFLOP/s; at fp16 the MACs use the 900 TFLOP/s peak, the epilogue the fp32 one, both at
+    the GEMM's efficiency (not the elementwise one, 0.5)."""
+    cost = Cost(macs=10**9, other_flops=10**8, bytes_read=4000, bytes_written=4000)
+    eff = constant_efficiency(gpu)
+    fp32 = estimate_group(cost, "gemm", gpu, "fp32", eff)
+    assert fp32.compute_s == pytest.approx(2.1e9 / (60e12 * 0.7))
+    fp16 = estimate_group(cost, "gemm", gpu, "fp16", eff)
+    assert fp16.compute_s == pytest.approx((2e9 / 900e12 + 1e8 / 60e12) / 0.7)
 
 
 def test_a_transcendental_costs_the_calibrated_plain_flops(gpu) -> None:
@@ -216,18 +229,62 @@ def test_conv_silu_is_a_conv_kernel_a_quickgelu_and_a_reorder(gpu) -> None:
     assert one_kernel.groups[0].overhead_s == pytest.approx(3e-6)
 
 
+@pytest.mark.parametrize(("act", "anchor", "weight", "in_kernel"), [
+    ("Relu", "Conv", [16, 16, 1, 1], True),  # the NCHWc kernel applies ReLU as it stores
+    ("HardSigmoid", "Conv", [16, 16, 1, 1], False),  # any other activation: a pass
+    ("Relu", "Conv", [18, 16, 1, 1], False),  # 18 channels: the NCHW path, a pass
+    ("Relu", "Gemm", [8, 8], False),  # FusedGemm: a pass
+])
+def test_an_activation_mlas_applies_after_the_kernel_is_a_pass(
+        gpu, act: str, anchor: str, weight: list[int], in_kernel: bool) -> None:
+    """Anchor + activation: one ORT kernel. Where MLAS applies the activation in a pass over
+    the output (`activation_passes`), its FLOPs leave the kernel's cost for the epilogue, and
+    the group costs the kernel plus that pass at the elementwise rate, with no launch."""
+    x = [1, 16, 8, 8] if anchor == "Conv" else [4, 8]
+    y = [1, weight[0], 8, 8] if anchor == "Conv" else [4, 8]
+    r = _analyzed([helper.make_node(anchor, ["x", "w"], ["c"], name="anchor"),
+                   helper.make_node(act, ["c"], ["y"], name="act")], x, ("y", y), {"w": weight})
+    [kernel] = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
+    act_cost = _node_costs(r)["act"]
+    anchor_cost = _node_costs(r)["anchor"]
+    if in_kernel:
+        assert kernel.epilogue == Cost()
+        assert kernel.cost.other_flops == anchor_cost.other_flops + act_cost.other_flops
+        return
+    assert kernel.epilogue == Cost(other_flops=act_cost.other_flops,
+                                   transcendental=act_cost.transcendental)
+    assert kernel.cost.other_flops == anchor_cost.other_flops
+    eff = constant_efficiency(gpu)
+    est = r.estimate(_ort(gpu)).groups[r.groups[0].id]
+    assert est is not None
+    pass_s = act_cost.other_flops / (60e12 * 0.5)  # the elementwise rate, no traffic
+    assert est.latency_s == pytest.approx(
+        estimate_group(kernel.cost, kernel.cls, gpu, "fp32", eff).latency_s + pass_s
+        + sum(estimate_group(reorder_cost(t), "data_movement", gpu, "fp32", eff).latency_s
+              for t in layout_changes(kernel, {"x": {"nchw"}})))
+
+
 def test_an_add_after_a_lone_conv_is_its_sum_input(gpu) -> None:
     """Conv, then Add of its output and x: two groups of ours, one NCHWc Conv of ORT's whose
-    sum input is x. The Add costs the read of x only, with no launch."""
+    sum input is x. The Add costs what it adds to that Conv: 1024 adds in its epilogue and
+    the read of x (4096 bytes), no launch. This Conv is memory bound on the test GPU, so the
+    Add costs exactly its read at the level's bandwidth."""
     r = _analyzed([helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
                    helper.make_node("Add", ["c", "x"], ["y"], name="add")],
                   [1, 16, 8, 8], ("y", [1, 16, 8, 8]), {"w": [16, 16, 1, 1]})
     assert [g.pattern for g in r.groups] == ["Conv", "Add"]
     est = r.estimate(_ort(gpu))
     add = est.groups[r.groups[1].id]
-    folded = estimate_group(Cost(other_flops=1024, bytes_read=4096), "elementwise", gpu, "fp32",
-                            constant_efficiency(gpu), launches=0)
-    assert add == folded and add.overhead_s == 0
+    conv = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)[0]
+    eff = constant_efficiency(gpu)
+    alone = estimate_group(conv.cost, "conv", gpu, "fp32", eff, launches=0)
+    both = estimate_group(conv.cost + Cost(other_flops=1024, bytes_read=4096), "conv", gpu,
+                          "fp32", eff, launches=0)
+    assert alone.bound.startswith("memory") and both.level == alone.level
+    bandwidth = next(lv.bandwidth_gbps for lv in gpu.memory if lv.name == both.level)
+    assert add.latency_s == pytest.approx(both.latency_s - alone.latency_s)
+    assert add.latency_s == pytest.approx(4096 / (bandwidth * 1e9))
+    assert add.overhead_s == 0
 
 
 def test_squeeze_excite_is_five_kernels_and_its_gate_runs_in_nchw() -> None:
@@ -271,8 +328,8 @@ def test_convolution_classes() -> None:
     assert ort_conv_path(conv([64, 8, 3, 3], 8), 16) == ("grouped_conv", "nchw", "nchw")
     assert ort_conv_path(conv([64, 1, 3, 3], 64), 16) == ("depthwise", "nchwc", "nchwc")
     # Grouped: NCHWc when each group's channels fill whole blocks (16 here, 8 on AVX2).
-    assert ort_conv_path(conv([64, 16, 3, 3], 4), 16) == ("conv", "nchwc", "nchwc")
-    assert ort_conv_path(conv([64, 8, 3, 3], 8), 8) == ("conv", "nchwc", "nchwc")
+    assert ort_conv_path(conv([64, 16, 3, 3], 4), 16) == ("grouped_conv", "nchwc", "nchwc")
+    assert ort_conv_path(conv([64, 8, 3, 3], 8), 8) == ("grouped_conv", "nchwc", "nchwc")
     assert ort_conv_path(conv([96, 24, 3, 3], 4), 16) == ("grouped_conv", "nchw", "nchw")
 
 
@@ -288,31 +345,36 @@ def _reuse(m: int, k: int, n: int) -> float:
     return 2 * m * k * n / (4 * (m * k + k * n + m * n))
 
 
-def test_nchw_convolutions_are_mlas_gemm_calls() -> None:
-    """MlasConv's calls (`nchw_conv_gemms`), derived by hand from its blocking (StrideN =
-    StrideK = 128, traded while one side is short)."""
+def test_grouped_convolutions_are_mlas_calls() -> None:
+    """MlasConv's GEMM calls on the NCHW path (`group_gemms`), derived by hand from its
+    blocking (StrideN = StrideK = 128, traded while one side is short); one call per image
+    and group on the NCHWc path."""
     # 3x3, 64 channels in 8 groups, 24x24: M = 8, K = 72, N = 576 >= K and 64 < 72, so the
     # strides stay 128 x 128: 8 groups x ceil(576 / 128) = 40 calls of M = 8, K = 72, N = 128.
-    calls, reuse = nchw_conv_gemms(_conv_info((64, 8, 3, 3), (1, 64, 24, 24), group=8,
-                                              pads=[1, 1, 1, 1]))
+    calls, reuse = group_gemms(_conv_info((64, 8, 3, 3), (1, 64, 24, 24), group=8,
+                                          pads=[1, 1, 1, 1]))
     assert calls == 40
     assert reuse == pytest.approx(_reuse(8, 72, 128)) and reuse == pytest.approx(3.408, rel=1e-3)
     # Depthwise 3x3 at 48x48, batch 2: K = 9, so StrideK halves 3 times (64, 32, 16 >= 9) and
     # StrideN becomes 1024: 2 images x 54 groups x ceil(2304 / 1024) = 324 calls.
-    calls, reuse = nchw_conv_gemms(_conv_info((54, 1, 3, 3), (2, 54, 48, 48), group=54,
-                                              pads=[1, 1, 1, 1]))
+    calls, reuse = group_gemms(_conv_info((54, 1, 3, 3), (2, 54, 48, 48), group=54,
+                                          pads=[1, 1, 1, 1]))
     assert (calls, reuse) == (324, pytest.approx(_reuse(1, 9, 1024)))
     # Short N (3x3 at 4x4, 16 pixels < K = 144): StrideN halves to 16, StrideK grows to 1024.
-    calls, reuse = nchw_conv_gemms(_conv_info((32, 16, 3, 3), (1, 32, 4, 4), group=2,
-                                              pads=[1, 1, 1, 1]))
+    calls, reuse = group_gemms(_conv_info((32, 16, 3, 3), (1, 32, 4, 4), group=2,
+                                          pads=[1, 1, 1, 1]))
     assert (calls, reuse) == (2, pytest.approx(_reuse(16, 144, 16)))
     # Pointwise grouped: one GEMM per group on the input itself, whatever N.
-    calls, reuse = nchw_conv_gemms(_conv_info((64, 8, 1, 1), (1, 64, 56, 56), group=8))
+    calls, reuse = group_gemms(_conv_info((64, 8, 1, 1), (1, 64, 56, 56), group=8))
     assert (calls, reuse) == (8, pytest.approx(_reuse(8, 8, 3136)))
     # More filters than pixels (M = 64 > N = 4): the whole expansion, one GEMM per group.
-    calls, reuse = nchw_conv_gemms(_conv_info((128, 8, 3, 3), (1, 128, 2, 2), group=2,
-                                              pads=[1, 1, 1, 1]))
+    calls, reuse = group_gemms(_conv_info((128, 8, 3, 3), (1, 128, 2, 2), group=2,
+                                          pads=[1, 1, 1, 1]))
     assert (calls, reuse) == (2, pytest.approx(_reuse(64, 72, 4)))
+    # The NCHWc path: one direct convolution per image and group, no column buffer slices.
+    calls, reuse = group_gemms(_conv_info((64, 8, 3, 3), (2, 64, 24, 24), group=8,
+                                          pads=[1, 1, 1, 1]), sliced=False)
+    assert (calls, reuse) == (16, pytest.approx(_reuse(8, 72, 576)))
 
 
 def test_a_grouped_convolution_reads_one_calls_size_and_reuse(gpu) -> None:
