@@ -30,7 +30,7 @@ HW = HERE.parent / "tests" / "data" / "test_gpu.toml"
 def reports(folder: Path) -> dict[str, Path]:
     import torch
     import torchvision
-    from analyze_speed import chain_model
+    from chain import chain_model
 
     from onnxlens.exporters.torch_export import export_module
 

@@ -199,7 +199,7 @@ def test_report_of_ten_thousand_nodes_opens(tmp_path: Path) -> None:
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-    from analyze_speed import chain_model
+    from chain import chain_model
 
     d = onnxlens.analyze(chain_model(10_000), hardware=[str(HW)]).to_dict()
     path = write_html(d, tmp_path / "chain.html")
