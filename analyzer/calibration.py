@@ -45,6 +45,13 @@ What it holds:
   count does not). The calibrated profile carries it as `extra["transcendental_flops"]`; the
   estimator then costs a group's FLOPs without MACs as `Cost.vector_flops` of it. A file
   without it reads 1 (each transcendental one FLOP).
+- `cold_weight_gbps`: the rate at which a network's kernels read weights the caches did not
+  keep since the last inference (`backends.calibrate.cold_weight_gbps`: a chain of Convs with
+  a weight per layer against the same chain sharing one). Every micro-benchmark above runs
+  one kernel over and over, its weights hot; in a network each weight is read once per
+  inference. The calibrated profile carries it as `extra["cold_weight_gbps"]`, and
+  `estimate_model` adds each kernel's weight fetch at that rate (`cold_weights`). A file
+  without it reads 0 (not measured: nothing added).
 - `denormal_factor`: how much slower a MatMul runs when its left operand is all float32
   denormals (1e-40) than on normal numbers (time_denormal / time_normal, one micro-benchmark;
   x86 cores take a microcode assist per denormal operand). The calibrated profile carries it as
@@ -95,6 +102,8 @@ DEFAULT_BACKEND = ORT_CPU
 DENORMAL_KEY = "denormal_factor"
 # `extra[TRANSCENDENTAL_KEY]`: plain vector FLOPs one transcendental evaluation costs.
 TRANSCENDENTAL_KEY = "transcendental_flops"
+# `extra[COLD_WEIGHT_KEY]`: GB/s at which a network's kernels fetch their cold weights.
+COLD_WEIGHT_KEY = "cold_weight_gbps"
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4
 
@@ -177,6 +186,7 @@ class Calibration:
     backend: str = DEFAULT_BACKEND  # the runtime whose kernels were timed
     denormal_factor: float = 1.0  # MatMul time on denormal / normal operands; 1: not measured
     transcendental_flops: float = 1.0  # plain vector FLOPs per transcendental; 1: not fitted
+    cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
 
     def efficiency(self, cls: str, flops: float, intensity: float) -> float:
         """The estimator's `Efficiency`: fraction of `peak_fp32_tflops` for a group of class
@@ -306,7 +316,8 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
         source=f"measured: {where}")
     return replace(measured, extra={**measured.extra, RUNTIME_KEY: cal.backend,
                                     DENORMAL_KEY: cal.denormal_factor,
-                                    TRANSCENDENTAL_KEY: cal.transcendental_flops})
+                                    TRANSCENDENTAL_KEY: cal.transcendental_flops,
+                                    COLD_WEIGHT_KEY: cal.cold_weight_gbps})
 
 
 def calibrated_host_profile(threads: int | None = None) -> HardwareProfile:

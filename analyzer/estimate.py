@@ -34,6 +34,10 @@ changes (NCHWc reorders) ORT puts between kernels that want different layouts
 (`layout_changes`). The native executor (`native-cpu`) and uncalibrated profiles run one
 kernel per group, as above. Fusion's groups are unchanged; only their cost is split.
 
+Cold weights. On a profile whose calibration measured it, each kernel of a model also fetches
+its weights cold, not overlapped with its work (`cold_weights`): the micro-benchmarks a
+calibration fits run one kernel over and over, with its weights in cache.
+
 Denormal operands. On a profile calibrated through ORT, a MatMul that reads a softmax's output
 where the softmax's input had a constant mask added (Swin's shifted-window mask, -100) costs
 
@@ -54,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibration import DENORMAL_KEY, TRANSCENDENTAL_KEY
+from .calibration import COLD_WEIGHT_KEY, DENORMAL_KEY, TRANSCENDENTAL_KEY
 from .cost.base import ZERO, Cost
 from .fusion import Group
 from .graph import ModelGraph
@@ -495,8 +499,9 @@ def _ort_group_estimates(mg: ModelGraph, groups: list[Group], node_costs: dict[s
                 costs.append(reorder_cost(t))
                 parts.append(estimate_group(costs[-1], "data_movement", hw, precision, eff))
             costs.append(k.cost)
-            parts.append(absorbed(k, hw, precision, eff) if k.host else estimate_group(
-                k.cost, k.cls, hw, precision, eff, k.launches, k.reuse, k.calls))
+            parts.append(absorbed(k, hw, precision, eff) if k.host else cold_weights(
+                estimate_group(k.cost, k.cls, hw, precision, eff, k.launches, k.reuse, k.calls),
+                k.cost, k.cls, hw, precision))
             if share := max((denormal.get(n, 0.0) for n in k.nodes), default=0.0):
                 parts[-1] = denormal_slowed(parts[-1], share, factor, hw.static_w)
             if k.epilogue.other_flops:
@@ -663,6 +668,42 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
                                energy_j=e.energy_j + static_w * extra)
 
 
+def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile, precision: str
+                 ) -> GroupEstimate:
+    """A kernel of a network, whose weights were last read one inference ago: on a profile
+    whose calibration measured the rate of that fetch (`extra["cold_weight_gbps"]`), the
+    fetch of its W weight bytes serializes with the kernel's arithmetic but overlaps its
+    stalls,
+
+        latency_s = max(latency_s, work_s + overhead_s + W / rate)
+
+    with work_s its FLOPs at its class's best efficiency (no size or reuse penalty); their
+    energy at main memory's pJ/byte. A compute-bound convolution pays the fetch on top
+    (measured: Conv chains with a weight per layer against one shared weight,
+    `backends.calibrate.cold_weight_gbps`); a GEMV, whose time is already its weight stream,
+    is re-rated to it (VGG-11's FusedGemm layers, 16 to 411 MB, ran at 16-18 GB/s, the rate
+    the chains measured). Calibration benchmarks, hot, are not changed. Approximation,
+    signed: every weight counts as cold, which over-estimates a network small enough that
+    the caches keep its weights between runs."""
+    gbps = float(hw.extra.get(COLD_WEIGHT_KEY, 0.0))
+    weights = cost.param_bytes * PRECISION_BYTES[precision] / 4
+    if gbps <= 0 or not weights:
+        return e
+    tau = float(hw.extra.get(TRANSCENDENTAL_KEY, 1.0))
+    flops_s = (2 * cost.macs / hw.peak_flops(precision)
+               + cost.vector_flops(tau) / hw.peak_flops("fp32"))
+    work_s = flops_s / hw.class_efficiency(cls if cost.macs or cls in VECTOR_CLASSES
+                                           else "elementwise")
+    fetch_s = weights / (gbps * 1e9)
+    latency_s = max(e.latency_s, work_s + e.overhead_s + fetch_s)
+    level = next(lv for lv in hw.memory if lv.name == e.level)
+    energy_j = e.energy_j + (hw.static_w * (latency_s - e.latency_s) + weights * (
+        hw.main_memory.energy_pj_per_byte - level.energy_pj_per_byte) * 1e-12)
+    bound = f"memory:{hw.main_memory.name}" if fetch_s > max(work_s, e.memory_s) else e.bound
+    return dataclasses.replace(e, latency_s=latency_s, energy_j=energy_j, bound=bound,
+                               memory_s=max(e.memory_s, fetch_s))
+
+
 def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, Cost | None],
                    node_costs: dict[str, Cost | None], hw: HardwareProfile, precision: str,
                    efficiency: Efficiency | None = None) -> ModelEstimate:
@@ -677,8 +718,9 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
     if hw.extra.get(RUNTIME_KEY) == ORT_CPU:
         out = _ort_group_estimates(mg, groups, node_costs, hw, precision, eff)
     else:
-        out = {g.id: None if (cost := group_costs[g.id]) is None else estimate_group(
-            cost, op_class(mg, g, node_costs), hw, precision, eff) for g in groups}
+        out = {g.id: None if (cost := group_costs[g.id]) is None else cold_weights(
+            estimate_group(cost, cls := op_class(mg, g, node_costs), hw, precision, eff), cost,
+            cls, hw, precision) for g in groups}
     known = [e for e in out.values() if e is not None]
     return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,
                          sum(e.latency_s for e in known), sum(e.energy_j for e in known))

@@ -601,7 +601,52 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     factor = denormal_factor(threads) if backend == ORT_CPU and prepare is PREPARE[ORT_CPU] \
         else 1.0
     return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes,
-                               backend=backend, denormal_factor=factor)
+                               backend=backend, denormal_factor=factor,
+                               cold_weight_gbps=cold_weight_gbps(threads, prepare))
+
+
+# Conv+Relu chains (layers, channels, kernel, size) whose weights, one per layer, add up to
+# 17-19 MB, as a mid-sized network's do: what one inference reads that the caches did not keep
+# from the last. Size 12, as every calibration grid: no torchvision layer at 224x224.
+COLD_CHAINS = ((64, 256, 1, 12), (32, 128, 3, 12))
+
+
+def conv_chain(layers: int, channels: int, kernel: int, size: int, shared: bool
+               ) -> onnx.ModelProto:
+    """`layers` Conv+Relu of `channels` channels at `size`, each with a weight of its own, or
+    all reading one (`shared`: ORT prepacks it once, so every layer finds it in cache)."""
+    nodes, weights, x = [], [], "X"
+    for i in range(layers):
+        w = "W0" if shared else f"W{i}"
+        if not shared or i == 0:
+            weights.append(_const(w, (channels, channels, kernel, kernel)))
+        nodes += [helper.make_node("Conv", [x, w], [f"C{i}"], kernel_shape=[kernel, kernel],
+                                   pads=[kernel // 2] * 4),
+                  helper.make_node("Relu", [f"C{i}"], [f"R{i}"])]
+        x = f"R{i}"
+    shape = (1, channels, size, size)
+    return _model(nodes, [("X", shape)], (x, shape), weights)
+
+
+def cold_weight_gbps(threads: int, prepare: Prepare = prepare_ort,
+                     min_time_s: float = 0.05) -> float:
+    """The rate at which a network's kernels fetch weights that are cold (last read one
+    inference ago): over COLD_CHAINS, the weight bytes of the chain with a weight per layer
+    over the time it takes beyond the same chain sharing one weight (each the fastest of
+    three medians, the two alternating). Measured here: 25.6 GB/s, the main memory's
+    streaming rate, for both shapes; the fetch does not hide behind the convolutions' MACs.
+    0 when no extra time shows (not measured; the estimator then charges nothing)."""
+    extra_s = extra_bytes = 0.0
+    for layers, channels, kernel, size in COLD_CHAINS:
+        timers = {shared: prepare(conv_chain(layers, channels, kernel, size, shared), threads)
+                  for shared in (True, False)}
+        best = {shared: math.inf for shared in timers}
+        for _ in range(3):
+            for shared, timer in timers.items():
+                best[shared] = min(best[shared], timer(min_time_s))
+        extra_s += best[False] - best[True]
+        extra_bytes += (layers - 1) * channels * channels * kernel * kernel * 4
+    return extra_bytes / extra_s / 1e9 if extra_s > 0 else 0.0
 
 
 def denormal_factor(threads: int, min_time_s: float = 0.05) -> float:

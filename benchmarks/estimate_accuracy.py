@@ -263,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {cls:12s} e_max {c.e_max:.3f}  f_half {c.f_half:9.3g}  i_half {c.i_half:6.3g}"
               f"  ({c.points} benchmarks, mean |log error| {c.log_error:.2f})")
     print(f"a transcendental costs {cal.transcendental_flops:.2f} plain FLOPs; denormal MatMul "
-          f"factor {cal.denormal_factor:.1f}\n{describe_fit_check(cal)}")
+          f"factor {cal.denormal_factor:.1f}; cold weights fetched at {cal.cold_weight_gbps:.1f} "
+          f"GB/s\n{describe_fit_check(cal)}")
     clock = "CPU time" if args.threads == 1 else "wall"
     estimates = {m: estimate(m, cal) for m in args.models}
     probe = Probe(cal)

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxlens.analyzer.calibration import (
+    COLD_WEIGHT_KEY,
     DENORMAL_KEY,
     TRANSCENDENTAL_KEY,
     Calibration,
@@ -272,17 +273,34 @@ def test_the_vector_fit_tells_bandwidth_from_transcendental_work() -> None:
     assert max(calibrate.fit_check(cal).values()) < 0.02  # every point within 2%
 
 
-def test_an_old_file_without_a_denormal_factor_or_tau_reads_one(cache: Path) -> None:
-    data = _calibration(denormal_factor=120.0, transcendental_flops=3.0).to_dict()
+@pytest.mark.parametrize(("ns_per_byte", "gbps"), [(1.0, 1.0), (0.0, 0.0)])
+def test_the_cold_weight_rate_is_the_extra_time_of_distinct_weights(ns_per_byte: float,
+                                                                    gbps: float) -> None:
+    """A fake machine where a run takes 1 ms plus `ns_per_byte` per byte of the graph's
+    initializers: the chain with a weight per layer has (layers - 1) weights more than the
+    shared one, so the rate is exactly 1 / ns_per_byte GB/s; with no such cost, 0 (not
+    measured)."""
+    def prepare(model: onnx.ModelProto, threads: int) -> calibrate.Timer:
+        nbytes = sum(onnx.numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+        return lambda min_time_s: 1e-3 + nbytes * ns_per_byte * 1e-9
+
+    assert calibrate.cold_weight_gbps(1, prepare) == pytest.approx(gbps)
+
+
+def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
+    data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
+                        cold_weight_gbps=17.0).to_dict()
     extra = apply_calibration(host_profile(1), Calibration.from_dict(data)).extra
-    assert (extra[DENORMAL_KEY], extra[TRANSCENDENTAL_KEY]) == (120.0, 3.0)
-    del data["denormal_factor"], data["transcendental_flops"]
+    keys = (DENORMAL_KEY, TRANSCENDENTAL_KEY, COLD_WEIGHT_KEY)
+    assert tuple(extra[k] for k in keys) == (120.0, 3.0, 17.0)
+    del data["denormal_factor"], data["transcendental_flops"], data["cold_weight_gbps"]
     for point in data["points"]:
-        del point["transcendental"]
+        del point["transcendental"], point["pass_flops"], point["pass_transcendental"]
     old = Calibration.from_dict(data)
     assert old.denormal_factor == old.transcendental_flops == 1.0
+    assert old.cold_weight_gbps == 0.0  # not measured: the estimator adds nothing
     extra = apply_calibration(host_profile(1), old).extra
-    assert (extra[DENORMAL_KEY], extra[TRANSCENDENTAL_KEY]) == (1.0, 1.0)
+    assert tuple(extra[k] for k in keys) == (1.0, 1.0, 0.0)
 
 
 def test_the_denormal_factor_is_measured() -> None:

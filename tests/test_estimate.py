@@ -9,9 +9,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxlens
-from onnxlens.analyzer.calibration import DENORMAL_KEY, TRANSCENDENTAL_KEY
+from onnxlens.analyzer.calibration import COLD_WEIGHT_KEY, DENORMAL_KEY, TRANSCENDENTAL_KEY
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import (
+    cold_weights,
     constant_efficiency,
     denormal_reads,
     denormal_slowed,
@@ -92,6 +93,24 @@ def test_a_transcendental_costs_the_calibrated_plain_flops(gpu) -> None:
     tau_hw = dataclasses.replace(gpu, extra={TRANSCENDENTAL_KEY: 5.0})
     e = estimate_group(cost, "elementwise", tau_hw, "fp32", constant_efficiency(gpu))
     assert e.compute_s == pytest.approx(2.6e9 / (60e12 * 0.5))
+
+
+def test_cold_weights_serialize_with_work_and_overlap_stalls(gpu) -> None:
+    """4 MB of weights fetched cold at 10 GB/s (0.4 ms), on the test GPU (GEMM at 70% of
+    60 TFLOP/s, 3 us launch). A compute-bound GEMM (2·10^9 FLOPs: 47.6 us) pays the fetch on
+    top: 47.6 + 3 + 400 us. A GEMV already streaming 8 GB from HBM (2.7 ms) hides it. A
+    profile without the measured rate is unchanged."""
+    cold = dataclasses.replace(gpu, extra={COLD_WEIGHT_KEY: 10.0})
+    eff = constant_efficiency(gpu)
+    gemm = Cost(macs=10**9, bytes_read=4 * 10**6, bytes_written=4000, param_bytes=4 * 10**6)
+    hot = estimate_group(gemm, "gemm", cold, "fp32", eff)
+    e = cold_weights(hot, gemm, "gemm", cold, "fp32")
+    assert e.latency_s == pytest.approx(2e9 / (60e12 * 0.7) + 3e-6 + 4e-4)
+    assert e.bound == "memory:HBM" and e.energy_j > hot.energy_j
+    stream = Cost(macs=10**6, bytes_read=8 * 10**9, param_bytes=4 * 10**6)
+    hot = estimate_group(stream, "gemm", cold, "fp32", eff)
+    assert cold_weights(hot, stream, "gemm", cold, "fp32").latency_s == hot.latency_s
+    assert cold_weights(hot, gemm, "gemm", gpu, "fp32") == hot
 
 
 def test_big_elementwise_is_memory_bound_in_main_memory(gpu) -> None:
