@@ -258,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"calibration {cal.created}, {cal.threads} thread(s), {cal.duration_s:.0f} s: "
           f"peak {cal.peak_fp32_tflops * 1e3:.1f} GFLOP/s, best GEMM "
           f"{cal.gemm_tflops * 1e3:.1f} GFLOP/s, {cal.kernel_overhead_us:.2f} us/kernel, "
-          + ", ".join(f"{k} {v:.1f} GB/s" for k, v in cal.bandwidth_gbps.items()))
+          + ", ".join(f"{k} {v:.1f} GB/s"
+                     for k, v in sorted(cal.bandwidth_gbps.items(), key=lambda kv: -kv[1])))
     for cls, c in cal.curves.items():
         print(f"  {cls:12s} e_max {c.e_max:.3f}  f_half {c.f_half:9.3g}  i_half {c.i_half:6.3g}"
               f"  ({c.points} benchmarks, mean |log error| {c.log_error:.2f})")
