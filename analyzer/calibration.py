@@ -47,7 +47,8 @@ What it holds:
   without it reads 1 (each transcendental one FLOP).
 - `cold_weight_gbps`: the rate at which a network's kernels read weights the caches did not
   keep since the last inference (`backends.calibrate.cold_weight_gbps`: a chain of Convs with
-  a weight per layer against the same chain sharing one). Every micro-benchmark above runs
+  a weight per layer against the same chain sharing one, timed at one thread; at T threads
+  `cold_weight_rate`: T times that, up to main memory's bandwidth). Every micro-benchmark runs
   one kernel over and over, its weights hot; in a network each weight is read once per
   inference. The calibrated profile carries it as `extra["cold_weight_gbps"]`, and
   `estimate_model` adds each kernel's weight fetch at that rate (`cold_weights`). A file

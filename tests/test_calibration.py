@@ -287,6 +287,15 @@ def test_the_cold_weight_rate_is_the_extra_time_of_distinct_weights(ns_per_byte:
     assert calibrate.cold_weight_gbps(1, prepare) == pytest.approx(gbps)
 
 
+@pytest.mark.parametrize(("per_core", "threads", "main", "rate"),
+                         [(17.5, 1, 19.1, 17.5),   # one core: its own rate
+                          (10.0, 2, 28.8, 20.0),   # two cores fetch their shares at once
+                          (17.5, 2, 28.8, 28.8)])  # ... up to main memory's bandwidth
+def test_the_cold_weight_rate_adds_over_threads_up_to_main_memory(
+        per_core: float, threads: int, main: float, rate: float) -> None:
+    assert calibrate.cold_weight_rate(per_core, threads, main) == pytest.approx(rate)
+
+
 def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
                         cold_weight_gbps=17.0).to_dict()
