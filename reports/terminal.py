@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -188,19 +189,28 @@ def render(d: dict, console: Console, *, top: int = 10) -> None:
         console.print(Text("warning: ", style="yellow") + Text(plain(w, 300)))
 
 
+def _peak(tflops: float) -> str:
+    """A peak in at most 5 characters: 0.193, 7.37, 66.9, 989, 1979."""
+    return f"{tflops:.0f}" if tflops >= 100 else f"{tflops:.3g}"
+
+
 def render_hardware(profiles: list, console: Console) -> None:
-    """`onnxlens hardware`: one row per profile, then each profile's sources."""
-    table = Table(title="Hardware profiles", title_justify="left")
-    for col in ("key", "device", "kind", "fp32", "fp16", "int8", "main memory", "launch",
-                "TDP"):
-        table.add_column(col, justify="left" if col in ("key", "device", "kind") else "right")
+    """`onnxlens hardware`: one row per profile, the units in the title so that the table fits
+    80 columns; then each profile's device and the sources of its numbers."""
+    table = Table(title="Hardware profiles: peaks in TFLOP/s, main memory in GB/s, kernel "
+                  "launch in µs, TDP in W", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True)
+    for col in ("key", "kind", "fp32", "fp16", "int8", "memory", "launch", "TDP",
+                "calibrated"):
+        table.add_column(col, justify="left" if col in ("key", "kind") else "right",
+                         no_wrap=True)
     for hw in profiles:
         peaks = hw.peak_tflops
-        table.add_row(_label(hw.key, hw.calibrated), Text(plain(hw.name, 40)), hw.kind,
-                      *(f"{peaks[p]:.4g} T" if p in peaks else "-" for p in ("fp32", "fp16",
-                                                                           "int8")),
-                      f"{hw.main_memory.bandwidth_gbps:.4g} GB/s",
-                      f"{hw.kernel_launch_us:.3g} µs", f"{hw.tdp_w:.4g} W")
+        table.add_row(plain(hw.key, 30), hw.kind,
+                      *(_peak(peaks[p]) if p in peaks else "-" for p in ("fp32", "fp16", "int8")),
+                      f"{hw.main_memory.bandwidth_gbps:.4g}", f"{hw.kernel_launch_us:.3g}",
+                      f"{hw.tdp_w:.4g}", "yes" if hw.calibrated else "no")
     console.print(table)
     for hw in profiles:
-        console.print(Text(f"{plain(hw.key, 30)}: ", style="bold") + Text(plain(hw.source, 300)))
+        console.print(Text(f"{plain(hw.key, 30)}: ", style="bold")
+                      + Text(f"{plain(hw.name, 80)}. {plain(hw.source, 2000)}"))

@@ -11,6 +11,7 @@ from onnxlens.analyzer import host
 from onnxlens.analyzer.hardware import (
     OP_CLASSES,
     PRECISIONS,
+    PROFILES_DIR,
     HardwareProfile,
     HardwareProfileError,
     available_profiles,
@@ -258,3 +259,29 @@ def test_a_subclass_reads_its_parents_efficiency() -> None:
     assert hw.class_efficiency("gemm") == hw.efficiency["gemm"]
     with pytest.raises(KeyError):
         hw.class_efficiency("no such class")
+
+
+def test_the_hardware_listing_fits_80_columns_with_every_number_whole() -> None:
+    """`onnxlens hardware` on an 80-column terminal: no line wider, no cell cut (rich ends a
+    cut cell with an ellipsis), each shipped profile's fp32 peak as its file gives it, and
+    the uncalibrated ones marked."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from onnxlens.reports.terminal import render_hardware
+
+    profiles = [load_profile(key) for key in available_profiles()]
+    console = Console(width=80, file=io.StringIO(), highlight=False)
+    render_hardware(profiles, console)
+    lines = console.file.getvalue().splitlines()
+    assert max(map(len, lines)) <= 80
+    assert not any("…" in line for line in lines)
+    rows = {line.split()[0]: line.split() for line in lines if line.split()
+            and line.split()[0] in available_profiles()}
+    for key in available_profiles():
+        text = (PROFILES_DIR / f"{key}.toml").read_text()
+        fp32 = float(re.search(r"^peak_fp32_tflops = ([0-9.]+)", text, re.M).group(1))
+        assert float(rows[key][2]) == pytest.approx(fp32, rel=5e-3)
+        assert rows[key][-1] == "no"
