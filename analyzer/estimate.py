@@ -371,6 +371,18 @@ def _concat_layout(info: NodeInfo, block: int) -> str:
     return ANY if ok else NCHW
 
 
+def matmul_calls(info: NodeInfo) -> int:
+    """The GEMM calls ORT's MatMul makes: one per matrix of the batch when both operands are
+    batched ([..., M, K] x [..., K, N]: attention's Q·Kᵀ and P·V, one per head and window);
+    one when the right operand is a single matrix, which it multiplies by the left operand
+    flattened to rows. Swin-T's first-stage attention is 192 calls of 49x32x49: each call's
+    fixed cost, not the 59 MFLOP in all, sets its rate."""
+    rhs, y = info.input(1), info.outputs[0] if info.outputs else None
+    if rhs is None or y is None or not (rhs.known and y.known) or rhs.rank <= 2:
+        return 1
+    return max(1, math.prod(y.dims[:-2]))
+
+
 def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
                 block: int) -> list[Kernel]:
     """The kernels ORT's CPU provider makes of one of our groups (ORT 1.2x, ORT_ENABLE_ALL).
@@ -387,7 +399,9 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     only constants costs nothing). `block`: the NCHWc block in channels."""
     if group.pattern in _WHOLE:
         cls = op_class(mg, group, costs)
-        return [_kernel(mg, list(group.nodes), costs, cls, NCHW, NCHW)]
+        matmul = next((i for k in group.nodes if (i := mg.info(k)).op_type == "MatMul"), None)
+        return [_kernel(mg, list(group.nodes), costs, cls, NCHW, NCHW,
+                        calls=matmul_calls(matmul) if matmul else 1)]
     kernels: list[tuple[list[str], str]] = []  # (nodes, role: anchor / closed / vector / other)
     for key in group.nodes:
         info = mg.info(key)
@@ -429,6 +443,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
                        passes=activation_passes(mg, nodes, writes == NCHWC))
     if head.op_type in _ANCHORS:
         return _kernel(mg, nodes, costs, node_class(head), NCHW, NCHW,
+                       calls=matmul_calls(head) if head.op_type == "MatMul" else 1,
                        passes=activation_passes(mg, nodes, False))
     if head.op_type == "BatchNormalization":
         x = head.input(0)

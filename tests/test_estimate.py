@@ -20,6 +20,7 @@ from onnxlens.analyzer.estimate import (
     estimate_model,
     group_gemms,
     layout_changes,
+    matmul_calls,
     memory_level,
     node_class,
     ort_conv_path,
@@ -451,6 +452,41 @@ def _masked_attention(mask: list[float] | None):
                                            helper.make_tensor_value_info("v", f, [4, 4, 8])],
                               [helper.make_tensor_value_info("y", f, [4, 1, 8])])
     return onnxlens.analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _matmul_info(a: tuple[int, ...], b: tuple[int, ...], y: tuple[int, ...]) -> NodeInfo:
+    f = TensorProto.FLOAT
+    return NodeInfo("m", "MatMul", "", {}, (TensorInfo("a", f, a), TensorInfo("b", f, b)),
+                    (TensorInfo("y", f, y),))
+
+
+@pytest.mark.parametrize(("a", "b", "y", "calls"), [
+    ((2, 3, 49, 32), (2, 3, 32, 49), (2, 3, 49, 49), 6),  # a GEMM per window and head
+    ((4, 1, 8), (4, 8, 4), (4, 1, 4), 4),
+    ((1, 197, 768), (768, 768), (1, 197, 768), 1),  # rows flattened against one matrix
+    ((49, 32), (32, 49), (49, 49), 1),
+])
+def test_a_batched_matmul_is_a_gemm_call_per_matrix(a, b, y, calls) -> None:
+    assert matmul_calls(_matmul_info(a, b, y)) == calls
+
+
+def test_an_attention_kernel_reads_its_curve_at_one_heads_gemm(gpu) -> None:
+    """Q [4, 1, 8] x K [4, 8, 4]: four GEMM calls, so the curve's size is a quarter of the
+    FLOPs, and with a per-call cost (f_half) the kernel is slower than one big GEMM."""
+    result = _masked_attention(None)
+    (group,) = result.groups
+    (kernel,) = ort_kernels(result.graph, group, _node_costs(result), 8)
+    assert (kernel.cls, kernel.calls) == ("attention", 4)
+    hw = _ort(gpu)
+
+    def per_call(cls: str, flops: float, intensity: float) -> float:  # f_half = 1000 FLOPs
+        return flops / (flops + 1e3)
+
+    flops = kernel.cost.flops(2)
+    one = estimate_group(kernel.cost, "attention", hw, "fp32", per_call)
+    four = estimate_group(kernel.cost, "attention", hw, "fp32", per_call, calls=4)
+    assert four.compute_s / one.compute_s == pytest.approx(
+        (flops / 4 + 1e3) / (flops / 4) * flops / (flops + 1e3))
 
 
 @pytest.mark.parametrize(("mask", "share"), [
