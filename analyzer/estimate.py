@@ -159,15 +159,19 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
     is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution: `group_gemms`) reads its
     MAC efficiency at one call's FLOPs and that reuse: the per-call cost t0 is paid `calls`
     times, t = calls·t0 + F/(e·peak), which is the curve's F/(F + f_half) factor at
-    F / calls."""
+    F / calls. With a reuse, a call's F is its GEMM's 2·M·K·N alone, so that F / reuse is
+    its operands' bytes, the working set whose memory level the curve reads (the epilogue's
+    FLOPs had pushed ShuffleNet's 58-channel depthwise calls, 31.4 KB of operands, past a
+    32 KB L1 and doubled their estimate)."""
     scale = PRECISION_BYTES[precision] / 4
     nbytes = (cost.bytes_read + cost.bytes_written) * scale
     flops = cost.flops(2)
     intensity = flops / nbytes if nbytes else float("inf")
     vector_flops = cost.vector_flops(float(hw.extra.get(TRANSCENDENTAL_KEY, 1.0)))
     if cost.macs:  # the epilogue at the kernel's rate (module docstring)
+        call_flops = (2 * cost.macs if reuse else flops) / calls
         compute_s = (2 * cost.macs / hw.peak_flops(precision) + vector_flops
-                     / hw.peak_flops("fp32")) / efficiency(cls, flops / calls, reuse or intensity)
+                     / hw.peak_flops("fp32")) / efficiency(cls, call_flops, reuse or intensity)
     elif vector_flops:
         vector_cls = cls if cls in VECTOR_CLASSES else "elementwise"
         compute_s = vector_flops / (hw.peak_flops("fp32")

@@ -784,9 +784,11 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
             pass_work = p.pass_cost().vector_flops(tau)
             run_s = p.seconds - (pass_work / (peak * vector(pass_work, math.inf))
                                  if pass_work else 0.0)
-            # The curve reads one call's FLOPs, the reuse, and the level of their ratio, as
-            # the estimator asks it (`estimate_group`, `Calibration.efficiency`).
-            reuse, call_flops = p.reuse or intensity, flops / p.calls
+            # The curve reads one call's FLOPs (its GEMM's alone when a reuse is given), the
+            # reuse, and the level of their ratio, as the estimator asks it (`estimate_group`,
+            # `Calibration.efficiency`).
+            reuse = p.reuse or intensity
+            call_flops = (2 * p.macs if p.reuse else flops) / p.calls
             if memory_s < COMPUTE_BOUND_SHARE * run_s and run_s > 0:
                 eff_points.append((call_flops, reuse, min(1.0, work / (peak * run_s)),
                                    memory_level(hw, call_flops / reuse).name))

@@ -410,6 +410,24 @@ def test_a_grouped_convolution_reads_one_calls_size_and_reuse(gpu) -> None:
     assert sized.compute_s == pytest.approx(2e9 / (60e12 * reuse / 1e4 * 2.5e8 / 3.5e8))
 
 
+def test_a_calls_size_is_its_gemm_flops_whose_operands_set_the_level(gpu) -> None:
+    """With a reuse, the curve reads 2·M·K·N per call, not the bias epilogue's FLOPs too:
+    F / reuse is then the call's operand bytes 4(MK + KN + MN), the level's working set."""
+    m, k, n, calls = 1, 9, 784, 58  # ShuffleNet's 58-channel depthwise: a GEMM per channel
+    cost = Cost(macs=m * k * n * calls, other_flops=m * n * calls, bytes_read=10**5)
+    asked: list[tuple[float, float]] = []
+
+    def efficiency(cls: str, flops: float, intensity: float) -> float:
+        asked.append((flops, intensity))
+        return 0.5
+
+    estimate_group(cost, "grouped_conv", gpu, "fp32", efficiency, reuse=_reuse(m, k, n),
+                   calls=calls)
+    ((flops, reuse),) = asked
+    assert flops == 2 * m * k * n
+    assert flops / reuse == pytest.approx(4 * (m * k + k * n + m * n))  # 31,376 B: in L1
+
+
 def test_pool_groups_use_their_class_efficiency(gpu) -> None:
     """A pool's FLOPs run at the pool efficiency (0.4 in the test profile), a Conv's bias at
     elementwise's (0.5)."""
