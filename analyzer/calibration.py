@@ -53,6 +53,10 @@ What it holds:
   inference. The calibrated profile carries it as `extra["cold_weight_gbps"]`, and
   `estimate_model` adds each kernel's weight fetch at that rate (`cold_weights`). A file
   without it reads 0 (not measured: nothing added).
+- `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, beyond the run's
+  bytes at the bandwidth (`backends.calibrate.fit_copy_run`, from the calibration's
+  transposes; `analyzer.estimate.transpose_runs` counts a Transpose's runs). The calibrated
+  profile carries it as `extra["copy_run_ns"]`; a file without it reads 0 (nothing added).
 - `denormal_factor`: how much slower a MatMul runs when its left operand is all float32
   denormals (1e-40) than on normal numbers (time_denormal / time_normal, one micro-benchmark;
   x86 cores take a microcode assist per denormal operand). The calibrated profile carries it as
@@ -105,6 +109,7 @@ DENORMAL_KEY = "denormal_factor"
 TRANSCENDENTAL_KEY = "transcendental_flops"
 # `extra[COLD_WEIGHT_KEY]`: GB/s at which a network's kernels fetch their cold weights.
 COLD_WEIGHT_KEY = "cold_weight_gbps"
+COPY_RUN_KEY = "copy_run_ns"
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4
 
@@ -156,6 +161,7 @@ class Point:
     # (`analyzer.estimate.activation_passes`): FLOPs and transcendental evaluations.
     pass_flops: int = 0
     pass_transcendental: int = 0
+    runs: int = 0  # contiguous runs its kernel copies one at a time (`transpose_runs`)
 
     def cost(self) -> Cost:
         """Its kernel's cost as the estimator sees it (all its bytes counted as read), less
@@ -188,6 +194,7 @@ class Calibration:
     denormal_factor: float = 1.0  # MatMul time on denormal / normal operands; 1: not measured
     transcendental_flops: float = 1.0  # plain vector FLOPs per transcendental; 1: not fitted
     cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
+    copy_run_ns: float = 0.0  # a Transpose's cost per contiguous run copied; 0: not fitted
 
     def efficiency(self, cls: str, flops: float, intensity: float) -> float:
         """The estimator's `Efficiency`: fraction of `peak_fp32_tflops` for a group of class
@@ -318,7 +325,8 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
     return replace(measured, extra={**measured.extra, RUNTIME_KEY: cal.backend,
                                     DENORMAL_KEY: cal.denormal_factor,
                                     TRANSCENDENTAL_KEY: cal.transcendental_flops,
-                                    COLD_WEIGHT_KEY: cal.cold_weight_gbps})
+                                    COLD_WEIGHT_KEY: cal.cold_weight_gbps,
+                                    COPY_RUN_KEY: cal.copy_run_ns})
 
 
 def calibrated_host_profile(threads: int | None = None) -> HardwareProfile:

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibration import COLD_WEIGHT_KEY, DENORMAL_KEY, TRANSCENDENTAL_KEY
+from .calibration import COLD_WEIGHT_KEY, COPY_RUN_KEY, DENORMAL_KEY, TRANSCENDENTAL_KEY
 from .cost.base import ZERO, Cost
 from .fusion import Group
 from .graph import ModelGraph
@@ -153,7 +153,7 @@ def memory_level(hw: HardwareProfile, working_set_bytes: float) -> MemoryLevel:
 
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
                    efficiency: Efficiency, launches: int = 1, reuse: float = 0.0,
-                   calls: int = 1) -> GroupEstimate:
+                   calls: int = 1, runs: int = 0) -> GroupEstimate:
     """One kernel's roofline (module docstring); `launches` kernel overheads (0: the work runs
     inside another kernel, as a sum ORT folds into the convolution before it). A kernel that
     is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution: `group_gemms`) reads its
@@ -162,7 +162,9 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
     F / calls. With a reuse, a call's F is its GEMM's 2·M·K·N alone, so that F / reuse is
     its operands' bytes, the working set whose memory level the curve reads (the epilogue's
     FLOPs had pushed ShuffleNet's 58-channel depthwise calls, 31.4 KB of operands, past a
-    32 KB L1 and doubled their estimate)."""
+    32 KB L1 and doubled their estimate). A kernel that copies `runs` contiguous runs one at
+    a time (a Transpose: `transpose_runs`) pays, on a profile whose calibration fitted it,
+    `extra["copy_run_ns"]` per run on top of its bytes, in its memory term."""
     scale = PRECISION_BYTES[precision] / 4
     nbytes = (cost.bytes_read + cost.bytes_written) * scale
     flops = cost.flops(2)
@@ -179,7 +181,8 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
     else:
         compute_s = 0.0
     level = memory_level(hw, nbytes)
-    memory_s = nbytes / (level.bandwidth_gbps * 1e9)
+    memory_s = nbytes / (level.bandwidth_gbps * 1e9) + runs * float(
+        hw.extra.get(COPY_RUN_KEY, 0.0)) * 1e-9
     overhead_s = launches * hw.kernel_launch_us * 1e-6
     latency_s = max(compute_s, memory_s) + overhead_s
     if overhead_s >= max(compute_s, memory_s):
@@ -238,6 +241,7 @@ class Kernel:
     host: Kernel | None = None  # the kernel it runs inside (`_folded`), costed as a marginal
     reuse: float = 0.0  # the intensity its efficiency reads, where not FLOPs per byte
     calls: int = 1  # GEMM calls it makes (a grouped convolution: `group_gemms`)
+    runs: int = 0  # contiguous runs it copies one at a time (a Transpose: `transpose_runs`)
     # An activation MLAS applies in a pass over the output in cache (`activation_passes`):
     # its FLOPs, at the elementwise rate, no traffic, no launch.
     epilogue: Cost = ZERO
@@ -375,6 +379,34 @@ def _concat_layout(info: NodeInfo, block: int) -> str:
     return ANY if ok else NCHW
 
 
+def transpose_runs(info: NodeInfo) -> int:
+    """The contiguous runs ORT's Transpose copies one at a time, 0 where it streams.
+
+    Derivation (ORT's cpu/tensor/transpose.cc): the input's trailing axes that the
+    permutation leaves last, in order, form a block that is copied whole (a memcpy), and the
+    walk over the other axes costs each block a step; size-1 axes move nothing. A
+    permutation that moves the innermost axis (NCHW <-> NHWC) takes MLAS's blocked transpose
+    instead, which streams, and one that moves nothing is a copy: 0 for both. Swin-T's
+    [64, 49, 3, 3, 32] with perm (2, 0, 3, 1, 4) is 28,224 runs of 32 floats; measured, such
+    runs cost 6-11 ns each beyond their bytes, 8x the time the bytes alone say for runs of 8
+    floats."""
+    x = info.input(0)
+    if info.op_type != "Transpose" or x is None or not x.known or not x.rank:
+        return 0
+    dims = x.dims
+    moved = [a for a in info.attr("perm", list(reversed(range(len(dims))))) if dims[a] != 1]
+    kept = sorted(moved)
+    if not moved or moved[-1] != kept[-1]:
+        return 0
+    run = 1
+    for out_axis, in_axis in zip(reversed(moved), reversed(kept), strict=True):
+        if out_axis != in_axis:
+            break
+        run *= dims[in_axis]
+    runs = math.prod(dims) // run
+    return runs if runs > 1 else 0
+
+
 def matmul_calls(info: NodeInfo) -> int:
     """The GEMM calls ORT's MatMul makes: one per matrix of the batch when both operands are
     batched ([..., M, K] x [..., K, N]: attention's Q·Kᵀ and P·V, one per head and window);
@@ -464,7 +496,8 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         layout = _elementwise_layout(head)
     else:
         layout = NCHW
-    return _kernel(mg, nodes, costs, cls, layout, layout)
+    return dataclasses.replace(_kernel(mg, nodes, costs, cls, layout, layout),
+                               runs=transpose_runs(head))
 
 
 def layout_changes(kernel: Kernel, have: dict[str, set[str]]) -> list[TensorInfo]:
@@ -519,7 +552,8 @@ def _ort_group_estimates(mg: ModelGraph, groups: list[Group], node_costs: dict[s
                 parts.append(estimate_group(costs[-1], "data_movement", hw, precision, eff))
             costs.append(k.cost)
             parts.append(absorbed(k, hw, precision, eff) if k.host else cold_weights(
-                estimate_group(k.cost, k.cls, hw, precision, eff, k.launches, k.reuse, k.calls),
+                estimate_group(k.cost, k.cls, hw, precision, eff, k.launches, k.reuse, k.calls,
+                               k.runs),
                 k.cost, k.cls, hw, precision))
             if share := max((denormal.get(n, 0.0) for n in k.nodes), default=0.0):
                 parts[-1] = denormal_slowed(parts[-1], share, factor, hw.static_w)

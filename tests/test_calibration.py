@@ -4,6 +4,7 @@ real mini-calibration, and the ORT timing helper it stands on."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from onnx import TensorProto, helper
 
 from onnxlens.analyzer.calibration import (
     COLD_WEIGHT_KEY,
+    COPY_RUN_KEY,
     DENORMAL_KEY,
     TRANSCENDENTAL_KEY,
     Calibration,
@@ -296,20 +298,36 @@ def test_the_cold_weight_rate_adds_over_threads_up_to_main_memory(
     assert calibrate.cold_weight_rate(per_core, threads, main) == pytest.approx(rate)
 
 
+def test_the_copy_run_cost_is_the_extra_time_over_all_runs() -> None:
+    """Two transposes that take 100 us more than their bytes at the bandwidth over 10,000
+    runs, and 0 more over 128: (100 + 0) us / 10,128 runs; none: 0 (not fitted)."""
+    hw = host_profile(1)
+    bandwidth = {lv.name: 10.0 for lv in hw.memory}  # GB/s: 10 KB per us
+    point = functools.partial(Point, op_class="data_movement", macs=0, other_flops=0,
+                              bytes=10**5)
+    points = [point("a", seconds=10e-6 + 100e-6, runs=10_000),
+              point("b", seconds=10e-6, runs=128)]
+    assert calibrate.fit_copy_run(points, hw, bandwidth) == pytest.approx(100e3 / 10_128)
+    assert calibrate.fit_copy_run([], hw, bandwidth) == 0.0
+
+
 def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
-                        cold_weight_gbps=17.0).to_dict()
+                        cold_weight_gbps=17.0, copy_run_ns=9.0).to_dict()
     extra = apply_calibration(host_profile(1), Calibration.from_dict(data)).extra
-    keys = (DENORMAL_KEY, TRANSCENDENTAL_KEY, COLD_WEIGHT_KEY)
-    assert tuple(extra[k] for k in keys) == (120.0, 3.0, 17.0)
-    del data["denormal_factor"], data["transcendental_flops"], data["cold_weight_gbps"]
+    keys = (DENORMAL_KEY, TRANSCENDENTAL_KEY, COLD_WEIGHT_KEY, COPY_RUN_KEY)
+    assert tuple(extra[k] for k in keys) == (120.0, 3.0, 17.0, 9.0)
+    for key in ("denormal_factor", "transcendental_flops", "cold_weight_gbps", "copy_run_ns"):
+        del data[key]
     for point in data["points"]:
         del point["transcendental"], point["pass_flops"], point["pass_transcendental"]
+        del point["runs"]
     old = Calibration.from_dict(data)
     assert old.denormal_factor == old.transcendental_flops == 1.0
-    assert old.cold_weight_gbps == 0.0  # not measured: the estimator adds nothing
+    assert old.cold_weight_gbps == old.copy_run_ns == 0.0  # the estimator adds nothing
+    assert all(p.runs == 0 for p in old.points)
     extra = apply_calibration(host_profile(1), old).extra
-    assert tuple(extra[k] for k in keys) == (1.0, 1.0, 0.0)
+    assert tuple(extra[k] for k in keys) == (1.0, 1.0, 0.0, 0.0)
 
 
 def test_the_denormal_factor_is_measured() -> None:

@@ -9,7 +9,12 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxlens
-from onnxlens.analyzer.calibration import COLD_WEIGHT_KEY, DENORMAL_KEY, TRANSCENDENTAL_KEY
+from onnxlens.analyzer.calibration import (
+    COLD_WEIGHT_KEY,
+    COPY_RUN_KEY,
+    DENORMAL_KEY,
+    TRANSCENDENTAL_KEY,
+)
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import (
     cold_weights,
@@ -26,6 +31,7 @@ from onnxlens.analyzer.estimate import (
     ort_conv_path,
     ort_kernels,
     reorder_cost,
+    transpose_runs,
 )
 from onnxlens.analyzer.hardware import (
     ORT_CPU,
@@ -426,6 +432,37 @@ def test_a_calls_size_is_its_gemm_flops_whose_operands_set_the_level(gpu) -> Non
     ((flops, reuse),) = asked
     assert flops == 2 * m * k * n
     assert flops / reuse == pytest.approx(4 * (m * k + k * n + m * n))  # 31,376 B: in L1
+
+
+def _transpose_info(shape: tuple[int, ...], perm: tuple[int, ...]) -> NodeInfo:
+    f = TensorProto.FLOAT
+    return NodeInfo("t", "Transpose", "", {"perm": list(perm)},
+                    (TensorInfo("x", f, shape),),
+                    (TensorInfo("y", f, tuple(shape[a] for a in perm)),))
+
+
+@pytest.mark.parametrize(("shape", "perm", "runs"), [
+    ((64, 49, 3, 3, 32), (2, 0, 3, 1, 4), 64 * 49 * 3 * 3),  # Swin's qkv split: runs of 32
+    ((256, 16, 8, 8), (0, 2, 1, 3), 256 * 16 * 8),  # heads <-> tokens: runs of 8 x 8
+    ((1, 2, 64, 24, 24), (0, 2, 1, 3, 4), 2 * 64),  # channel shuffle: runs of 24 x 24
+    ((1, 64, 48, 48), (0, 2, 3, 1), 0),  # NCHW -> NHWC moves the innermost axis: streams
+    ((1, 48, 48, 64), (0, 3, 1, 2), 0),
+    ((1, 64, 1, 48), (0, 2, 1, 3), 0),  # only a size-1 axis moves: a copy
+    ((8, 16), (0, 1), 0),
+])
+def test_a_transpose_copies_the_runs_its_permutation_leaves_whole(shape, perm, runs) -> None:
+    assert transpose_runs(_transpose_info(shape, perm)) == runs
+
+
+def test_a_transposes_runs_cost_the_calibrated_time_each(gpu) -> None:
+    cost = Cost(bytes_read=10**6, bytes_written=10**6)
+    hot = estimate_group(cost, "data_movement", gpu, "fp32", constant_efficiency(gpu))
+    fitted = dataclasses.replace(gpu, extra={**gpu.extra, COPY_RUN_KEY: 8.0})
+    slow = estimate_group(cost, "data_movement", fitted, "fp32", constant_efficiency(gpu),
+                          runs=1000)
+    assert slow.memory_s - hot.memory_s == pytest.approx(1000 * 8e-9)
+    assert estimate_group(cost, "data_movement", gpu, "fp32", constant_efficiency(gpu),
+                          runs=1000) == hot  # not fitted: nothing added
 
 
 def test_pool_groups_use_their_class_efficiency(gpu) -> None:
