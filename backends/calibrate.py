@@ -769,8 +769,10 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
     # The measured GEMM peak of the naive estimate: the largest square GEMM, as one would
     # measure a peak (the best rate of any GEMM when that one was skipped).
     square = gemm_rates.get(SQUARE_GEMM.name, max(gemm_rates.values(), default=peak))
-    # Transposes that copy run by run are rated by `fit_copy_run`, not the bandwidths.
-    vector_points = [p for p in points if not p.macs and not p.runs]
+    # Transposes that copy run by run stay in the bandwidth fit: without them, at two threads
+    # it found a degenerate optimum (all levels 94 GB/s, τ 54; with them 53 GB/s, τ 1.8).
+    # `fit_copy_run` then rates their runs against the bandwidths fitted.
+    vector_points = [p for p in points if not p.macs]
     bandwidth, vector, tau = fit_vector(vector_points, hw, peak)
     curves = {VECTOR_CLASS: vector,
               **fit_vector_classes(vector_points, hw, peak, bandwidth, tau)}
