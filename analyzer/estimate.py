@@ -151,6 +151,17 @@ def memory_level(hw: HardwareProfile, working_set_bytes: float) -> MemoryLevel:
     return hw.main_memory
 
 
+def _tau(hw: HardwareProfile) -> float:
+    return float(hw.extra.get(TRANSCENDENTAL_KEY, 1.0))
+
+
+def peak_seconds(cost: Cost, hw: HardwareProfile, precision: str) -> float:
+    """A kernel's arithmetic at peak: its MACs at the precision's, its vector work V at
+    fp32's (module docstring); a class's efficiency divides it."""
+    return (2 * cost.macs / hw.peak_flops(precision)
+            + cost.vector_flops(_tau(hw)) / hw.peak_flops("fp32"))
+
+
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
                    efficiency: Efficiency, launches: int = 1, reuse: float = 0.0,
                    calls: int = 1, runs: int = 0) -> GroupEstimate:
@@ -169,17 +180,16 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
     nbytes = (cost.bytes_read + cost.bytes_written) * scale
     flops = cost.flops(2)
     intensity = flops / nbytes if nbytes else float("inf")
-    vector_flops = cost.vector_flops(float(hw.extra.get(TRANSCENDENTAL_KEY, 1.0)))
+    vector_flops = cost.vector_flops(_tau(hw))
     if cost.macs:  # the epilogue at the kernel's rate (module docstring)
         call_flops = (2 * cost.macs if reuse else flops) / calls
-        compute_s = (2 * cost.macs / hw.peak_flops(precision) + vector_flops
-                     / hw.peak_flops("fp32")) / efficiency(cls, call_flops, reuse or intensity)
+        eff = efficiency(cls, call_flops, reuse or intensity)
     elif vector_flops:
-        vector_cls = cls if cls in VECTOR_CLASSES else "elementwise"
-        compute_s = vector_flops / (hw.peak_flops("fp32")
-                                    * efficiency(vector_cls, vector_flops, intensity))
+        eff = efficiency(cls if cls in VECTOR_CLASSES else "elementwise", vector_flops,
+                         intensity)
     else:
-        compute_s = 0.0
+        eff = 1.0  # no arithmetic
+    compute_s = peak_seconds(cost, hw, precision) / eff
     level = memory_level(hw, nbytes)
     memory_s = nbytes / (level.bandwidth_gbps * 1e9) + runs * float(
         hw.extra.get(COPY_RUN_KEY, 0.0)) * 1e-9
@@ -259,7 +269,7 @@ def activation_passes(mg: ModelGraph, nodes: Iterable[str], in_kernel: bool) -> 
 
 def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls: str,
             reads: str, writes: str, open_sum: bool = False, reuse: float = 0.0,
-            calls: int = 1, passes: frozenset[str] = frozenset()) -> Kernel:
+            calls: int = 1, passes: frozenset[str] = frozenset(), runs: int = 0) -> Kernel:
     """The kernel of `nodes`: their arithmetic, and bytes for the tensors crossing its boundary
     (one node: its own cost, which already leaves out views); the FLOPs of `passes` go to its
     `epilogue`."""
@@ -287,7 +297,8 @@ def _kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls
         total = Cost(total.macs, total.other_flops, total.transcendental, read,
                      sum(t.nbytes for t in outputs.values()), total.params, total.param_bytes)
     return Kernel(cls, total, tuple(nodes), reads, writes, tuple(inputs.values()),
-                  tuple(outputs.values()), open_sum, reuse=reuse, calls=calls, epilogue=epilogue)
+                  tuple(outputs.values()), open_sum, reuse=reuse, calls=calls, runs=runs,
+                  epilogue=epilogue)
 
 
 def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
@@ -496,8 +507,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         layout = _elementwise_layout(head)
     else:
         layout = NCHW
-    return dataclasses.replace(_kernel(mg, nodes, costs, cls, layout, layout),
-                               runs=transpose_runs(head))
+    return _kernel(mg, nodes, costs, cls, layout, layout, runs=transpose_runs(head))
 
 
 def layout_changes(kernel: Kernel, have: dict[str, set[str]]) -> list[TensorInfo]:
@@ -742,11 +752,8 @@ def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile, pr
     weights = cost.param_bytes * PRECISION_BYTES[precision] / 4
     if gbps <= 0 or not weights:
         return e
-    tau = float(hw.extra.get(TRANSCENDENTAL_KEY, 1.0))
-    flops_s = (2 * cost.macs / hw.peak_flops(precision)
-               + cost.vector_flops(tau) / hw.peak_flops("fp32"))
-    work_s = flops_s / hw.class_efficiency(cls if cost.macs or cls in VECTOR_CLASSES
-                                           else "elementwise")
+    best = hw.class_efficiency(cls if cost.macs or cls in VECTOR_CLASSES else "elementwise")
+    work_s = peak_seconds(cost, hw, precision) / best
     fetch_s = weights / (gbps * 1e9)
     latency_s = max(e.latency_s, work_s + e.overhead_s + fetch_s)
     level = next(lv for lv in hw.memory if lv.name == e.level)

@@ -781,8 +781,7 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
         for p in (p for p in mac_points if p.op_class == cls):
             flops = 2 * p.macs + p.other_flops
             intensity = flops / p.bytes
-            level = memory_level(hw, p.bytes).name
-            memory_s = p.bytes / (bandwidth.get(level, _assumed_gbps(hw, level)) * 1e9)
+            memory_s = _stream_s(p.bytes, hw, bandwidth)
             work = 2 * p.macs + p.cost().vector_flops(tau)  # MACs and epilogue
             # An activation pass after the kernel, at the elementwise rate (`activation_pass`).
             pass_work = p.pass_cost().vector_flops(tau)
@@ -817,14 +816,16 @@ def fit_copy_run(points: Sequence[Point], hw: HardwareProfile, bandwidth: dict[s
     all their runs (a least-squares slope through the origin would let the point with most
     runs decide alone; a median would let one with 128 runs, whose extra time is noise). 0
     without such points. Measured here: 10.9 ns per run of 8 floats, 6.3 ns per run of 32."""
-    extra_s = sum(p.seconds - p.bytes / (bandwidth.get(lv, _assumed_gbps(hw, lv)) * 1e9)
-                  for p in points for lv in [memory_level(hw, p.bytes).name])
+    extra_s = sum(p.seconds - _stream_s(p.bytes, hw, bandwidth) for p in points)
     runs = sum(p.runs for p in points)
     return max(0.0, extra_s / runs * 1e9) if runs else 0.0
 
 
-def _assumed_gbps(hw: HardwareProfile, level: str) -> float:
-    return next(lv.bandwidth_gbps for lv in hw.memory if lv.name == level)
+def _stream_s(nbytes: float, hw: HardwareProfile, bandwidth: dict[str, float]) -> float:
+    """`nbytes` at the fitted bandwidth of the level they fit in (the profile's own where
+    that level was not fitted)."""
+    level = memory_level(hw, nbytes)
+    return nbytes / (bandwidth.get(level.name, level.bandwidth_gbps) * 1e9)
 
 
 def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float

@@ -278,9 +278,9 @@ def test_the_hardware_listing_fits_80_columns_with_every_number_whole() -> None:
     lines = console.file.getvalue().splitlines()
     assert max(map(len, lines)) <= 80
     assert not any("…" in line for line in lines)
-    rows = {line.split()[0]: line.split() for line in lines if line.split()
-            and line.split()[0] in available_profiles()}
-    for key in available_profiles():
+    keys = available_profiles()
+    rows = {cells[0]: cells for line in lines if (cells := line.split()) and cells[0] in keys}
+    for key in keys:
         text = (PROFILES_DIR / f"{key}.toml").read_text()
         fp32 = float(re.search(r"^peak_fp32_tflops = ([0-9.]+)", text, re.M).group(1))
         assert float(rows[key][2]) == pytest.approx(fp32, rel=5e-3)
