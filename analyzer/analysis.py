@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
@@ -32,21 +33,32 @@ if TYPE_CHECKING:  # estimates are on request: `analyze` alone imports neither
 SCHEMA = "onnxlens/1"
 
 
+class Unknown(Enum):
+    """Why a cost is unknown."""
+
+    NO_FORMULA = "no cost formula"  # an op with no cost formula (reported as unsupported)
+    SHAPE = "shape unknown"  # a tensor's shape that inference could not find
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class NodeCost:
-    """A node's cost, or why it is unknown (``cost is None``)."""
+    """A node's cost, or why it is unknown (``cost is None``): `unknown` says which kind of
+    reason, `unknown_reason` says it to a person (the JSON's and CSV's `unknown_reason`)."""
 
     cost: Cost | None
     unknown_reason: str | None = None
+    unknown: Unknown | None = None
 
-    def __init__(self, cost: Cost | None, unknown_reason: str | None = None) -> None:
+    def __init__(self, cost: Cost | None, unknown_reason: str | None = None,
+                 unknown: Unknown | None = None) -> None:
         # As Cost's: one is built per node and per group.
         _set_cost(self, cost)
         _set_unknown_reason(self, unknown_reason)
+        _set_unknown(self, unknown)
 
 
-_set_cost, _set_unknown_reason = (getattr(NodeCost, f).__set__ for f in ("cost",
-                                                                         "unknown_reason"))
+_set_cost, _set_unknown_reason, _set_unknown = (
+    getattr(NodeCost, f).__set__ for f in ("cost", "unknown_reason", "unknown"))
 
 
 @dataclass
@@ -236,7 +248,7 @@ def _analyze_model(model: LoadedModel, strict: bool, flops_per_mac: int) -> Anal
     graph_outputs = frozenset(mg.graph_outputs)
     group_costs = {g.id: group_cost(mg, g, node_costs, graph_outputs) for g in groups}
     unknown = [f"{k} ({nc.unknown_reason})" for k, nc in node_costs.items()
-               if nc.cost is None and nc.unknown_reason and not nc.unknown_reason.startswith("no ")]
+               if nc.unknown is Unknown.SHAPE]
     if unknown:
         warnings.append(f"cost unknown for {len(unknown)} node(s) with unknown shapes, e.g. "
                         + "; ".join(unknown[:3]))
@@ -287,7 +299,7 @@ def node_cost(info: NodeInfo) -> NodeCost:
     """
     spec = lookup(info.op_type, info.domain)
     if spec is None:
-        return NodeCost(None, f"no cost formula for {info.op_type}")
+        return NodeCost(None, f"no cost formula for {info.op_type}", Unknown.NO_FORMULA)
     try:
         work = spec.formula(info)
         if spec.is_view:
@@ -301,7 +313,7 @@ def node_cost(info: NodeInfo) -> NodeCost:
             params = sum(t.size for t in weights if t is not None)
             param_bytes = _tensor_bytes(weights)
     except UnknownShape as e:
-        return NodeCost(None, f"shape of tensor {e.tensor!r} unknown")
+        return NodeCost(None, f"shape of tensor {e.tensor!r} unknown", Unknown.SHAPE)
     return NodeCost(Cost(work.macs, work.other_flops, work.transcendental, read, written, params,
                          param_bytes))
 
@@ -314,7 +326,7 @@ def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
     for key in keys:
         nc = node_costs[key]
         if nc.cost is None:
-            return NodeCost(None, f"node {key!r}: {nc.unknown_reason}")
+            return NodeCost(None, f"node {key!r}: {nc.unknown_reason}", nc.unknown)
         costs.append(nc.cost)
     if len(keys) == 1:
         return node_costs[keys[0]]
@@ -337,7 +349,7 @@ def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
     try:
         read, written = _tensor_bytes(outside_inputs), _tensor_bytes(outputs)
     except UnknownShape as e:
-        return NodeCost(None, f"shape of tensor {e.tensor!r} unknown")
+        return NodeCost(None, f"shape of tensor {e.tensor!r} unknown", Unknown.SHAPE)
     return NodeCost(Cost(total.macs, total.other_flops, total.transcendental, read, written,
                          total.params, total.param_bytes))
 

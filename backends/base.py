@@ -39,13 +39,23 @@ Feeds = Mapping[str, np.ndarray]
 Dim = int | str | None
 
 
-class BackendUnavailable(OnnxLensError):
+class BackendProblem(OnnxLensError):
+    """A backend's one-line `reason`; `backend` names it (None: no one backend's). The message
+    is ``backend: reason``."""
+
+    def __init__(self, reason: str, backend: str | None = None) -> None:
+        super().__init__(f"{backend}: {reason}" if backend else reason)
+        self.reason = reason
+        self.backend = backend
+
+
+class BackendUnavailable(BackendProblem):
     """A backend cannot run here (no GPU, no original module, not installed); one line why."""
 
     exit_code = 3
 
 
-class BackendError(OnnxLensError):
+class BackendError(BackendProblem):
     """A backend failed on this model or these inputs (unsupported op, wrong input shape)."""
 
 

@@ -31,8 +31,7 @@ from ..analyzer.validate import DEFAULT_LIMITS, Limits
 from .agreement import Agreement, DumpDiff, agreement, dump_diff
 from .base import (
     Backend,
-    BackendError,
-    BackendUnavailable,
+    BackendProblem,
     Feeds,
     fixed_batch,
     input_specs,
@@ -222,8 +221,8 @@ def compare(
             results[name], outputs[name] = _measure(
                 backend, spec, plan, agree_inputs if len(ready) > 1 else [], threads, runs,
                 warmup, profile_runs, seed, memory, analysis, steps)
-        except (BackendUnavailable, BackendError) as e:
-            unavailable[name] = str(e).removeprefix(f"{name}: ")
+        except BackendProblem as e:
+            unavailable[name] = _reason(e, name)
     if results:
         _add_estimates(results, analysis, {**DEFAULT_HARDWARE, **(hardware or {})}, threads,
                        warnings)
@@ -291,11 +290,16 @@ def _prepare(names: Sequence[str], spec: ModelSpec, path: Path, threads: int
         try:
             backend = create(name, threads=threads, torch_factory=spec.torch_factory)
             backend.prepare(path)
-        except (BackendUnavailable, BackendError) as e:
-            unavailable[name] = str(e).removeprefix(f"{name}: ")
+        except BackendProblem as e:
+            unavailable[name] = _reason(e, name)
             continue
         ready[name] = backend
     return ready, unavailable
+
+
+def _reason(e: BackendProblem, name: str) -> str:
+    """Why backend `name` is skipped: the error's reason when it is that backend's."""
+    return e.reason if e.backend == name else str(e)
 
 
 def _measure(backend: Backend, spec: ModelSpec, plan: _BatchPlan,

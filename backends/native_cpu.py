@@ -41,8 +41,8 @@ def native_module() -> Any:
     try:
         from . import _native
     except ImportError as e:
-        raise BackendError(f"{PROVIDER}: the native extension is not built ({e}); reinstall "
-                           f"with `pip install -e .`") from None
+        raise BackendError(f"the native extension is not built ({e}); reinstall with "
+                           "`pip install -e .`", PROVIDER) from None
     return _native
 
 
@@ -54,8 +54,8 @@ class NativeCpuBackend(Backend):
         super().__init__(threads)
         self._native = native_module()
         if isa and isa not in self._native.available_isas():
-            raise BackendError(f"{PROVIDER}: instruction set {isa!r} is not available here "
-                               f"(have {', '.join(self._native.available_isas())})")
+            raise BackendError(f"instruction set {isa!r} is not available here "
+                               f"(have {', '.join(self._native.available_isas())})", PROVIDER)
         self.isa = isa
         self._model: onnx.ModelProto | None = None
         self._parameters: frozenset[str] = frozenset()
@@ -70,7 +70,7 @@ class NativeCpuBackend(Backend):
 
     def _prepare_for(self, inputs: Feeds | None) -> _Prepared:
         if self._model is None:
-            raise BackendError(f"{PROVIDER}: prepare() a model first")
+            raise BackendError("prepare() a model first", PROVIDER)
         params = {} if inputs is None else {n: np.asarray(inputs[n]) for n in self._parameters
                                             if n in inputs}
         key = () if inputs is None else (tuple(np.shape(v) for v in inputs.values()) +
@@ -91,15 +91,11 @@ class NativeCpuBackend(Backend):
     def prepared(self) -> _Prepared:
         """The plan and executor of the last prepared shapes."""
         if not self._prepared:
-            raise BackendError(f"{PROVIDER}: prepare() a model first")
+            raise BackendError("prepare() a model first", PROVIDER)
         return next(reversed(self._prepared.values()))
 
     def run(self, inputs: Feeds) -> dict[str, np.ndarray]:
         return self._prepare_for(inputs).run(inputs)[0]
-
-    def run_timed(self, inputs: Feeds) -> tuple[dict[str, np.ndarray], list[float]]:
-        """The outputs and each step's seconds."""
-        return self._prepare_for(inputs).run(inputs)
 
     def profile(self, inputs: Feeds, *, runs: int = 5, warmup: int = 2) -> Profile:
         """Each step's median seconds over `runs`, named after its group's last node."""
@@ -142,9 +138,9 @@ def make_executor(native: Any, args: tuple[Any, ...], threads: int, isa: str) ->
         return native.Executor(*args, threads, isa)
     except (native.PlanError, ValueError, TypeError) as e:
         # nanobind's TypeError lists every accepted signature, on lines of their own.
-        raise BackendError(f"{PROVIDER}: invalid plan: {str(e).splitlines()[0]}") from None
+        raise BackendError(f"invalid plan: {str(e).splitlines()[0]}", PROVIDER) from None
     except MemoryError as e:  # std::bad_alloc: an arena or a packed weight larger than memory
-        raise BackendError(f"{PROVIDER}: cannot allocate the plan's memory ({e})") from None
+        raise BackendError(f"cannot allocate the plan's memory ({e})", PROVIDER) from None
 
 
 class _Prepared:
@@ -176,7 +172,7 @@ class _Prepared:
         try:
             seconds = self.executor.run(feeds, list(outputs.values()), captures)
         except self._run_error as e:
-            raise BackendError(f"{PROVIDER}: run failed: {e}") from None
+            raise BackendError(f"run failed: {e}", PROVIDER) from None
         found = dict(outputs)
         for _, tid, array in captures:
             found[plan.tensors[tid].name] = array
@@ -186,14 +182,14 @@ class _Prepared:
 
     def _input(self, name: str, inputs: Feeds) -> np.ndarray:
         if name not in inputs:
-            raise BackendError(f"{PROVIDER}: no value for input {name!r}")
+            raise BackendError(f"no value for input {name!r}", PROVIDER)
         t = self.plan.tensor(name)
         value = np.asarray(inputs[name], dtype=_dtype(t.elem_type))
         if not value.flags.c_contiguous:  # (ascontiguousarray would make a 0-d array 1-d)
             value = value.copy()
         if value.shape != t.shape:
-            raise BackendError(f"{PROVIDER}: input {name!r} has shape {value.shape}, the plan "
-                               f"was made for {t.shape}")
+            raise BackendError(f"input {name!r} has shape {value.shape}, the plan was made "
+                               f"for {t.shape}", PROVIDER)
         return value
 
 

@@ -41,7 +41,7 @@ def cuda_module() -> ModuleType:
     """The CUDA extension, or BackendUnavailable with the reason it cannot run here."""
     reason = unavailable_reason()
     if reason is not None:
-        raise BackendUnavailable(f"{PROVIDER}: {reason}")
+        raise BackendUnavailable(reason, PROVIDER)
     return importlib.import_module("onnxlens.backends._native_cuda")
 
 

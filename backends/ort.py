@@ -37,6 +37,7 @@ from .base import Backend, BackendError, BackendUnavailable, Feeds, Profile, loa
 from .ort_timing import ModelSource, NodeTime, Timing, session_options, time_session
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+CUDA_UNAVAILABLE = "CUDA EP unavailable: "
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -66,17 +67,16 @@ class OrtBackend(Backend):
             try:
                 session = ort.InferenceSession(model, options, providers=providers)
             except Exception as e:  # ORT raises its own pybind types; the message is the news
-                raise BackendError(f"{self.name}: cannot load the model: {_first_line(e)}"
+                raise BackendError(f"cannot load the model: {_first_line(e)}", self.name
                                    ) from None
         if session.get_providers()[0] != PROVIDERS[self.provider]:
-            raise BackendUnavailable(f"{self.name}: CUDA EP unavailable: "
-                                     f"{loader_reason(err[0])}")
+            raise BackendUnavailable(CUDA_UNAVAILABLE + loader_reason(err[0]), self.name)
         return session
 
     @property
     def session(self) -> ort.InferenceSession:
         if self._session is None:
-            raise BackendError(f"{self.name}: prepare() a model first")
+            raise BackendError("prepare() a model first", self.name)
         return self._session
 
     def run(self, inputs: Feeds) -> dict[str, np.ndarray]:
@@ -87,7 +87,7 @@ class OrtBackend(Backend):
         try:
             return session.run(None, dict(inputs))
         except Exception as e:  # wrong shape or dtype, or a kernel failure
-            raise BackendError(f"{self.name}: run failed: {_first_line(e)}") from None
+            raise BackendError(f"run failed: {_first_line(e)}", self.name) from None
 
     def time(self, inputs: Feeds, *, warmup: int = 5, runs: int = 50) -> Timing:
         self._run(self.session, inputs)  # a bad input fails here with one line
@@ -219,9 +219,11 @@ def loader_reason(log: str) -> str:
 
 @cache
 def cuda_unavailable_reason() -> str | None:
-    """None when a session really gets the CUDA provider, else why not (one line)."""
+    """None when a session really gets the CUDA provider, else why not (one line, starting
+    with CUDA_UNAVAILABLE)."""
     if PROVIDERS["cuda"] not in ort.get_available_providers():
-        return "this onnxruntime build has no CUDA provider (install onnxruntime-gpu)"
+        return (CUDA_UNAVAILABLE + "this onnxruntime build has no CUDA provider (install "
+                "onnxruntime-gpu)")
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("Identity", ["x"], ["y"])], "probe",
         [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
@@ -230,8 +232,10 @@ def cuda_unavailable_reason() -> str | None:
                                    opset_imports=[onnx.helper.make_opsetid("", 17)])
     try:
         OrtBackend("cuda").prepare(probe)
-    except (BackendUnavailable, BackendError) as e:
-        return str(e).removeprefix("ort-cuda: ").removeprefix("CUDA EP unavailable: ")
+    except BackendUnavailable as e:
+        return e.reason
+    except BackendError as e:
+        return CUDA_UNAVAILABLE + e.reason
     return None
 
 

@@ -50,8 +50,7 @@ def _ort_cpu_reason() -> str | None:
 def _ort_cuda_reason() -> str | None:
     from .ort import cuda_unavailable_reason
 
-    reason = cuda_unavailable_reason()
-    return None if reason is None else f"CUDA EP unavailable: {reason}"
+    return cuda_unavailable_reason()
 
 
 def _torch_reason() -> str | None:
@@ -71,7 +70,7 @@ def _build_torch(threads: int, factory: ModuleFactory | None) -> Backend:
     from .torch_eager import TorchEagerBackend
 
     if factory is None:
-        raise BackendUnavailable(f"torch: {TORCH_NEEDS_MODULE}")
+        raise BackendUnavailable(TORCH_NEEDS_MODULE, "torch")
     return TorchEagerBackend(factory, threads)
 
 
@@ -165,7 +164,7 @@ def create(name: str, *, threads: int = 1, torch_factory: ModuleFactory | None =
     """A backend ready to `prepare`; `BackendUnavailable` (one line) when it cannot run here."""
     info = availability(name)
     if not info.available:
-        raise BackendUnavailable(f"{name}: {info.reason}")
+        raise BackendUnavailable(info.reason, name)
     return _entry(name).build(threads, torch_factory)
 
 

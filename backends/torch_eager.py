@@ -62,14 +62,14 @@ class TorchEagerBackend(Backend):
         import torch
 
         if self._module is None:
-            raise BackendError("torch: prepare() a model first")
+            raise BackendError("prepare() a model first", "torch")
         args = [torch.from_numpy(np.ascontiguousarray(inputs[name])) for name in self._inputs]
         with self._threads(), torch.no_grad():
             result = self._module(*args)
         tensors = flatten(result)
         if len(tensors) != len(self._outputs):
-            raise BackendError(f"torch: the module returned {len(tensors)} tensors, the ONNX "
-                               f"graph has {len(self._outputs)} outputs")
+            raise BackendError(f"the module returned {len(tensors)} tensors, the ONNX graph "
+                               f"has {len(self._outputs)} outputs", "torch")
         return {name: t.detach().cpu().numpy() for name, t in
                 zip(self._outputs, tensors, strict=True)}
 

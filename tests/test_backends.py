@@ -25,6 +25,7 @@ from onnxlens.backends.agreement import (
     top1_agreement,
 )
 from onnxlens.backends.base import (
+    BackendError,
     BackendUnavailable,
     input_specs,
     latency_dict,
@@ -84,9 +85,10 @@ def test_ort_cpu_runs_times_and_names_intermediates() -> None:
 def test_bad_input_is_one_line_backend_error() -> None:
     backend = OrtBackend("cpu")
     backend.prepare(_tiny_model())
-    with pytest.raises(Exception, match="ort-cpu: run failed") as info:
+    with pytest.raises(BackendError, match="ort-cpu: run failed") as info:
         backend.run({"x": np.zeros((1, 3), np.float32)})
     assert "\n" not in str(info.value)
+    assert info.value.backend == "ort-cpu" and info.value.reason.startswith("run failed: ")
 
 
 def test_parse_trace_assigns_kernels_by_time_span() -> None:
@@ -140,8 +142,10 @@ def test_registry_lists_every_backend_and_refuses_unknown_names() -> None:
     assert rows["native-cpu"].available  # built by pip install -e .
     assert rows["ort-cpu"].available and rows["ort-cpu"].reason == ""
     assert "original module" in rows["torch"].note
-    with pytest.raises(BackendUnavailable, match="torchvision model name or module:factory"):
+    with pytest.raises(BackendUnavailable, match="torchvision model name or module:factory"
+                       ) as info:
         registry.create("torch")  # no module factory: an .onnx file
+    assert (info.value.backend, info.value.reason) == ("torch", registry.TORCH_NEEDS_MODULE)
     with pytest.raises(UsageError, match="unknown backend 'tensorrt'"):
         registry.create("tensorrt")
 

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxlens
 from onnxlens.analyzer import loader
+from onnxlens.analyzer.analysis import Unknown
 from onnxlens.analyzer.errors import ExternalDataError, ShapeError, UsageError
 from onnxlens.analyzer.loader import load_model, parse_shape_spec
 
@@ -225,9 +226,14 @@ def test_shapes_neither_can_infer_are_unknown_and_named() -> None:
     assert result.model.tensors["c"].shape is None  # not ORT's guessed rank
     conv = result.node_costs["conv"]
     assert conv.cost is None and "'y'" in conv.unknown_reason
-    assert result.node_costs["custom"].cost is None
+    assert conv.unknown is Unknown.SHAPE
+    custom = result.node_costs["custom"]
+    assert custom.cost is None and custom.unknown is Unknown.NO_FORMULA
+    assert custom.unknown_reason == "no cost formula for Mystery"
     assert result.totals["complete"] is False
-    assert any("'y'" in w for w in result.warnings)
+    # The warning names the nodes of unknown shape, not the unsupported op (its own warning).
+    shape_warning = next(w for w in result.warnings if "unknown shapes" in w)
+    assert "'y'" in shape_warning and "custom (" not in shape_warning
 
 
 def test_symbolic_inference_is_skipped_on_big_models(monkeypatch: pytest.MonkeyPatch) -> None:
