@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import onnx
 
 from ..analyzer.analysis import AnalysisResult
+from ..analyzer.fold import static_nodes
 from ..analyzer.graph import ModelGraph
 from ..analyzer.ir import NodeInfo
 from .base import Profile
@@ -54,7 +55,6 @@ _NCHWC_SUFFIX = "_nchwc"
 # them to their neighbours, or write original tensors.
 _NAMED_AFTER_LAST = ("/QuickGeluFusion/",)
 _LAYOUT_OPS = frozenset({"ReorderInput", "ReorderOutput"})
-_SHAPE_OPS = frozenset({"Shape", "Size"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +136,7 @@ def kernel_covers(mg: ModelGraph, optimized: onnx.GraphProto) -> dict[str, tuple
     present = ({a for a in alias.values() if a is not None} | set(mg.graph_inputs)
                | set(mg.initializers)
                | {t.name for t in optimized.initializer if t.name in original})
-    static = static_nodes(mg)
+    static = ort_folds(mg)
     rank = {key: i for i, key in enumerate(mg.order)}
     covers: dict[str, tuple[str, ...]] = {}
     for unit in _units(optimized, alias):
@@ -254,16 +254,8 @@ def _walk_back(mg: ModelGraph, start: set[str], present: set[str], static: set[s
     return found
 
 
-def static_nodes(mg: ModelGraph) -> set[str]:
+def ort_folds(mg: ModelGraph) -> set[str]:
     """Nodes whose outputs are known when the session loads: constants, arithmetic on
-    constants, and Shape/Size of tensors whose shape is known. ORT folds them."""
-    static: set[str] = set()
-    constant = set(mg.initializers)
-    for key in mg.order:
-        info = mg.info(key)
-        inputs = [t for t in info.inputs if t is not None]
-        if (all(t.name in constant for t in inputs)
-                or (info.op_type in _SHAPE_OPS and inputs and inputs[0].known)):
-            static.add(key)
-            constant.update(t.name for t in info.outputs)
-    return static
+    constants, and Shape/Size of tensors whose shape is known (`analyzer.fold.static_nodes`).
+    ORT folds them."""
+    return static_nodes((mg.info(key) for key in mg.order), mg.initializers)

@@ -38,6 +38,7 @@ import numpy as np
 import onnx
 
 from ..analyzer.errors import ExportError
+from ..analyzer.fold import fold_nodes
 
 if TYPE_CHECKING:
     import torch
@@ -183,14 +184,11 @@ def _drop_initializer_inputs(model: onnx.ModelProto) -> None:
     model.graph.input.extend(kept)
 
 
-# Ops whose output is not a function of their inputs: never folded.
-_NOT_FOLDABLE = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-                 "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
 FOLD_MAX_ELEMENTS = 1024  # shape plumbing is tiny; anything bigger is left to the runtime
 
 
 def _fold_static_shapes(model: onnx.ModelProto, max_rounds: int = 100) -> None:
-    """Replace `Shape` of tensors whose shape is static by constants, then fold what follows.
+    """Fold `Shape` of tensors whose shape is static, and what follows, into Constant nodes.
 
     The TorchScript exporter records every ``x.shape[i]`` as runtime shape arithmetic
     (Swin-T: 472 Shape nodes, 2,600 Constants, 6,100 nodes in all); onnx's shape inference
@@ -200,26 +198,7 @@ def _fold_static_shapes(model: onnx.ModelProto, max_rounds: int = 100) -> None:
     not involve the batch dim fold. Each round may reveal more static shapes.
     """
     for _ in range(max_rounds):
-        shapes = _static_shapes(model)
-        replaced = False
-        for i, node in enumerate(model.graph.node):
-            if node.op_type not in ("Shape", "Size") or node.domain not in ("", "ai.onnx"):
-                continue
-            dims = shapes.get(node.input[0])
-            if dims is None:
-                continue
-            if node.op_type == "Size":
-                value = np.array(int(np.prod(dims)), dtype=np.int64)
-            else:
-                attrs = {a.name: a.i for a in node.attribute}
-                value = np.array(dims[attrs.get("start", 0):attrs.get("end", len(dims))],
-                                 dtype=np.int64)
-            model.graph.node[i].CopyFrom(onnx.helper.make_node(
-                "Constant", [], [node.output[0]], name=node.name,
-                value=onnx.numpy_helper.from_array(value, node.output[0])))
-            replaced = True
-        folded = _fold_small_constants(model)
-        if not (replaced or folded):
+        if not _fold_constants(model, _static_shapes(model)):
             return
 
 
@@ -252,8 +231,9 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
     return shapes
 
 
-def _fold_small_constants(model: onnx.ModelProto) -> bool:
-    """Evaluate nodes computed only from Constant nodes, when small, into Constant nodes.
+def _fold_constants(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> bool:
+    """Replace the nodes computed only from Constant nodes and static shapes, when small, by
+    Constant nodes (`analyzer.fold.fold_nodes`); whether the graph changed.
 
     torch's constant folding folds what reads initializers but leaves chains built from
     Constant nodes, such as the ``ConstantOfShape -> Mul -> Equal -> Where`` that spells
@@ -264,24 +244,21 @@ def _fold_small_constants(model: onnx.ModelProto) -> bool:
     from onnx import helper, numpy_helper
 
     opsets = {o.domain: o.version for o in model.opset_import}
-    values: dict[str, Any] = {}
+    values: dict[str, np.ndarray] = {}
+    fold_nodes(model.graph.node, values, opsets, dims=shapes.get,
+               max_elements=FOLD_MAX_ELEMENTS)
     nodes: list[onnx.NodeProto] = []
     folded_any = False
     for node in model.graph.node:
-        outputs = _evaluate_small(node, values, opsets)
-        if outputs is None:
-            nodes.append(node)
-            continue
-        values.update(zip(node.output, outputs, strict=True))
-        if node.op_type == "Constant":
+        if node.op_type == "Constant" or not all(o in values for o in node.output if o):
             nodes.append(node)
             continue
         folded_any = True
-        for i, (name, value) in enumerate(zip(node.output, outputs, strict=True)):
+        for i, name in enumerate(node.output):
             if name:
                 nodes.append(helper.make_node(
                     "Constant", [], [name], name=node.name + (f"_{i}" if i else ""),
-                    value=numpy_helper.from_array(value, name)))
+                    value=numpy_helper.from_array(values[name], name)))
     # Drop what no longer feeds anything (ONNX ops have no side effects): the Constants that
     # fed folded nodes, and tensors computed only for their (now constant) shape.
     used = {o.name for o in model.graph.output}
@@ -294,27 +271,6 @@ def _fold_small_constants(model: onnx.ModelProto) -> bool:
     del model.graph.node[:]
     model.graph.node.extend(reversed(kept))
     return changed
-
-
-def _evaluate_small(node: onnx.NodeProto, values: dict[str, Any],
-                    opsets: dict[str, int]) -> list[Any] | None:
-    """The outputs of `node` if all its inputs are known constants and its outputs are small."""
-    if (node.domain not in ("", "ai.onnx") or node.op_type in _NOT_FOLDABLE
-            or any(i and i not in values for i in node.input)):
-        return None
-    if node.op_type == "Constant" and node.attribute[0].name == "value":
-        outputs = [onnx.numpy_helper.to_array(node.attribute[0].t)]
-    else:
-        from onnx.reference import ReferenceEvaluator
-
-        try:
-            outputs = list(ReferenceEvaluator(node, opsets=opsets).run(
-                None, {i: values[i] for i in node.input if i}))
-        except Exception:  # an op the reference lacks, or bad values: leave it to the runtime
-            return None
-    if all(getattr(o, "size", FOLD_MAX_ELEMENTS + 1) <= FOLD_MAX_ELEMENTS for o in outputs):
-        return outputs
-    return None
 
 
 def _save_atomic(model: onnx.ModelProto, out: Path) -> None:

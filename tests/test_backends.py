@@ -34,7 +34,7 @@ from onnxlens.backends.base import (
     random_inputs,
 )
 from onnxlens.backends.ort import OrtBackend, cuda_unavailable_reason, loader_reason, parse_trace
-from onnxlens.backends.profile_map import kernel_covers, map_profile, static_nodes
+from onnxlens.backends.profile_map import kernel_covers, map_profile, ort_folds
 
 LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput"}  # NCHW <-> NCHWc, no ONNX counterpart
 
@@ -190,7 +190,7 @@ def _check_mapping(path: Path) -> tuple[int, int]:
     assert sum(times.group_s.values()) == pytest.approx(latency, rel=0.10)
     assert set(times.group_s) == {g.id for g in analysis.groups}
     covered = {n for k in times.kernels for n in k.nodes}
-    static = static_nodes(analysis.graph)
+    static = ort_folds(analysis.graph)
     # Every node that computes at run time is some kernel's.
     assert [n for n in analysis.graph.order if n not in covered and n not in static] == []
     return times.mapped_kernels, len(times.kernels)
