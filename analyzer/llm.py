@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import UsageError
+from .graph import ModelGraph
 from .ir import TensorInfo, dtype_bytes
 
 # `past_key_values.3.key`, `past.3.value`, `past_key_values_3_key`; and `past_key` (one layer).
@@ -49,6 +50,7 @@ class KvLayout:
     past_dim: str          # the past length's dim name (e.g. past_sequence_length)
     new_dim: str | None    # the new tokens' dim name (sequence_length)
     total_dim: str | None  # the attention mask's length (total_sequence_length)
+    head_dim_name: str | None = None  # a head dim the inputs name (kv_cache_dim), pinned too
 
     @property
     def kv_cache_bytes_per_token(self) -> int:
@@ -72,8 +74,10 @@ def kv_cache_inputs(inputs: Sequence[TensorInfo]) -> dict[int, list[TensorInfo]]
     return layers
 
 
-def kv_layout(inputs: Sequence[TensorInfo]) -> KvLayout | None:
-    """The cache layout of a decoder's inputs; None for a model without a KV cache."""
+def kv_layout(inputs: Sequence[TensorInfo], graph: ModelGraph | None = None) -> KvLayout | None:
+    """The cache layout of a decoder's inputs; None for a model without a KV cache. A head
+    dim the inputs leave named (onnxruntime-genai's `kv_cache_dim`) is read from the attention
+    node that reads the cache (`graph`)."""
     layers = kv_cache_inputs(inputs)
     if not layers:
         return None
@@ -83,6 +87,8 @@ def kv_layout(inputs: Sequence[TensorInfo]) -> KvLayout | None:
         raise UsageError(f"KV-cache input {key.name!r}: expected a 4-D [batch, kv_heads, "
                          f"past_sequence_length, head_dim] shape, found {shape}")
     _, kv_heads, past, head_dim = shape
+    if not isinstance(head_dim, int) and graph is not None:
+        head_dim = _head_dim_from_attention(graph, key.name) or head_dim
     if not isinstance(kv_heads, int) or not isinstance(head_dim, int):
         raise UsageError(f"KV-cache input {key.name!r}: kv_heads and head_dim (dims 1 and 3) "
                          f"must be numbers, found {shape}")
@@ -90,9 +96,27 @@ def kv_layout(inputs: Sequence[TensorInfo]) -> KvLayout | None:
         raise UsageError(f"KV-cache input {key.name!r}: the past length (dim 2) is fixed at "
                          f"{past}; the phases need it named (export with a dynamic axis)")
     by_name = {t.name: t for t in inputs}
+    head_dim_name = shape[3] if isinstance(shape[3], str) else None
     return KvLayout(len(layers), kv_heads, head_dim, dtype_bytes(key.elem_type), past,
                     _named_dim(by_name, ("input_ids", "inputs_embeds"), 1, past),
-                    _named_dim(by_name, ("attention_mask",), -1, past))
+                    _named_dim(by_name, ("attention_mask",), -1, past), head_dim_name)
+
+
+def _head_dim_from_attention(graph: ModelGraph, cache: str) -> int | None:
+    """Head size of the attention op reading `cache`, from its query width and head counts:
+    GroupQueryAttention with packed QKV (no key input) has (num_heads + 2·kv_num_heads)·d
+    columns, MultiHeadAttention / GroupQueryAttention with separate Q num_heads·d."""
+    for key in graph.consumers.get(cache, ()):
+        node = graph.infos[key]
+        heads = node.attr("num_heads")
+        q = node.inputs[0] if node.inputs else None
+        if not heads or q is None or not q.shape or not isinstance(q.shape[-1], int):
+            continue
+        packed = node.op_type == "GroupQueryAttention" and (len(node.inputs) < 2
+                                                            or node.inputs[1] is None)
+        width = heads + 2 * node.attr("kv_num_heads", 0) if packed else heads
+        return q.shape[-1] // width if q.shape[-1] % width == 0 else None
+    return None
 
 
 def _named_dim(by_name: Mapping[str, TensorInfo], names: Sequence[str], axis: int,
@@ -107,6 +131,8 @@ def _named_dim(by_name: Mapping[str, TensorInfo], names: Sequence[str], axis: in
 def phase_dims(layout: KvLayout, *, new: int, past: int) -> dict[str, int]:
     """The named dims of one forward step: `new` tokens on top of `past` cached ones."""
     dims = {layout.past_dim: past}
+    if layout.head_dim_name:
+        dims[layout.head_dim_name] = layout.head_dim
     if layout.new_dim:
         dims[layout.new_dim] = new
     if layout.total_dim:

@@ -67,7 +67,7 @@ def analyze(
         result.sweep = sweep_rows(analyze_at, batches or [primary], precisions, targets)
     from .analyzer.llm import kv_layout
 
-    layout = kv_layout(result.declared_inputs)
+    layout = kv_layout(result.declared_inputs, result.graph)
     if layout is not None:
         result.llm = _llm_view(source, result, layout, targets, precisions[0],
                                batches[0] if batches else 1, prompt_len or DEFAULT_PROMPT_LEN,
