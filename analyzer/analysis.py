@@ -75,10 +75,13 @@ class AnalysisResult:
     # Symbolic input dims and the value each was analyzed at, and totals as their formulas.
     symbols: dict[str, int] = field(default_factory=dict)
     formulas: dict[str, str] = field(default_factory=dict)
-    # Filled on request: estimates per hardware key, sweep rows, what-if scenarios.
+    # Filled on request: estimates per hardware key, sweep rows, what-if scenarios, LLM phases.
     estimates: dict[str, ModelEstimate] = field(default_factory=dict)
     sweep: list[dict[str, Any]] = field(default_factory=list)
     whatif: dict[str, Any] = field(default_factory=dict)
+    llm: dict[str, Any] = field(default_factory=dict)  # a KV-cache decoder's phases (api)
+    # The inputs as the model declares them, symbolic dims unpinned (`model` has them pinned).
+    declared_inputs: list[TensorInfo] = field(default_factory=list)
 
     def estimate(self, hw: HardwareProfile, precision: str = "fp32",
                  efficiency: Efficiency | None = None) -> ModelEstimate:
@@ -193,9 +196,10 @@ def analyze(
     with collector_paused():  # an analysis builds a large graph of objects and frees none
         model = load(source, input_shapes=input_shapes, batch=batch)
         symbols = symbolic_dims(model.graph_inputs) if symbolic else []
-        if not symbols:
-            return _analyze_model(model, strict, flops_per_mac)
-        return _analyze_symbolic(model, symbols, load, strict, flops_per_mac)
+        result = (_analyze_symbolic(model, symbols, load, strict, flops_per_mac) if symbols
+                  else _analyze_model(model, strict, flops_per_mac))
+    result.declared_inputs = model.graph_inputs
+    return result
 
 
 def _analyze_symbolic(model: LoadedModel, symbols: list[str], load: Callable[..., LoadedModel],

@@ -92,8 +92,8 @@ def parse_shape_spec(text: str) -> tuple[str, tuple[int, ...]]:
         shape = tuple(int(d) for d in dims.lower().split("x"))
     except ValueError:
         raise UsageError(f"--input-shape {text!r}: dims must be integers joined by 'x'") from None
-    if any(d <= 0 for d in shape):
-        raise UsageError(f"--input-shape {text!r}: dims must be positive")
+    if any(d < 0 for d in shape):
+        raise UsageError(f"--input-shape {text!r}: dims must be 0 or positive")
     return name, shape
 
 
@@ -154,14 +154,15 @@ def load_model(
 
 def _check_request(input_shapes: Mapping[str, Iterable[int]], batch: int | None
                    ) -> dict[str, tuple[int, ...]]:
-    """The caller's pins, as plain tuples of positive ints."""
+    """The caller's pins, as plain tuples of ints >= 0 (a 0 dim is an empty tensor: a KV
+    cache before the first token)."""
     if batch is not None and not _is_positive(batch):
         raise UsageError(f"--batch {batch}: the batch must be a positive integer")
     shapes: dict[str, tuple[int, ...]] = {}
     for name, dims in input_shapes.items():
         wanted = tuple(dims) if isinstance(dims, Iterable) and not isinstance(dims, str) else ()
-        if not wanted or not all(_is_positive(d) for d in wanted):
-            raise UsageError(f"--input-shape {name}: dims must be positive integers, got {dims}")
+        if not wanted or not all(_is_positive(d) or d == 0 for d in wanted):
+            raise UsageError(f"--input-shape {name}: dims must be integers >= 0, got {dims}")
         shapes[name] = tuple(int(d) for d in wanted)
     return shapes
 

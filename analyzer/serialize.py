@@ -85,6 +85,7 @@ def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str,
         "group_edges": _group_edges(mg, group_of) if nodes else [],
         **({"sweep": result.sweep} if result.sweep else {}),
         **({"whatif": result.whatif} if result.whatif else {}),
+        **({"llm": result.llm} if result.llm else {}),
         "unsupported_ops": {op: names for op, names in result.unsupported_ops.items()},
         "warnings": list(result.warnings),
     }

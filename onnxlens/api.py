@@ -17,6 +17,7 @@ from .analyzer.errors import UsageError
 if TYPE_CHECKING:  # imported when a profile is asked for
     from .analyzer.estimate import Efficiency
     from .analyzer.hardware import HardwareProfile
+    from .analyzer.llm import KvLayout
 
 Source = str | os.PathLike | bytes | onnx.ModelProto
 
@@ -32,6 +33,8 @@ def analyze(
     from_node: str | None = None,
     to_node: str | None = None,
     plus: Source | None = None,
+    prompt_len: int | None = None,
+    context_len: int | Sequence[int] | None = None,
     **options: Any,
 ) -> AnalysisResult:
     """Analyze a model; see README "Using it".
@@ -42,6 +45,9 @@ def analyze(
     `cached_until` / `from_node`+`to_node` / `plus` fill `result.whatif`. `max_nesting_depth`
     and `max_window_value` replace those of `limits` (`analyzer.validate.Limits`). Other options
     go to `onnxlens.analyzer.analysis.analyze` (input_shapes, strict, flops_per_mac, ...).
+    A decoder with a KV cache also gets `result.llm` (`analyzer.llm`): its cache layout, and
+    prefill at `prompt_len` and decode at each `context_len` (defaults 512 and 2048), analyzed
+    and estimated on `hardware`.
     """
     options = _with_limits(options)
     batches = _as_list(batch)
@@ -59,10 +65,64 @@ def analyze(
             return result if b == primary else _analyze_model(source, batch=b, **options)
 
         result.sweep = sweep_rows(analyze_at, batches or [primary], precisions, targets)
+    from .analyzer.llm import kv_layout
+
+    layout = kv_layout(result.declared_inputs, result.graph)
+    if layout is not None:
+        result.llm = _llm_view(source, result, layout, targets, precisions[0],
+                               batches[0] if batches else 1, prompt_len or DEFAULT_PROMPT_LEN,
+                               _as_list(context_len) or [DEFAULT_CONTEXT_LEN], options)
+    elif prompt_len or context_len:
+        raise UsageError("--prompt-len / --context-len: the model has no KV-cache inputs "
+                         "(past_key_values.N.key/value or past_key/past_value)")
     if cached_until or from_node or to_node or plus is not None:
         result.whatif = _whatif(result, targets, precisions[0], cached_until, from_node, to_node,
                                 plus, options)
     return result
+
+
+DEFAULT_PROMPT_LEN, DEFAULT_CONTEXT_LEN = 512, 2048
+
+
+def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
+              targets: list[tuple[HardwareProfile, Efficiency | None]], precision: str,
+              batch: int, prompt_len: int, context_lens: list[int], options: dict[str, Any]
+              ) -> dict[str, Any]:
+    """Prefill and decode of a KV-cache decoder, each analyzed at its pinned dims."""
+    from .analyzer.llm import decode_dims, memory_at_context, prefill_dims
+    from .analyzer.symbolic import pinned_shapes
+
+    inputs = result.declared_inputs
+    others = {d: batch for t in inputs for d in t.shape or () if isinstance(d, str)}
+
+    def phase(dims: dict[str, int], tokens: int) -> tuple[dict[str, Any], AnalysisResult]:
+        shapes = pinned_shapes(inputs, others | dims)
+        if shapes is None:
+            raise UsageError("LLM view: an input's shape is unknown; pin it with --input-shape")
+        r = _analyze_model(source, **(options | {"input_shapes": shapes, "symbolic": False}))
+        est = {hw.key: r.estimate(hw, precision, eff) for hw, eff in targets}
+        return {"dims": dims, "macs": r.totals["macs"], "flops": r.totals["flops"],
+                "complete": r.totals["complete"],
+                "activation_peak_bytes": r.activation_peak_bytes,
+                "estimates": {k: {"latency_s": e.latency_s, "calibrated": e.calibrated,
+                                  "tokens_per_s": batch * tokens / e.latency_s
+                                  if e.latency_s > 0 else None}
+                              for k, e in est.items()}}, r
+
+    prefill, pre = phase(prefill_dims(layout, prompt_len), prompt_len)
+    prefill["prompt_len"] = prompt_len
+    decodes = []
+    for c in context_lens:
+        row, r = phase(decode_dims(layout, c), 1)
+        peaks = [p for p in (pre.activation_peak_bytes, r.activation_peak_bytes)
+                 if p is not None]
+        row["context_len"] = c
+        row["memory"] = memory_at_context(layout, weight_bytes=r.total.param_bytes,
+                                          batch=batch, context_len=c,
+                                          activation_bytes=max(peaks) if peaks else None)
+        decodes.append(row)
+    return {**layout.as_dict(), "batch": batch, "precision": precision, "prefill": prefill,
+            "decode": decodes[0], **({"context_sweep": decodes} if len(decodes) > 1 else {})}
 
 
 def _with_limits(options: dict[str, Any]) -> dict[str, Any]:

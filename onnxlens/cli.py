@@ -189,6 +189,12 @@ def analyze_command(
         help="Also measure on backends (ort-cpu,...): per-group measured vs estimated.")
                        ] = None,
     runs: Annotated[int, typer.Option(min=1, help="Timed runs per backend (--measure).")] = 50,
+    prompt_len: Annotated[int | None, typer.Option(
+        min=1, help="LLM view (a model with KV-cache inputs): prefill at this many prompt "
+        "tokens [default: 512].")] = None,
+    context_len: Annotated[str | None, typer.Option(
+        help="LLM view: decode one token at this context; a list (128,1024,8192) sweeps "
+        "[default: 2048].")] = None,
     strict: Annotated[bool, typer.Option(help="Fail on ops with no cost formula.")] = False,
     top: Annotated[int, typer.Option(min=1, help="Groups to list.")] = 10,
     flops_per_mac: Annotated[int, typer.Option(
@@ -212,6 +218,7 @@ def analyze_command(
          opset=opset, top=top, precision=precision, measure=measure, runs=runs,
          hardware=hardware or [], threads=threads,
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,
+         prompt_len=prompt_len, context_len=_int_list(context_len, "--context-len") or None,
          strict=strict, flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes,
          max_nesting_depth=max_nesting_depth, max_window_value=max_window_value)
 

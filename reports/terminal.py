@@ -135,6 +135,35 @@ def _whatif(w: dict, console: Console) -> None:
                            f"{si(p['flops_total'])}"))
 
 
+def _llm(llm: dict, console: Console) -> None:
+    decodes = llm.get("context_sweep") or [llm["decode"]]
+    m = decodes[0]["memory"]
+    console.print(Text(
+        f"LLM: {llm['layers']} layers, {llm['kv_heads']} KV heads x {llm['head_dim']}, KV cache "
+        f"{binary(llm['kv_cache_bytes_per_token'])}/token, batch {llm['batch']}, weights "
+        f"{binary(m['weights_bytes'])}", style="bold"))
+    table = Table(title_justify="left", title=f"prefill {llm['prefill']['prompt_len']} tokens, "
+                  "one decode step at each context; memory = weights + KV + activations")
+    for col in ("phase", "hardware", "latency", "tokens/s", "KV cache", "memory"):
+        table.add_column(col, justify="left" if col in ("phase", "hardware") else "right")
+    for hw, e in llm["prefill"]["estimates"].items():
+        table.add_row("prefill", _label(hw, e["calibrated"]), seconds(e["latency_s"]),
+                      _rate(e["tokens_per_s"]), "", "")
+    for d in decodes:
+        m = d["memory"]
+        for hw, e in d["estimates"].items() or [("-", None)]:
+            table.add_row(f"decode @{d['context_len']}",
+                          _label(hw, e["calibrated"]) if e else Text("-"),
+                          seconds(e["latency_s"]) if e else "-",
+                          _rate(e["tokens_per_s"]) if e else "-",
+                          binary(m["kv_cache_bytes"]), binary(m["total_bytes"]))
+    console.print(table)
+
+
+def _rate(value: float | None) -> str:
+    return f"{value:,.0f}" if value else "-"
+
+
 def _shape(shape: object) -> str:
     if shape is None:
         return "?"
@@ -181,6 +210,8 @@ def render(d: dict, console: Console, *, top: int = 10) -> None:
         _sweep_table(d["sweep"], console)
     if d.get("whatif"):
         _whatif(d["whatif"], console)
+    if d.get("llm"):
+        _llm(d["llm"], console)
 
     if d["unsupported_ops"]:
         ops = ", ".join(f"{plain(op)} x{len(n)}" for op, n in d["unsupported_ops"].items())

@@ -24,7 +24,7 @@ ANALYZER_RANK = {"errors": 1, "ir": 1, "validate": 2, "fold": 2, "loader": 2, "g
                  "cost": 4, "fusion": 5,
                  "invariants": 5, "memory": 6, "symbolic": 6, "hardware": 4, "host": 4,
                  "calibration": 5, "estimate": 6, "whatif": 6, "analysis": 7, "serialize": 7,
-                 "sweep": 8}
+                 "sweep": 8, "llm": 6}
 
 
 def _imports(path: Path, package: str) -> list[tuple[str, int]]:

@@ -176,8 +176,8 @@ def test_pinning_does_not_change_the_callers_proto() -> None:
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"batch": 0}, "--batch 0: the batch must be a positive integer"),
     ({"batch": True}, "--batch True"),
-    ({"input_shapes": {"x": (0, 3, 32, 32)}}, "--input-shape x: dims must be positive"),
-    ({"input_shapes": {"x": "1x3x32x32"}}, "--input-shape x: dims must be positive"),
+    ({"input_shapes": {"x": (-1, 3, 32, 32)}}, "--input-shape x: dims must be integers >= 0"),
+    ({"input_shapes": {"x": "1x3x32x32"}}, "--input-shape x: dims must be integers >= 0"),
     ({"max_tensor_bytes": 0}, "--max-tensor-bytes 0"),
 ])
 def test_bad_requests(kwargs: dict[str, object], message: str) -> None:
@@ -192,7 +192,8 @@ def test_tensor_budget_names_the_tensor() -> None:
 
 def test_parse_shape_spec() -> None:
     assert parse_shape_spec("input.1=1x3X224x224") == ("input.1", (1, 3, 224, 224))
-    for bad in ("1x3", "x=", "x=1xa", "x=0x3"):
+    assert parse_shape_spec("past=1x2x0x16") == ("past", (1, 2, 0, 16))  # an empty KV cache
+    for bad in ("1x3", "x=", "x=1xa", "x=-1x3"):
         with pytest.raises(UsageError):
             parse_shape_spec(bad)
 

@@ -514,8 +514,8 @@ CASES = [
     Case("--input-shape of the wrong rank", _pinned(input_shapes={"x": (1, 3, 8)}), ShapeError,
          "--input-shape x: rank 3 given, but input 'x' has rank 4"),
     Case("--batch 0", _pinned(batch=0), UsageError, "--batch"),
-    Case("--input-shape with a zero dim", _pinned(input_shapes={"x": (0, 3, 8, 8)}), UsageError,
-         "--input-shape x: dims must be positive"),
+    Case("--input-shape with a negative dim", _pinned(input_shapes={"x": (-1, 3, 8, 8)}),
+         UsageError, "--input-shape x: dims must be integers >= 0"),
     # External data.
     Case("external '..'", _ext({"location": "../outside/secret.bin"}), ExternalDataError,
          "tensor 'w': external data location '../outside/secret.bin' contains '..'"),

@@ -1,0 +1,160 @@
+"""The LLM view of a decoder with a KV cache: its cache layout, and the prefill and decode phases.
+
+A decoder exported for ONNX Runtime (onnxruntime-genai's model builder, Hugging Face optimum,
+`torch.onnx.export` with a cache) takes the cache as inputs, one key and one value per layer:
+
+    past_key_values.N.key / .value   [batch, kv_heads, past_sequence_length, head_dim]
+    past_key / past_value            (one layer; a single attention block)
+
+and returns the grown cache as `present.N.key / .value`. The cache layout is read from the key
+inputs' shapes (BNSH, as ORT's GroupQueryAttention and Hugging Face keep it):
+
+    kv_cache_bytes_per_token = 2 (key and value) × layers × kv_heads × head_dim × element bytes
+
+so grouped-query attention counts its KV heads, not its query heads (LLM-Viewer's formula used
+the query heads, overstating a GQA model's cache by num_heads / kv_heads).
+
+The phases pin the model's named dims (the key inputs' third dim is the past length; the ids'
+second the new tokens; the attention mask's last the total):
+
+    prefill(P):  sequence_length = P, past = 0,     total = P       (the prompt, empty cache)
+    decode(C):   sequence_length = 1, past = C - 1, total = C       (one token at context C)
+
+and each is analyzed like any model. Decode tokens/s = batch / decode latency; memory at context
+C = weights + batch × C × kv_cache_bytes_per_token + the larger activation peak of the phases.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import UsageError
+from .graph import ModelGraph
+from .ir import TensorInfo, dtype_bytes
+
+# `past_key_values.3.key`, `past.3.value`, `past_key_values_3_key`; and `past_key` (one layer).
+_LAYER_KV = re.compile(r"^past(?:_key_values)?[._](\d+)[._](key|value)$")
+_SINGLE_KV = re.compile(r"^past_(key|value)$")
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """Where a decoder keeps its cache, and what one token of it weighs."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    element_bytes: int
+    past_dim: str          # the past length's dim name (e.g. past_sequence_length)
+    new_dim: str | None    # the new tokens' dim name (sequence_length)
+    total_dim: str | None  # the attention mask's length (total_sequence_length)
+    head_dim_name: str | None = None  # a head dim the inputs name (kv_cache_dim), pinned too
+
+    @property
+    def kv_cache_bytes_per_token(self) -> int:
+        # key and value, for every layer: 2 · L · H_kv · d · bytes
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.element_bytes
+
+    def as_dict(self) -> dict[str, object]:
+        return {"layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
+                "kv_element_bytes": self.element_bytes,
+                "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
+                "dims": {"past": self.past_dim, "new": self.new_dim, "total": self.total_dim}}
+
+
+def kv_cache_inputs(inputs: Sequence[TensorInfo]) -> dict[int, list[TensorInfo]]:
+    """The cache inputs by layer index (a lone past_key/past_value is layer 0)."""
+    layers: dict[int, list[TensorInfo]] = {}
+    for t in inputs:
+        m = _LAYER_KV.match(t.name)
+        if m or _SINGLE_KV.match(t.name):
+            layers.setdefault(int(m.group(1)) if m else 0, []).append(t)
+    return layers
+
+
+def kv_layout(inputs: Sequence[TensorInfo], graph: ModelGraph | None = None) -> KvLayout | None:
+    """The cache layout of a decoder's inputs; None for a model without a KV cache. A head
+    dim the inputs leave named (onnxruntime-genai's `kv_cache_dim`) is read from the attention
+    node that reads the cache (`graph`)."""
+    layers = kv_cache_inputs(inputs)
+    if not layers:
+        return None
+    key = next(t for ts in layers.values() for t in ts)
+    shape = key.shape
+    if shape is None or len(shape) != 4:
+        raise UsageError(f"KV-cache input {key.name!r}: expected a 4-D [batch, kv_heads, "
+                         f"past_sequence_length, head_dim] shape, found {shape}")
+    _, kv_heads, past, head_dim = shape
+    if not isinstance(head_dim, int) and graph is not None:
+        head_dim = _head_dim_from_attention(graph, key.name) or head_dim
+    if not isinstance(kv_heads, int) or not isinstance(head_dim, int):
+        raise UsageError(f"KV-cache input {key.name!r}: kv_heads and head_dim (dims 1 and 3) "
+                         f"must be numbers, found {shape}")
+    if not isinstance(past, str):
+        raise UsageError(f"KV-cache input {key.name!r}: the past length (dim 2) is fixed at "
+                         f"{past}; the phases need it named (export with a dynamic axis)")
+    by_name = {t.name: t for t in inputs}
+    head_dim_name = shape[3] if isinstance(shape[3], str) else None
+    return KvLayout(len(layers), kv_heads, head_dim, dtype_bytes(key.elem_type), past,
+                    _named_dim(by_name, ("input_ids", "inputs_embeds"), 1, past),
+                    _named_dim(by_name, ("attention_mask",), -1, past), head_dim_name)
+
+
+def _head_dim_from_attention(graph: ModelGraph, cache: str) -> int | None:
+    """Head size of the attention op reading `cache`, from its query width and head counts:
+    GroupQueryAttention with packed QKV (no key input) has (num_heads + 2·kv_num_heads)·d
+    columns, MultiHeadAttention / GroupQueryAttention with separate Q num_heads·d."""
+    for key in graph.consumers.get(cache, ()):
+        node = graph.infos[key]
+        heads = node.attr("num_heads")
+        q = node.inputs[0] if node.inputs else None
+        if not heads or q is None or not q.shape or not isinstance(q.shape[-1], int):
+            continue
+        packed = node.op_type == "GroupQueryAttention" and (len(node.inputs) < 2
+                                                            or node.inputs[1] is None)
+        width = heads + 2 * node.attr("kv_num_heads", 0) if packed else heads
+        return q.shape[-1] // width if q.shape[-1] % width == 0 else None
+    return None
+
+
+def _named_dim(by_name: Mapping[str, TensorInfo], names: Sequence[str], axis: int,
+               past: str) -> str | None:
+    for name in names:
+        t = by_name.get(name)
+        if t is not None and t.shape and isinstance(t.shape[axis], str) and t.shape[axis] != past:
+            return t.shape[axis]
+    return None
+
+
+def phase_dims(layout: KvLayout, *, new: int, past: int) -> dict[str, int]:
+    """The named dims of one forward step: `new` tokens on top of `past` cached ones."""
+    dims = {layout.past_dim: past}
+    if layout.head_dim_name:
+        dims[layout.head_dim_name] = layout.head_dim
+    if layout.new_dim:
+        dims[layout.new_dim] = new
+    if layout.total_dim:
+        dims[layout.total_dim] = past + new
+    return dims
+
+
+def prefill_dims(layout: KvLayout, prompt_len: int) -> dict[str, int]:
+    return phase_dims(layout, new=prompt_len, past=0)
+
+
+def decode_dims(layout: KvLayout, context_len: int) -> dict[str, int]:
+    if context_len < 1:
+        raise UsageError(f"--context-len {context_len}: a decode step needs a context of at "
+                         "least one token")
+    return phase_dims(layout, new=1, past=context_len - 1)
+
+
+def memory_at_context(layout: KvLayout, *, weight_bytes: int, batch: int, context_len: int,
+                      activation_bytes: int | None) -> dict[str, int | None]:
+    """Weights + KV cache + activations at a context length (bytes)."""
+    kv = batch * context_len * layout.kv_cache_bytes_per_token
+    total = weight_bytes + kv + activation_bytes if activation_bytes is not None else None
+    return {"weights_bytes": weight_bytes, "kv_cache_bytes": kv,
+            "activation_bytes": activation_bytes, "total_bytes": total}

@@ -1,0 +1,153 @@
+"""The LLM view: a tiny grouped-query-attention decoder with a KV cache, written here in torch
+and exported with named dims as decoders ship for ONNX Runtime (past_key_values.N.key/value,
+present.N.*), checked against hand-counted MACs and cache bytes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from onnxlens import analyze
+from onnxlens.analyzer.errors import UsageError
+from onnxlens.analyzer.llm import decode_dims, kv_layout, prefill_dims
+
+LAYERS, HIDDEN, HEADS, KV_HEADS, VOCAB = 2, 64, 4, 2, 96
+HEAD_DIM = HIDDEN // HEADS
+
+
+class _Layer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.k = nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=False)
+        self.v = nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=False)
+        self.o = nn.Linear(HIDDEN, HIDDEN, bias=False)
+
+    def forward(self, x, past_k, past_v):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, HEADS, HEAD_DIM).transpose(1, 2)
+        k = self.k(x).view(b, s, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        v = self.v(x).view(b, s, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        rep = HEADS // KV_HEADS  # GQA: each KV head serves `rep` query heads
+        kk, vv = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        p = torch.softmax(q @ kk.transpose(2, 3) / HEAD_DIM ** 0.5, dim=-1)
+        return x + self.o((p @ vv).transpose(1, 2).reshape(b, s, HIDDEN)), k, v
+
+
+class _Decoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.layers = nn.ModuleList(_Layer() for _ in range(LAYERS))
+        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, input_ids, attention_mask, *past):
+        x = self.embed(input_ids) * attention_mask[:, -1:, None].to(torch.float32)
+        present = []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer(x, past[2 * i], past[2 * i + 1])
+            present += [k, v]
+        return (self.head(x), *present)
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("llm") / "decoder.onnx"
+    kv = [f"past_key_values.{i}.{n}" for i in range(LAYERS) for n in ("key", "value")]
+    out_kv = [f"present.{i}.{n}" for i in range(LAYERS) for n in ("key", "value")]
+    cache_axes = {0: "batch_size", 2: "past_sequence_length"}
+    args = (torch.zeros(1, 3, dtype=torch.int64), torch.ones(1, 5, dtype=torch.int64),
+            *[torch.zeros(1, KV_HEADS, 2, HEAD_DIM) for _ in kv])
+    torch.onnx.export(
+        _Decoder().eval(), args, str(path), dynamo=False,
+        input_names=["input_ids", "attention_mask", *kv], output_names=["logits", *out_kv],
+        dynamic_axes={"input_ids": {0: "batch_size", 1: "sequence_length"},
+                      "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+                      **dict.fromkeys(kv, cache_axes)})
+    return str(path)
+
+
+def _matmul_macs(new: int, past: int) -> int:
+    """Hand count of one forward step: projections, attention and the LM head."""
+    total = past + new
+    proj = new * HIDDEN * (HIDDEN + 2 * KV_HEADS * HEAD_DIM + HIDDEN)  # q, k, v, o
+    attn = 2 * HEADS * new * total * HEAD_DIM  # Q·Kᵀ and P·V, per query head
+    return LAYERS * (proj + attn) + new * HIDDEN * VOCAB
+
+
+def test_layout_reads_kv_heads_not_query_heads(decoder: str) -> None:
+    result = analyze(decoder, prompt_len=8, context_len=32)
+    layout = kv_layout(result.declared_inputs)
+    assert (layout.layers, layout.kv_heads, layout.head_dim) == (LAYERS, KV_HEADS, HEAD_DIM)
+    # 2 (K and V) x 2 layers x 2 KV heads x 16 x 4 bytes; query heads (4) would double it.
+    assert layout.kv_cache_bytes_per_token == 2 * 2 * 2 * 16 * 4 == 512
+    assert result.llm["kv_cache_bytes_per_token"] == 512
+
+
+def test_phases_pin_the_named_dims(decoder: str) -> None:
+    layout = kv_layout(analyze(decoder).declared_inputs)
+    assert prefill_dims(layout, 8) == {"past_sequence_length": 0, "sequence_length": 8,
+                                       "total_sequence_length": 8}
+    assert decode_dims(layout, 32) == {"past_sequence_length": 31, "sequence_length": 1,
+                                       "total_sequence_length": 32}
+    with pytest.raises(UsageError, match="context"):
+        decode_dims(layout, 0)
+
+
+def test_prefill_and_decode_macs_match_a_hand_count(decoder: str) -> None:
+    llm = analyze(decoder, prompt_len=8, context_len=[32, 64]).llm
+    assert llm["prefill"]["macs"] == _matmul_macs(new=8, past=0)
+    assert llm["decode"]["macs"] == _matmul_macs(new=1, past=31)
+    assert [d["macs"] for d in llm["context_sweep"]] == [_matmul_macs(1, 31), _matmul_macs(1, 63)]
+    assert llm["prefill"]["complete"] and llm["decode"]["complete"]
+
+
+def test_memory_at_context(decoder: str) -> None:
+    result = analyze(decoder, prompt_len=8, context_len=100, batch=2)
+    mem = result.llm["decode"]["memory"]
+    weights = 4 * (VOCAB * HIDDEN + LAYERS * (2 * HIDDEN * HIDDEN + 2 * HIDDEN * KV_HEADS
+                                              * HEAD_DIM) + HIDDEN * VOCAB)
+    assert mem["weights_bytes"] == weights
+    assert mem["kv_cache_bytes"] == 2 * 100 * 512
+    assert mem["total_bytes"] == weights + 2 * 100 * 512 + mem["activation_bytes"]
+
+
+def test_estimates_give_tokens_per_second(decoder: str) -> None:
+    llm = analyze(decoder, hardware=["a100"], prompt_len=16, context_len=64).llm
+    pre, dec = llm["prefill"]["estimates"]["a100"], llm["decode"]["estimates"]["a100"]
+    assert pre["tokens_per_s"] == pytest.approx(16 / pre["latency_s"])
+    assert dec["tokens_per_s"] == pytest.approx(1 / dec["latency_s"])
+    # A decode step reads every weight for one token: slower per token than prefill.
+    assert dec["tokens_per_s"] < pre["tokens_per_s"]
+
+
+def test_json_and_cli(decoder: str, tmp_path, capsys) -> None:
+    from typer.testing import CliRunner
+
+    from onnxlens.cli import app
+
+    out = tmp_path / "a.json"
+    run = CliRunner().invoke(app, ["analyze", decoder, "--prompt-len", "8", "--context-len",
+                                   "16,32", "-H", "a100", "--json", str(out)])
+    assert run.exit_code == 0, run.output
+    assert "prefill" in run.output and "decode" in run.output
+    d = json.loads(out.read_text())
+    assert d["llm"]["layers"] == LAYERS
+    assert [r["context_len"] for r in d["llm"]["context_sweep"]] == [16, 32]
+
+
+def test_prompt_len_on_a_model_without_cache_is_a_usage_error(tmp_path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g), path)
+    with pytest.raises(UsageError, match="no KV-cache"):
+        analyze(str(path), prompt_len=8)
