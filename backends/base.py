@@ -3,7 +3,7 @@
 A backend is prepared once on a model, then asked to:
 
 - `run(inputs)`: the graph outputs, by ONNX output name;
-- `time(inputs, warmup=, runs=)`: warm-up runs, then `runs` timed runs (an `ort_timing.Timing`:
+- `time(inputs, warmup=, runs=)`: warm-up runs, then `runs` timed runs (a `values.Timing`:
   median, p90, min, max; `latency_dict` adds the spread);
 - `profile(inputs, runs=)`: per-kernel times of profiled runs (a `Profile`), or ``None`` when the
   backend has no per-kernel profiler;
@@ -33,7 +33,8 @@ from google.protobuf.message import DecodeError
 
 from ..analyzer.errors import ModelLoadError, OnnxLensError, UsageError
 from ..analyzer.validate import DEFAULT_LIMITS, Limits, check_input_tensor, check_inputs
-from .ort_timing import ModelSource, NodeTime, Timing, time_session
+from .ort_timing import time_session
+from .values import ModelSource, NodeTime, Timing
 
 Feeds = Mapping[str, np.ndarray]
 Dim = int | str | None

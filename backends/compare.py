@@ -41,10 +41,10 @@ from .base import (
     random_inputs,
 )
 from .memory import peak_memory
-from .ort_timing import Timing
 from .profile_map import MeasuredTimes, map_profile
 from .registry import create, needs_module
 from .torch_eager import ModuleFactory
+from .values import Timing
 
 SCHEMA = "onnxlens-compare/1"
 # Backend -> the hardware profile its measurement is set beside (the caller may add ort-cuda).

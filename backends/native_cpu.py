@@ -20,7 +20,7 @@ import onnx
 
 from ..analyzer.analysis import AnalysisResult, analyze
 from .base import Backend, BackendError, Feeds, Profile, load_proto
-from .ort_timing import ModelSource, NodeTime
+from .values import ModelSource, NodeTime
 
 PROVIDER = "native-cpu"
 

@@ -25,6 +25,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,8 @@ import onnx
 import onnxruntime as ort
 
 from .base import Backend, BackendError, BackendUnavailable, Feeds, Profile, load_proto
-from .ort_timing import ModelSource, NodeTime, Timing, session_options, time_session
+from .ort_timing import parse_trace, session_options, time_session
+from .values import ModelSource, NodeTime, Timing
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 CUDA_UNAVAILABLE = "CUDA EP unavailable: "
@@ -138,28 +140,6 @@ class OrtBackend(Backend):
 
 # ---- ORT's profile ----------------------------------------------------------------------------
 
-def parse_trace(events: list[dict[str, Any]]) -> list[tuple[float, list[NodeTime]]]:
-    """(run seconds, kernels in execution order) per `model_run` of an ORT Chrome trace.
-
-    A run's events are written after its kernels', so kernels are assigned by time span.
-    """
-    spans = sorted((ev["ts"], ev["ts"] + ev["dur"]) for ev in events
-                   if ev.get("cat") == "Session" and ev.get("name") == "model_run")
-    runs: list[tuple[float, list[NodeTime]]] = [((end - start) * 1e-6, []) for start, end in spans]
-    kernels = sorted((ev for ev in events if ev.get("cat") == "Node"
-                      and ev.get("name", "").endswith("_kernel_time")), key=lambda ev: ev["ts"])
-    i = 0
-    for ev in kernels:
-        while i < len(spans) and ev["ts"] > spans[i][1]:
-            i += 1
-        if i < len(spans) and ev["ts"] >= spans[i][0]:
-            args = ev.get("args", {})
-            runs[i][1].append(NodeTime(ev["name"].removesuffix("_kernel_time"),
-                                       args.get("op_name", ""), ev["dur"] * 1e-6,
-                                       args.get("provider", "")))
-    return runs
-
-
 def summarize_runs(runs: list[tuple[float, list[NodeTime]]]
                    ) -> tuple[tuple[NodeTime, ...], float]:
     """Each kernel's median duration over the runs, and the run time they make up.
@@ -171,8 +151,7 @@ def summarize_runs(runs: list[tuple[float, list[NodeTime]]]
     first = runs[0][1]
     if any(len(kernels) != len(first) for _, kernels in runs):
         raise BackendError("ORT profile: runs executed different kernels")
-    kernels = tuple(NodeTime(k.name, k.op_type,
-                             statistics.median(ks[i].duration_s for _, ks in runs), k.provider)
+    kernels = tuple(replace(k, duration_s=statistics.median(ks[i].duration_s for _, ks in runs))
                     for i, k in enumerate(first))
     inside = statistics.median(sum(k.duration_s for k in ks) / run for run, ks in runs if run)
     return kernels, sum(k.duration_s for k in kernels) / inside

@@ -1,34 +1,28 @@
-"""Minimal ONNX Runtime CPU timing: a pinned session, warm-up, N timed runs, per-node profile.
+"""ONNX Runtime CPU timing: a pinned session, warm-up, N timed runs, per-kernel profile.
 
 Settings, chosen so that a measurement is repeatable and matches what a user of ORT gets:
 `intra_op_num_threads` pinned to the requested count, one inter-op thread, sequential
 execution, the default graph optimizations (ORT_ENABLE_ALL: fused Conv+Add+Relu, NCHWc
 layouts) and profiling off for latency. Per-kernel times come from a separate profiled session
-(ORT's Chrome-trace JSON, `Node` events), since profiling adds time on many small kernels.
-
-The later Backend interface (issue 4) builds on this module; the calibration uses it directly.
+(ORT's Chrome-trace JSON, read by `parse_trace`), since profiling adds time on many small
+kernels. The ORT backends (`ort.py`) and the calibration build on this module.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
-import math
-import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-ModelSource = str | os.PathLike | bytes | onnx.ModelProto
+from .values import ModelSource, NodeTime, Timing
 
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 _FLOATS = (np.float32, np.float64)
@@ -37,44 +31,6 @@ _NUMPY_OF_ORT = {
     "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
     "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Seconds of each timed `run` call (warm-up excluded), in the order run, on `clock`."""
-
-    runs_s: tuple[float, ...]
-    clock: str = "wall"
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.runs_s)
-
-    @property
-    def min_s(self) -> float:
-        return min(self.runs_s)
-
-    @property
-    def max_s(self) -> float:
-        return max(self.runs_s)
-
-    @property
-    def p90_s(self) -> float:
-        """Nearest-rank 90th percentile."""
-        ordered = sorted(self.runs_s)
-        return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeTime:
-    """One ORT kernel of a profiled run: its name (an ONNX node or ORT's own), op and time."""
-
-    name: str
-    op_type: str
-    duration_s: float
-    provider: str
-    input_shapes: tuple[tuple[int, ...], ...] = ()
-    output_shapes: tuple[tuple[int, ...], ...] = ()
 
 
 class Runnable(Protocol):
@@ -198,21 +154,31 @@ def profile_model(model: ModelSource, threads: int, *, runs: int = 5, warmup: in
             session.run_with_iobinding(binding)
         trace = Path(session.end_profiling())
         events = json.loads(trace.read_text(encoding="utf-8"))
-    # A run's Execute event is written after its kernels': assign kernels by time span.
-    spans = sorted((ev["ts"], ev["ts"] + ev["dur"]) for ev in events if ev.get("cat") == "Session"
-                   and ev.get("name") == "SequentialExecutor::Execute")
-    per_run: list[list[NodeTime]] = [[] for _ in spans]
-    for ev in sorted((e for e in events if e.get("cat") == "Node"
-                      and e.get("name", "").endswith("_kernel_time")), key=lambda e: e["ts"]):
-        i = bisect.bisect_right(spans, (ev["ts"], math.inf)) - 1
-        if i >= 0 and ev["ts"] <= spans[i][1]:
+    return [kernels for _, kernels in parse_trace(events)][warmup:]
+
+
+def parse_trace(events: list[dict[str, Any]]) -> list[tuple[float, list[NodeTime]]]:
+    """(run seconds, kernels in execution order) per `model_run` of an ORT Chrome trace.
+
+    A run's events are written after its kernels', so kernels are assigned by time span.
+    """
+    spans = sorted((ev["ts"], ev["ts"] + ev["dur"]) for ev in events
+                   if ev.get("cat") == "Session" and ev.get("name") == "model_run")
+    runs: list[tuple[float, list[NodeTime]]] = [((end - start) * 1e-6, []) for start, end in spans]
+    kernels = sorted((ev for ev in events if ev.get("cat") == "Node"
+                      and ev.get("name", "").endswith("_kernel_time")), key=lambda ev: ev["ts"])
+    i = 0
+    for ev in kernels:
+        while i < len(spans) and ev["ts"] > spans[i][1]:
+            i += 1
+        if i < len(spans) and ev["ts"] >= spans[i][0]:
             args = ev.get("args", {})
-            per_run[i].append(NodeTime(ev["name"].removesuffix("_kernel_time"),
+            runs[i][1].append(NodeTime(ev["name"].removesuffix("_kernel_time"),
                                        args.get("op_name", ""), ev["dur"] * 1e-6,
                                        args.get("provider", ""),
                                        _shapes(args.get("input_type_shape", ())),
                                        _shapes(args.get("output_type_shape", ()))))
-    return per_run[warmup:]
+    return runs
 
 
 def _shapes(typed: list[dict[str, list[int]]]) -> tuple[tuple[int, ...], ...]:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .base import Backend, BackendError, Feeds, input_specs, load_proto
-from .ort_timing import ModelSource, Timing
+from .values import ModelSource, Timing
 
 ModuleFactory = Callable[[], Any]  # () -> torch.nn.Module
 

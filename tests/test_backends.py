@@ -33,7 +33,8 @@ from onnxlens.backends.base import (
     load_proto,
     random_inputs,
 )
-from onnxlens.backends.ort import OrtBackend, cuda_unavailable_reason, loader_reason, parse_trace
+from onnxlens.backends.ort import OrtBackend, cuda_unavailable_reason, loader_reason
+from onnxlens.backends.ort_timing import parse_trace
 from onnxlens.backends.profile_map import kernel_covers, map_profile, ort_folds
 
 LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput"}  # NCHW <-> NCHWc, no ONNX counterpart
@@ -298,7 +299,7 @@ def test_transformer_block_kernels_map_to_our_nodes(transformer_block_path: Path
 def test_kernels_named_after_our_nodes_map_without_an_optimized_graph() -> None:
     """A backend that runs our graph as is (the native executor) needs no optimized model."""
     from onnxlens.backends.base import Profile
-    from onnxlens.backends.ort_timing import NodeTime
+    from onnxlens.backends.values import NodeTime
 
     analysis = analyze(_tiny_model())
     kernels = tuple(NodeTime(n, "", 1e-3, "native") for n in ("mm", "add", "relu", "softmax"))
@@ -310,7 +311,7 @@ def test_kernels_named_after_our_nodes_map_without_an_optimized_graph() -> None:
 def test_split_across_groups_follows_flops() -> None:
     """One kernel covering two groups: the time goes by the FLOPs of its nodes."""
     from onnxlens.backends.base import Profile
-    from onnxlens.backends.ort_timing import NodeTime
+    from onnxlens.backends.values import NodeTime
 
     analysis = analyze(_tiny_model())
     graph = helper.make_graph([helper.make_node("FusedMatMul", ["x", "W", "b"], ["y"], name="k1"),

@@ -34,7 +34,8 @@ from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.hardware import OP_CLASSES, ORT_CPU, RUNTIME_KEY
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.backends import calibrate
-from onnxlens.backends.ort_timing import Timing, profile_model, time_model
+from onnxlens.backends.ort_timing import profile_model, time_model
+from onnxlens.backends.values import Timing
 
 
 @pytest.fixture
