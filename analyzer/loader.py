@@ -36,8 +36,6 @@ from .errors import ExternalDataError, InvalidModelError, ModelLoadError, ShapeE
 from .ir import DEFERRED, Dim, NodeFields, Shape, TensorInfo, dtype_bytes, read_nodes
 from .validate import DEFAULT_LIMITS, Limits, check_text, validate_model
 
-# A tensor bigger than this is taken as a hostile or broken model, not a real one.
-DEFAULT_MAX_TENSOR_BYTES = DEFAULT_LIMITS.max_tensor_bytes  # 256 GiB
 _EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
 # Onnx's checker and shape inference see a light copy of the model: initializers are swapped for
 # typed graph inputs, so that onnx does not serialize the weights, except those that can decide

@@ -1,4 +1,4 @@
-"""The architecture table (seed 000) over batch sizes, precisions and hardware profiles.
+"""The architecture table over batch sizes, precisions and hardware profiles.
 
 One row per (batch, precision, hardware): latency, energy, throughput, and relative to the
 first hardware profile at the same batch and precision: speedup = latency_first / latency and

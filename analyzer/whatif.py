@@ -1,6 +1,6 @@
 """What-if questions on a model's graph: the cost of one subgraph, and of caching a prefix.
 
-Caching a prefix (seed 004, "what if these layers were cached"): every node up to and
+Caching a prefix ("what if these layers were cached"): every node up to and
 including the named node is not run; instead the tensors that leave the prefix (read by a
 later node, or graph outputs) are read back from memory. So
 

@@ -1,6 +1,6 @@
 """Map a backend's kernel times back to our nodes and fusion groups.
 
-ORT rewrites the graph before it runs it (see shared/notes/ort-profiling.md): at ORT_ENABLE_ALL
+ORT rewrites the graph before it runs it: at ORT_ENABLE_ALL
 ResNet-18's 49 nodes become 25 kernels, most of them NCHWc convolutions named after the ONNX
 tensor of the last node they absorbed plus ``_nchwc``, whose outputs are renamed
 ``reorder_token_N``; transformer graphs get ORT's own Reshape/Gemm/Reshape triples and

@@ -4,8 +4,8 @@
 
 Prints, per report, its size and the time from navigation until the groups table is ready
 (median of runs), beside the same for the report of a 5-node model opened in the same run,
-so that a loaded machine shows up as a slow baseline rather than as a slow report. Target
-(issue 6): vit_b_16 interactive in under 2 s.
+so that a loaded machine shows up as a slow baseline rather than as a slow report. Target:
+vit_b_16 interactive in under 2 s.
 """
 
 from __future__ import annotations

@@ -438,7 +438,7 @@ def test_unsupported_ops_are_listed_before_running() -> None:
 
 # ---- whole models ---------------------------------------------------------------------------
 
-# Issue 5: whole models agree with ORT CPU over this many random inputs.
+# Whole models agree with ORT CPU over this many random inputs.
 SAMPLES = 20
 
 
@@ -523,7 +523,7 @@ def test_transformer_block_agrees_with_ort(transformer_path: Path) -> None:
 
 
 def test_resnet18_layer_by_layer(resnet18_path: Path) -> None:
-    """Every materialized tensor (each group's output) matches ORT's (seed 002's stepwise
+    """Every materialized tensor (each group's output) matches ORT's (stepwise
     verification): a wrong kernel is caught at its own layer, not at the logits."""
     from onnxlens.backends.ort import OrtBackend
 

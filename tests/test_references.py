@@ -18,7 +18,7 @@ def test_resnet18_against_torchvision_and_the_seed_report(tmp_path: Path) -> Non
     assert meta["torchvision.gmacs"] == "1.814" and meta["torchvision.num_params"] == "11689512"
     rows = {r["figure"]: r for r in references(d)}
     assert abs(rows["MACs"]["ratio"] - 1) < 1e-4
-    # The seed's "theoretical" 3.59 G misses the three 1x1 downsample convs: 1.1% short.
+    # A published "theoretical" 3.59 G misses the three 1x1 downsample convs: 1.1% short.
     seed = rows['FLOPs of Conv + FC ("theoretical")']
     assert seed["ours"] == 2 * 1_814_073_344 and round(seed["ratio"], 3) == 1.011
     assert rows["fused Conv tiles"]["ours"] == 20 and rows["fused Conv tiles"]["reference"] == 17

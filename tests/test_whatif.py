@@ -1,4 +1,4 @@
-"""Subgraph cost and the seed notebook's "what if this prefix were cached", on ResNet-18."""
+"""Subgraph cost and "what if this prefix were cached", on ResNet-18."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_cached_prefix_through_layer3(resnet18: onnxlens.AnalysisResult) -> None
     s = caching_scenario(mg, costs, "layer3.1.relu_1")
     prefix_macs = STEM + stage(64, 64) + stage(64, 128) + stage(128, 256)
     assert s.prefix.macs == prefix_macs == 1_402_519_552
-    # The seed notebook's "first 3 blocks" total, 2.7793 GFLOPs, is this minus the two 1x1
+    # A notebook's "first 3 blocks" total, 2.7793 GFLOPs, is this minus the two 1x1
     # downsample convs it left out of its layer list.
     notebook_macs = prefix_macs - (128 * 28 * 28 * 64 + 256 * 14 * 14 * 128)
     assert round(2 * notebook_macs / 1e9, 4) == 2.7793

@@ -60,9 +60,6 @@ class Cost:
                     self.bytes_read + other.bytes_read, self.bytes_written + other.bytes_written,
                     self.params + other.params, self.param_bytes + other.param_bytes)
 
-    def scaled(self, factor: int) -> Cost:
-        return Cost(*(getattr(self, f.name) * factor for f in fields(Cost)))
-
 
 (_set_macs, _set_other_flops, _set_transcendental, _set_bytes_read, _set_bytes_written,
  _set_params, _set_param_bytes) = (getattr(Cost, f.name).__set__ for f in fields(Cost))
