@@ -1,0 +1,443 @@
+"""ONNX Runtime's CPU provider as kernels (ORT 1.2x-1.3x, ORT_ENABLE_ALL, MLAS).
+
+On a profile calibrated through ORT (`runtime = "ort-cpu"`) each of our groups is costed as the
+kernels ORT makes of it (`ort_kernels`), plus the layout changes (NCHWc reorders) ORT puts
+between kernels that want different layouts (`layout_changes`), with the kernels ORT folds
+into one of an earlier group (`_folded`) costed at what they add to it. Fusion's groups are
+unchanged; only their cost is split. Everything here is read from the graph: the rules below
+are ORT's documented fusions and MLAS's blocking, each with its derivation.
+
+Denormal operands: a MatMul that reads a softmax's output where the softmax's input had a
+constant mask added (Swin's shifted-window mask, -100) reads `share` float32 denormals
+(`denormal_reads`); the estimator slows it by the profile's measured factor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import replace
+
+import numpy as np
+
+from ..calibration import DENORMAL_KEY
+from ..cost.base import ZERO, Cost
+from ..fusion import Group
+from ..graph import ModelGraph
+from ..hardware import ORT_CPU, HardwareProfile
+from ..ir import NodeInfo, TensorInfo
+from . import ANY, GroupKernels, Kernel, _dominant_class, kernel_of, node_class, op_class
+
+NCHWC, NCHW = "nchwc", "nchw"
+# Activations ORT's Conv/Gemm activation fusion takes into the kernel (FusedConv, the NCHWc
+# Conv's activation, FusedGemm); anything else (SiLU -> QuickGelu, GELU -> Gelu) is a kernel of
+# its own that reads and writes the whole output once more.
+ORT_FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "LeakyRelu",
+                                   "Tanh", "HardSwish"})
+_ANCHORS = frozenset({"Conv", "Gemm", "MatMul"})
+# Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block is
+# costed whole, as the calibration measured it (its micro-benchmark is the same ORT kernels).
+_WHOLE = frozenset({"LayerNorm", "Attention"})
+
+
+def activation_passes(mg: ModelGraph, nodes: Iterable[str], in_kernel: bool) -> frozenset[str]:
+    """The activations among `nodes` that MLAS runs as a pass of MlasActivation over the
+    kernel's output after computing it, not inside the kernel: all of them (`in_kernel`
+    False: FusedGemm, the NCHW path's FusedConv), or all but ReLU, which an NCHWc convolution
+    kernel applies as it stores (its bias and a sum input likewise). Measured: a Conv with
+    ReLU6 or HardSwish ran about 20% slower than its MACs at a ReLU Conv's rate said."""
+    return frozenset(k for k in nodes if (op := mg.info(k).op_type) in ORT_FUSED_ACTIVATIONS
+                     and not (in_kernel and op == "Relu"))
+
+
+def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
+    """(class, layout read, layout written) of a Conv as ORT's NCHWc transformer places it
+    (`block`: the NCHWc block in channels). A dense or depthwise Conv whose output channels
+    are a multiple of 4 runs as an NCHWc kernel (it reads plain NCHW when its input channels
+    are not a multiple of 4: the stem); a grouped Conv does when its groups' input and output
+    channels are whole blocks, as one convolution per group. Other grouped Convs and odd
+    channel counts stay on the NCHW path (MlasConv: im2col and GEMMs): a dense Conv there
+    runs at a dense Conv's rate (`conv`). A grouped Conv on either path, and a depthwise one
+    on the NCHW path, is many small problems, one or more per group (`grouped_conv`, fitted
+    apart and read per call, `group_gemms`): measured on AVX2 (block 8), 8 channels per
+    group run at half a dense Conv's rate on the NCHWc path. Probed on ORT 1.31 with AVX-512
+    (block 16): 8, 12 and 24 channels per group NCHW, 16, 32 and 48 NCHWc; on AVX2 (block 8)
+    all multiples of 8 NCHWc."""
+    cls = node_class(info)
+    w = info.input(1)
+    if w is None or not w.known or len(w.dims) != 4:
+        return cls, NCHW, NCHW
+    cout, cin_per_group = w.dims[0], w.dims[1]
+    groups = info.attr("group", 1)
+    if cls == "grouped_conv":
+        layout = NCHW if cin_per_group % block or (cout // groups) % block else NCHWC
+        return "grouped_conv", layout, layout
+    if cls == "depthwise" and cout % 4:
+        return "grouped_conv", NCHW, NCHW
+    if cout % 4:
+        return cls, NCHW, NCHW
+    return cls, NCHWC if cin_per_group * groups % 4 == 0 else NCHW, NCHWC
+
+
+# MLAS's SGEMM blocking (mlasi.h): a convolution's column buffer holds at most
+# STRIDE_N x STRIDE_K floats, the two traded against each other for short K or N.
+MLAS_STRIDE_N = MLAS_STRIDE_K = 128
+
+
+def group_gemms(info: NodeInfo, sliced: bool = True) -> tuple[int, float]:
+    """(calls, FLOPs per byte of one call) of a grouped Conv, 0 reuse when the shapes are
+    unknown: on ORT's NCHW path (MlasConv, `sliced`) its GEMM calls; on the NCHWc path one
+    direct convolution per image and group, of the same M, K and N (no column buffer).
+
+    Derivation (MLAS convolve.cpp): per image and group the output is W_g[M, K] · cols[K, N]
+    with M = output channels per group, K = input channels per group x kernel size, N =
+    output pixels. A pointwise Conv (1x1, stride 1, no padding) is one GEMM on the input
+    itself; one with M > N expands the whole cols matrix and makes one GEMM; any other
+    (ExpandThenGemmSegmented) walks N in slices of StrideN and K in slices of StrideK,
+    im2col-ing each slice into the column buffer and making one GEMM of it, with StrideN
+    doubled (StrideK halved) while StrideK / 2 >= K when N >= K, and the reverse while
+    StrideN / 2 >= N otherwise. Each call pays its packing, im2col and dispatch: RegNet's
+    3x3 Conv of 8 channels per group at 56x56 is 25 calls per group of M = 8, K = 72, N =
+    128. A call's reuse is 2·M·K·N FLOPs over 4·(M·K + K·N + M·N) bytes (8 channels per
+    group reuse each loaded column about 3.4 times, a dense 1x1 Conv of 54 channels 54)."""
+    w, y = info.input(1), info.outputs[0] if info.outputs else None
+    if w is None or y is None or not w.known or not y.known or len(w.dims) < 3 or not y.rank:
+        return 1, 0.0
+    groups = info.attr("group", 1)
+    m, k, n = w.dims[0] // groups, math.prod(w.dims[1:]), math.prod(y.dims[2:])
+    spatial = len(w.dims) - 2
+    pointwise = (all(d == 1 for d in w.dims[2:])
+                 and all(s == 1 for s in info.attr("strides", [1] * spatial))
+                 and not any(info.attr("pads", [0] * 2 * spatial)))
+    calls = y.dims[0] * groups
+    if sliced and not pointwise and m <= n:
+        stride_n, stride_k = MLAS_STRIDE_N, MLAS_STRIDE_K
+        if n >= k:
+            while stride_k // 2 >= k:
+                stride_n, stride_k = stride_n * 2, stride_k // 2
+        else:
+            while stride_n > 16 and stride_n // 2 >= n:
+                stride_n, stride_k = stride_n // 2, stride_k * 2
+        calls *= math.ceil(n / stride_n) * math.ceil(k / stride_k)
+        n, k = min(n, stride_n), min(k, stride_k)
+    return calls, 2 * m * k * n / (4 * (m * k + k * n + m * n))
+
+
+def _elementwise_layout(info: NodeInfo) -> str:
+    """ORT's NCHWc transformer converts unary ops and binary ops on equal shapes; a
+    broadcast (squeeze-excite's per-channel gate) runs in plain NCHW."""
+    shapes = {t.shape for i, t in enumerate(info.inputs)
+              if t is not None and i not in info.const_inputs}
+    return ANY if len(shapes) <= 1 else NCHW
+
+
+def _concat_layout(info: NodeInfo, block: int) -> str:
+    """A channel Concat stays NCHWc when every input's channels fill whole blocks."""
+    ok = info.attr("axis") == 1 and all(
+        t is not None and t.known and t.rank == 4 and t.dims[1] % block == 0
+        for t in info.inputs)
+    return ANY if ok else NCHW
+
+
+def transpose_runs(info: NodeInfo) -> int:
+    """The contiguous runs ORT's Transpose copies one at a time, 0 where it streams.
+
+    Derivation (ORT's cpu/tensor/transpose.cc): the input's trailing axes that the
+    permutation leaves last, in order, form a block that is copied whole (a memcpy), and the
+    walk over the other axes costs each block a step; size-1 axes move nothing. A
+    permutation that moves the innermost axis (NCHW <-> NHWC) takes MLAS's blocked transpose
+    instead, which streams, and one that moves nothing is a copy: 0 for both. Swin-T's
+    [64, 49, 3, 3, 32] with perm (2, 0, 3, 1, 4) is 28,224 runs of 32 floats; measured, such
+    runs cost 6-11 ns each beyond their bytes, 8x the time the bytes alone say for runs of 8
+    floats."""
+    x = info.input(0)
+    if info.op_type != "Transpose" or x is None or not x.known or not x.rank:
+        return 0
+    dims = x.dims
+    moved = [a for a in info.attr("perm", list(reversed(range(len(dims))))) if dims[a] != 1]
+    kept = sorted(moved)
+    if not moved or moved[-1] != kept[-1]:
+        return 0
+    run = 1
+    for out_axis, in_axis in zip(reversed(moved), reversed(kept), strict=True):
+        if out_axis != in_axis:
+            break
+        run *= dims[in_axis]
+    runs = math.prod(dims) // run
+    return runs if runs > 1 else 0
+
+
+def matmul_calls(info: NodeInfo) -> int:
+    """The GEMM calls ORT's MatMul makes: one per matrix of the batch when both operands are
+    batched ([..., M, K] x [..., K, N]: attention's Q·Kᵀ and P·V, one per head and window);
+    one when the right operand is a single matrix, which it multiplies by the left operand
+    flattened to rows. Swin-T's first-stage attention is 192 calls of 49x32x49: each call's
+    fixed cost, not the 59 MFLOP in all, sets its rate."""
+    rhs, y = info.input(1), info.outputs[0] if info.outputs else None
+    if rhs is None or y is None or not (rhs.known and y.known) or rhs.rank <= 2:
+        return 1
+    return max(1, math.prod(y.dims[:-2]))
+
+
+def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
+                block: int) -> list[Kernel]:
+    """The kernels ORT's CPU provider makes of one of our groups (ORT 1.2x, ORT_ENABLE_ALL).
+
+    Derivation (ORT's fusions, seen in its profiles of torchvision models): a Conv, Gemm or
+    MatMul takes the BatchNormalization after it (folded at load), the Add after it (the
+    NCHWc Conv's sum input; a MatMul's bias, as Gemm) and an activation in
+    ORT_FUSED_ACTIVATIONS, each only while the tensor it reads has no other reader; the nodes
+    left over form one kernel per connected elementwise run (x·sigmoid(x) is one QuickGelu,
+    the erf GELU one Gelu); a BatchNormalization that no Conv precedes is an NCHWc kernel of
+    its own that takes its activation like a Conv (DenseNet's pre-activation BN+Relu); any
+    other node is a kernel of its own (squeeze-excite: a pool, two small convolutions, the
+    gate's Mul). Constant nodes are folded when ORT loads the model: no kernel (a group of
+    only constants costs nothing). `block`: the NCHWc block in channels."""
+    if group.pattern in _WHOLE:
+        cls = op_class(mg, group, costs)
+        matmul = next((i for k in group.nodes if (i := mg.info(k)).op_type == "MatMul"), None)
+        return [kernel_of(mg, list(group.nodes), costs, cls, NCHW, NCHW,
+                        calls=matmul_calls(matmul) if matmul else 1)]
+    kernels: list[tuple[list[str], str]] = []  # (nodes, role: anchor / closed / vector / other)
+    for key in group.nodes:
+        info = mg.info(key)
+        if info.op_type == "Constant":
+            continue
+        last = kernels[-1] if kernels else None
+        reads_last = last is not None and any(
+            t is not None and mg.producer.get(t.name) in last[0] for t in info.inputs)
+        sole = last is not None and all(
+            len(mg.consumers.get(t.name, ())) == 1 for t in mg.info(last[0][-1]).outputs)
+        if info.op_type in _ANCHORS:
+            kernels.append(([key], "anchor"))
+        elif last and last[1] == "anchor" and reads_last and sole and (
+                info.op_type in ("BatchNormalization", "Add")):
+            last[0].append(key)
+        elif last and last[1] == "anchor" and reads_last and sole and (
+                info.op_type in ORT_FUSED_ACTIVATIONS):
+            last[0].append(key)
+            kernels[-1] = (last[0], "closed")
+        elif last and last[1] == "vector" and reads_last and node_class(info) == "elementwise":
+            last[0].append(key)
+        elif info.op_type == "BatchNormalization":
+            kernels.append(([key], "anchor"))
+        else:
+            kernels.append(([key], "vector" if node_class(info) == "elementwise" else "other"))
+    return [_ort_kernel(mg, nodes, role, costs, block) for nodes, role in kernels] or [
+        Kernel("data_movement", Cost(), (), launches=0)]
+
+
+def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Cost | None],
+                block: int) -> Kernel:
+    head = mg.info(nodes[0])
+    if head.op_type == "Conv":
+        cls, reads, writes = ort_conv_path(head, block)
+        calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
+        return kernel_of(mg, nodes, costs, cls, reads, writes,
+                       open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
+                       reuse=reuse, calls=calls,
+                       passes=activation_passes(mg, nodes, writes == NCHWC))
+    if head.op_type in _ANCHORS:
+        return kernel_of(mg, nodes, costs, node_class(head), NCHW, NCHW,
+                       calls=matmul_calls(head) if head.op_type == "MatMul" else 1,
+                       passes=activation_passes(mg, nodes, False))
+    if head.op_type == "BatchNormalization":
+        x = head.input(0)
+        layout = NCHWC if x is not None and x.known and x.rank == 4 else NCHW
+        return kernel_of(mg, nodes, costs, "normalization", layout, layout,
+                       open_sum=len(nodes) == 1 and layout == NCHWC,
+                       passes=activation_passes(mg, nodes, layout == NCHWC))
+    cls = _dominant_class(mg, nodes, costs)
+    if cls == "pool":
+        layout = ANY
+    elif head.op_type == "Concat":
+        layout = _concat_layout(head, block)
+    elif cls == "elementwise":
+        layout = _elementwise_layout(head)
+    else:
+        layout = NCHW
+    return kernel_of(mg, nodes, costs, cls, layout, layout, runs=transpose_runs(head))
+
+
+def layout_changes(kernel: Kernel, have: dict[str, set[str]]) -> list[TensorInfo]:
+    """The activations ORT must reorder (ReorderInput / ReorderOutput) before `kernel` runs.
+    `have` maps a tensor to the layouts it exists in so far (graph
+    inputs: plain NCHW) and is updated: a tensor is reordered once per layout, as ORT reuses a
+    reorder for every reader. Only 4-D tensors have an NCHWc form."""
+    image = [t for t in kernel.inputs if t.known and t.rank == 4]
+    want = kernel.reads
+    if want == ANY:
+        want = next((lay for t in image for lay in (NCHWC, NCHW) if lay in have.get(t.name, ())),
+                    NCHW)
+    moved = []
+    for t in image:
+        layouts = have.setdefault(t.name, {NCHW})
+        if want not in layouts:
+            moved.append(t)
+            layouts.add(want)
+    writes = want if kernel.writes == ANY else kernel.writes
+    for t in kernel.outputs:
+        have[t.name] = {writes}
+    return moved
+
+
+def reorder_cost(t: TensorInfo) -> Cost:
+    """A layout change reads the tensor and writes it once in the other layout (the NCHWc
+    side's padding to whole blocks is left out)."""
+    return Cost(bytes_read=t.nbytes, bytes_written=t.nbytes)
+
+
+def _folded(mg: ModelGraph, k: Kernel, open_sums: dict[str, Kernel]) -> Kernel | None:
+    """`k` run inside the lone NCHWc Conv or BatchNormalization kernel whose output (read by
+    nothing else) it reads (its `host`), or None when ORT does not fold it
+    (NchwcTransformer): an Add is the Conv's sum input, reading its other operand; a ReLU
+    only computes; another fusable activation is a pass over the output (`epilogue`). None
+    writes anything of its own."""
+    host_input = next((t for t in k.inputs if t.name in open_sums), None)
+    if len(k.nodes) != 1 or host_input is None:
+        return None
+    op_type = mg.info(k.nodes[0]).op_type
+    work = Cost(other_flops=k.cost.other_flops, transcendental=k.cost.transcendental)
+    if op_type in ORT_FUSED_ACTIVATIONS and op_type != "Relu":  # a pass after the kernel
+        return Kernel(k.cls, ZERO, k.nodes, NCHWC, NCHWC, (), k.outputs, launches=0,
+                      epilogue=work)
+    if op_type == "Add" and len(k.inputs) == 2:
+        other = tuple(t for t in k.inputs if t is not host_input)
+    elif op_type == "Relu":
+        other = ()
+    else:
+        return None
+    cost = work + Cost(bytes_read=sum(t.nbytes for t in other))
+    return Kernel(k.cls, cost, k.nodes, NCHWC, NCHWC, other, k.outputs,
+                  host=open_sums[host_input.name])
+
+
+# exp(v) in float32 is a denormal for ln(2^-149) = -103.28 < v < ln(2^-126) = -87.34: below
+# it rounds to exact zero (fast), above it is a normal number. softmax(x + m) = exp(x + m -
+# max) / sum: with the logits x a few units apart, a mask entry m in this band makes the
+# probability it lands on a denormal (Swin-T: the share of -100 entries equals the share of
+# denormal probabilities, measured), and the MatMul reading P stalls on them.
+DENORMAL_BAND = (math.log(2.0 ** -149), math.log(2.0 ** -126))
+_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def denormal_share(values: np.ndarray) -> float:
+    """The fraction of `values` whose exp is a float32 denormal (DENORMAL_BAND)."""
+    low, high = DENORMAL_BAND
+    return float(np.mean((values > low) & (values < high))) if values.size else 0.0
+
+
+def constant_value(mg: ModelGraph, name: str) -> np.ndarray | None:
+    """The value of tensor `name` when it is computed from Constant nodes alone (Swin's mask:
+    Where over ScatterNDs of constants), evaluated by onnx's reference evaluator; None when it
+    depends on a graph input or an initializer (whose values the graph does not hold)."""
+    import onnx
+    from onnx import helper
+
+    nodes: dict[str, NodeInfo] = {}
+    todo = [name]
+    while todo:
+        tensor = todo.pop()
+        key = mg.producer.get(tensor)
+        if key is None:
+            return None
+        if key in nodes:
+            continue
+        info = nodes[key] = mg.info(key)
+        todo += [t.name for t in info.inputs if t is not None]
+        if len(nodes) > 256:
+            return None
+    ordered = sorted(nodes.values(), key=lambda i: i.index)
+    protos = [helper.make_node(i.op_type, [t.name if t else "" for t in i.inputs],
+                               [t.name for t in i.outputs], domain=i.domain or None, **i.attrs)
+              for i in ordered]
+    graph = helper.make_graph(protos, "constant", [],
+                              [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)])
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        return np.asarray(ReferenceEvaluator(helper.make_model(graph)).run(None, {})[0])
+    except Exception:  # an op the reference cannot run: no value, no penalty
+        return None
+
+
+def _through_views(mg: ModelGraph, tensor: str) -> NodeInfo | None:
+    """The first node producing `tensor` that is not a view (Reshape and the like)."""
+    while (key := mg.producer.get(tensor)) is not None:
+        info = mg.info(key)
+        if info.op_type not in _VIEWS or not info.inputs or info.inputs[0] is None:
+            return info
+        tensor = info.inputs[0].name
+    return None
+
+
+def _readers_through_views(mg: ModelGraph, tensor: str) -> list[NodeInfo]:
+    out = []
+    for key in mg.consumers.get(tensor, ()):
+        info = mg.info(key)
+        if info.op_type in _VIEWS:
+            out += _readers_through_views(mg, info.outputs[0].name)
+        else:
+            out.append(info)
+    return out
+
+
+def denormal_reads(mg: ModelGraph) -> dict[str, float]:
+    """MatMul node key -> share of its left operand that is denormal: the MatMuls reading (as
+    operand 0, through views) a Softmax whose input is (through views) an Add of a constant
+    mask with entries in DENORMAL_BAND; the share is the mask's (`denormal_share`)."""
+    out: dict[str, float] = {}
+    for info in mg.infos.values():
+        if info.op_type != "Softmax" or not info.inputs or info.inputs[0] is None:
+            continue
+        add = _through_views(mg, info.inputs[0].name)
+        if add is None or add.op_type != "Add":
+            continue
+        shares = [denormal_share(v) for t in add.inputs if t is not None
+                  and (v := constant_value(mg, t.name)) is not None]
+        share = max(shares, default=0.0)
+        if share <= 0:
+            continue
+        for reader in _readers_through_views(mg, info.outputs[0].name):
+            if reader.op_type == "MatMul" and _through_views(
+                    mg, reader.inputs[0].name) is info:  # type: ignore[union-attr]
+                out[reader.name] = share
+    return out
+
+
+class OrtCpu:
+    """ORT's CPU provider: every group as ORT's kernels, in execution order."""
+
+    runtime = ORT_CPU
+
+    def kernels(self, mg: ModelGraph, groups: list[Group], node_costs: dict[str, Cost | None],
+                group_costs: dict[int, Cost | None], hw: HardwareProfile) -> GroupKernels:
+        """Layout changes are charged to the group that needs them, before the kernel that
+        reads them; a kernel ORT folds into a lone NCHWc kernel of an earlier group carries
+        that kernel as its `host`."""
+        block = max(1, int(hw.extra.get("simd_bits", 256)) // 32)  # NCHWc: one fp32 vector
+        factor = float(hw.extra.get(DENORMAL_KEY, 1.0))
+        denormal = denormal_reads(mg) if factor > 1 else {}
+        have: dict[str, set[str]] = {t: {NCHW} for t in mg.graph_inputs}
+        open_sums: dict[str, Kernel] = {}  # output of a lone NCHWc kernel -> that kernel
+        out: GroupKernels = {}
+        for g in groups:
+            if any(node_costs.get(k) is None for k in g.nodes):
+                out[g.id] = None
+                continue
+            run: list[Kernel] = []
+            for k in ort_kernels(mg, g, node_costs, block):
+                k = _folded(mg, k, open_sums) or k
+                run += [Kernel("data_movement", reorder_cost(t), ())
+                        for t in layout_changes(k, have)]
+                if share := max((denormal.get(n, 0.0) for n in k.nodes), default=0.0):
+                    k = replace(k, denormal_share=share)
+                run.append(k)
+                if k.open_sum:
+                    open_sums.update((t.name, k) for t in k.outputs
+                                     if len(mg.consumers.get(t.name, ())) == 1)
+            out[g.id] = run
+        return out
+
+
+MODEL = OrtCpu()
