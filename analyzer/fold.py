@@ -11,6 +11,7 @@ see through it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -64,8 +65,16 @@ def _small(dims: object) -> bool:
     return n <= MAX_ELEMENTS
 
 
-def _output_small(op_type: str, inputs: list[np.ndarray | None]) -> bool:
-    """Refuse, before computing, the ops whose output size comes from a value (not a shape)."""
+# Ops whose output takes the broadcast shape of their inputs.
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Equal", "Less",
+                           "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Where"})
+
+
+def _output_small(op_type: str, inputs: list[np.ndarray | None], axis: int = 0
+                  ) -> bool:
+    """Refuse, before computing, an output over `MAX_ELEMENTS`: inputs of that size at most
+    can ask for far more (a [4096, 1] times a [1, 4096] is 16M elements, a Where of three
+    such 4096**3), so every op's output size is bounded from its inputs first."""
     try:
         if op_type == "ConstantOfShape":
             size = int(np.prod(np.ravel(inputs[0]))) if inputs[0] is not None else 1
@@ -77,8 +86,14 @@ def _output_small(op_type: str, inputs: list[np.ndarray | None]) -> bool:
         elif op_type == "Range":
             start, limit, delta = (float(np.ravel(v)[0]) for v in inputs)
             size = int((limit - start) / delta) if delta else MAX_ELEMENTS + 1
-        else:
-            return True
+        elif op_type in _BROADCASTING:
+            size = math.prod(np.broadcast_shapes(*(v.shape for v in inputs if v is not None)))
+        elif op_type == "Gather":  # data.shape[:axis] + indices.shape + data.shape[axis + 1:]
+            data, indices = inputs[0], inputs[1]
+            along = data.shape[axis]
+            size = indices.size * (data.size // along) if along else 0
+        else:  # the rest (Concat, Slice, Reshape, Cast, Reduce* ...) make at most what they read
+            size = sum(v.size for v in inputs if v is not None)
     except (ValueError, TypeError, AttributeError, IndexError):
         return False
     return 0 <= size <= MAX_ELEMENTS
@@ -108,7 +123,8 @@ def _evaluate(node: onnx.NodeProto, values: dict[str, np.ndarray],
     inputs = [values.get(name) if name else None for name in node.input]
     if any(v is None for v, name in zip(inputs, node.input, strict=True) if name):
         return None
-    if not _output_small(node.op_type, inputs):
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if not _output_small(node.op_type, inputs, axis):
         return None
     try:
         run = evaluator(node, opsets=opsets)
