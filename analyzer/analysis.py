@@ -23,7 +23,7 @@ from .graph import ModelGraph, build_graph, collector_paused
 from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
 from .loader import LoadedModel, load_model
 from .memory import activation_peak_bytes
-from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, symbolic_dims
+from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, sample_points, symbolic_dims
 from .validate import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:  # estimates are on request: `analyze` alone imports neither
@@ -31,6 +31,10 @@ if TYPE_CHECKING:  # estimates are on request: `analyze` alone imports neither
     from .hardware import HardwareProfile
 
 SCHEMA = "onnxlens/1"
+# Formulas of symbolic dims take one analysis per sample point (5 for one symbol, 11 for two):
+# past this many nodes times points (about 6 s here) the dims are analyzed at 1 only, so that
+# the time stays bounded by the file's size.
+SYMBOLIC_MAX_NODE_ANALYSES = 60_000
 
 
 class Unknown(Enum):
@@ -206,6 +210,19 @@ def _analyze_symbolic(model: LoadedModel, symbols: list[str], load: Callable[...
                       strict: bool, flops_per_mac: int) -> AnalysisResult:
     """Analyses at sample values of the symbols; the one at all-ones is returned."""
     fitted, pinned_at_one = symbols[:MAX_SYMBOLS], symbols[MAX_SYMBOLS:]
+    fit, _ = sample_points(len(fitted))
+    analyses = (len(fit) + 1) * len(model.nodes)
+    if analyses > SYMBOLIC_MAX_NODE_ANALYSES:
+        shapes = pinned_shapes(model.graph_inputs, dict.fromkeys(symbols, 1))
+        result = _analyze_model(load(model.proto, input_shapes=shapes), strict, flops_per_mac)
+        result.model.path, result.model.name = model.path, model.name
+        result.symbols = dict.fromkeys(symbols, 1)
+        result.warnings.append(
+            f"symbolic dim(s) {', '.join(symbols)} analyzed at 1, without formulas: "
+            f"{len(fit) + 1} analyses of {len(model.nodes):,} nodes would be over "
+            f"{SYMBOLIC_MAX_NODE_ANALYSES:,} node analyses; pin them with --batch or "
+            "--input-shape")
+        return result
     data = model.proto.SerializeToString()  # external data is already inline
     results: dict[tuple[int, ...], AnalysisResult] = {}
 

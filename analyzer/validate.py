@@ -54,11 +54,17 @@ class Limits:
       output_padding or group value of a Conv or pooling node, and the largest blocksize or
       GatherND batch_dims. Past it, the index arithmetic of an executor
       (``out * stride + k * dilation - pad``) could overflow int64.
+    - `max_expanded_nodes` (1,000,000): the nodes of the model with every local-function call
+      inlined (a call counts as itself plus its function's expanded size; If/Loop/Scan bodies
+      counted once, as shape inference sees them). Counted from the call graph before anything
+      expands: functions that each call the next twice make 2**depth nodes of a 2 KB file,
+      and onnx's shape inference expands every call (about 1.2 s per million nodes here).
     """
 
     max_tensor_bytes: int = 1 << 38
     max_nesting_depth: int = 32
     max_window_value: int = (1 << 31) - 1
+    max_expanded_nodes: int = 1_000_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -383,6 +389,8 @@ class _Walker:
         # How deep each local function nests (itself counting 1), and the callee that makes it.
         self.depth: dict[FunctionKey, int] = {}
         self.via: dict[FunctionKey, FunctionKey | None] = {}
+        # How many nodes each local function stands for with its calls inlined (`_depths`).
+        self.size: dict[FunctionKey, int] = {}
 
     # -- local functions ------------------------------------------------------------------
 
@@ -390,21 +398,24 @@ class _Walker:
         """Check each body once; refuse recursion; compute each function's nesting depth."""
         calls: dict[FunctionKey, list[tuple[int, FunctionKey]]] = {}
         inner: dict[FunctionKey, int] = {}
+        nodes: dict[FunctionKey, int] = {}
         for key, function in self.functions.items():
             where = f"local function {_function_name(key)}: "
             opset = next((o.version for o in function.opset_import
                           if o.domain in _DEFAULT_DOMAINS), self.opset)
-            inner[key], calls[key] = self._walk(read_nodes(function.node), where, opset,
-                                                _Scope(()), {},
-                                                main=False)
+            inner[key], calls[key], nodes[key] = self._walk(
+                read_nodes(function.node), where, opset, _Scope(()), {}, main=False)
         for root in self.functions:
             if root not in self.depth:
-                self._depths(root, calls, inner)
+                self._depths(root, calls, inner, nodes)
 
     def _depths(self, root: FunctionKey, calls: Mapping[FunctionKey, list[tuple[int,
-                FunctionKey]]], inner: Mapping[FunctionKey, int]) -> None:
+                FunctionKey]]], inner: Mapping[FunctionKey, int],
+                nodes: Mapping[FunctionKey, int]) -> None:
         """Depth-first over the call graph from `root`, without recursion in Python (a path
-        longer than the nesting limit is refused, so it stays short)."""
+        longer than the nesting limit is refused, so it stays short). Each function's depth
+        and expanded size (its nodes plus its callees' expanded sizes: ints, never a copy)
+        are computed once, after its callees'."""
         path: list[FunctionKey] = [root]
         stack: list[Iterator[tuple[int, FunctionKey]]] = [iter(calls[root])]
         limit = self.limits.max_nesting_depth
@@ -430,6 +441,7 @@ class _Walker:
                     if level + self.depth[callee] > deepest:
                         deepest, via = level + self.depth[callee], callee
                 self.depth[key], self.via[key] = deepest + 1, via
+                self.size[key] = nodes[key] + sum(self.size[c] for _, c in calls[key])
                 if deepest + 1 > limit:
                     self._too_deep(f"local function {_function_name(key)}", deepest + 1,
                                    self._chain(via))
@@ -456,27 +468,45 @@ class _Walker:
 
     def check_main_graph(self, nodes: Sequence[NodeFields]) -> None:
         graph = self.proto.graph
-        deepest, calls = self._walk(nodes, "", self.opset, _Scope(graph.initializer),
-                                    _ShapesBeforeInference(graph), main=True)
+        deepest, calls, count = self._walk(nodes, "", self.opset, _Scope(graph.initializer),
+                                           _ShapesBeforeInference(graph), main=True)
         for level, callee in calls:
             if level + self.depth[callee] > deepest:
                 deepest = level + self.depth[callee]
                 if deepest > self.limits.max_nesting_depth:
                     self._too_deep("graph", deepest, self._chain(callee))
+        self._check_expanded(count, [callee for _, callee in calls])
+
+    def _check_expanded(self, count: int, calls: list[FunctionKey]) -> None:
+        """The main graph's nodes with every call inlined, within `max_expanded_nodes`."""
+        limit = self.limits.max_expanded_nodes
+        total = count + sum(self.size[c] for c in calls)
+        if total <= limit:
+            return
+        times: dict[FunctionKey, int] = {}
+        for c in calls:
+            times[c] = times.get(c, 0) + 1
+        worst = max(times, key=lambda c: times[c] * self.size[c])
+        raise InvalidModelError(
+            f"the model expands to {_count(total)} nodes with its local functions inlined "
+            f"(local function {_function_name(worst)}: {_count(self.size[worst])} nodes, called "
+            f"{times[worst]:,} time(s) by the graph), over the limit of {limit:,} "
+            "(Limits.max_expanded_nodes; raise it with --max-expanded-nodes)")
 
     # -- one graph and its bodies ---------------------------------------------------------
 
     def _walk(self, nodes: Sequence[NodeFields], where: str, opset: int, scope: _Scope,
               known: Mapping[str, TensorInfo], *, main: bool
-              ) -> tuple[int, list[tuple[int, FunctionKey]]]:
+              ) -> tuple[int, list[tuple[int, FunctionKey]], int]:
         """Check `nodes` and every body under them (iteratively, depth-first).
 
-        Returns the deepest body level reached (0: none) and the local-function calls, each
-        with the body level it is made from (0: a node of `nodes` itself).
+        Returns the deepest body level reached (0: none), the local-function calls, each
+        with the body level it is made from (0: a node of `nodes` itself), and the number of
+        nodes in `nodes` and its bodies.
         """
         limit = self.limits.max_nesting_depth
         calls: list[tuple[int, FunctionKey]] = []
-        deepest = 0
+        deepest = count = 0
         work: list[tuple[Sequence[NodeFields] | Sequence[onnx.NodeProto], str, int, _Scope]] = [
             (nodes, where, 0, scope)]
         wanted = _WANTED | self.function_names
@@ -484,6 +514,7 @@ class _Walker:
             found, here, level, scope = work.pop()
             body = found if level == 0 else read_nodes(found)  # bodies: read when reached
             deepest = max(deepest, level)
+            count += len(body)
             shape_checks = _SHAPE_CHECKS if main and level == 0 else {}
             for index, node in enumerate(body):
                 op, domain = node.op_type, node.domain
@@ -525,12 +556,17 @@ class _Walker:
                             parent = _node_label(node, index, "")
                             work.append((g.node, f"body {attr.name!r} of {parent}: ",
                                          level + 1, _Scope(g.initializer, scope)))
-        return deepest, calls
+        return deepest, calls, count
 
 
 def _node_label(node: NodeFields, index: int, where: str) -> str:
     name = repr(node.name) if node.name else f"#{index}"
     return f"{where}node {name} ({node.op_type})"
+
+
+def _count(n: int) -> str:
+    """A node count; past 10**15 as a power of ten (a call tree can reach 10**90)."""
+    return f"{n:,}" if n < 10**15 else f"about 10**{len(str(n)) - 1}"
 
 
 def _function_name(key: FunctionKey) -> str:

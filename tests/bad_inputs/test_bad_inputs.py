@@ -411,6 +411,40 @@ def _function_chain(length: int) -> list[onnx.FunctionProto]:
                       [helper.make_node("Relu", ["a"], ["b"])]) for i in range(length)]
 
 
+def _calls_in_turn(callee: str, times: int) -> list[onnx.NodeProto]:
+    """a -> callee -> callee ... (`times` calls) -> b."""
+    names = ["a", *(f"t{i}" for i in range(times - 1)), "b"]
+    return [helper.make_node(callee, [names[i]], [names[i + 1]], domain="local")
+            for i in range(times)]
+
+
+def _function_tree(length: int, times: int = 2) -> list[onnx.FunctionProto]:
+    """F0 calls F1 `times` times, F1 calls F2 as often ...: times**(length - 1) Relu nodes of
+    a file a few hundred bytes long."""
+    return [_function(f"F{i}", _calls_in_turn(f"F{i + 1}", times) if i < length - 1 else
+                      [helper.make_node("Relu", ["a"], ["b"])]) for i in range(length)]
+
+
+def _branch_tree(length: int) -> list[onnx.FunctionProto]:
+    """F_i holds an If whose two branches each call F_(i+1) twice: shape inference infers both
+    branches, so each level multiplies the work by 4."""
+    def body(i: int) -> list[onnx.NodeProto]:
+        if i == length - 1:
+            return [helper.make_node("Relu", ["a"], ["b"])]
+        branches = {}
+        for branch in ("then_branch", "else_branch"):
+            calls = [helper.make_node(f"F{i + 1}", ["a"], [f"{branch}0"], domain="local"),
+                     helper.make_node(f"F{i + 1}", [f"{branch}0"], [f"{branch}1"],
+                                      domain="local")]
+            branches[branch] = helper.make_graph(calls, branch, [],
+                                                 [vi(f"{branch}1", TensorProto.FLOAT, None)])
+        return [helper.make_node("Constant", [], ["c"], value=helper.make_tensor(
+                    "c", TensorProto.BOOL, [], [True])),
+                helper.make_node("If", ["c"], ["b"], **branches)]
+
+    return [_function(f"F{i}", body(i)) for i in range(length)]
+
+
 def _nested_ifs(depth: int) -> onnx.ModelProto:
     """If nodes nested `depth` deep (in their then_branch), built in place: protobuf refuses to
     parse messages nested that deep, so neither bytes nor helper.make_node can hold them."""
@@ -697,6 +731,21 @@ CASES = [
          InvalidModelError, "local function local::F0: If/Loop/Scan bodies and local-function "
          "calls nest at least 33 deep (calls local::F1 -> local::F2 -> local::F3 -> local::F4 "
          "-> ...), over the limit of 32"),
+    # Expansion: each a file of 1-3 KB that onnx's shape inference would expand call by call.
+    # Size of F_i: its own nodes plus `times` x F_(i+1)'s, the leaf 1: with 2 calls,
+    # s = 3 * 2**k - 2 for k levels below; the graph adds its call: 3 * 2**23 - 1 for 24 deep.
+    # With 30 calls, 6 deep: 1, 60, 1,830, 54,930, 1,647,930, 49,437,930, and the graph's call.
+    Case("local functions calling the next twice, 24 deep", _with_functions(_function_tree(24)),
+         InvalidModelError, "the model expands to 25,165,823 nodes with its local functions "
+         "inlined (local function local::F0: 25,165,822 nodes, called 1 time(s) by the graph), "
+         "over the limit of 1,000,000 (Limits.max_expanded_nodes; raise it with "
+         "--max-expanded-nodes)"),
+    Case("local functions calling the next 30 times, 6 deep",
+         _with_functions(_function_tree(6, times=30)), InvalidModelError,
+         "the model expands to 49,437,931 nodes"),
+    Case("local functions calling the next twice in both branches of an If, 14 deep",
+         _with_functions(_branch_tree(14)), InvalidModelError,
+         "over the limit of 1,000,000 (Limits.max_expanded_nodes"),
     Case("bad attribute inside a local function",
          _with_functions([_function("F", [helper.make_node("MaxPool", ["a"], ["b"],
                                                            kernel_shape=[2, 2],
