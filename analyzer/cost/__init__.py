@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     matmul,
     norm,
     pool,
+    quant,
     reduce,
     shape,
 )

@@ -67,6 +67,7 @@ class Cost:
 (_set_macs, _set_other_flops, _set_transcendental, _set_bytes_read, _set_bytes_written,
  _set_params, _set_param_bytes) = (getattr(Cost, f.name).__set__ for f in fields(Cost))
 ZERO = Cost()
+MS = "com.microsoft"  # ONNX Runtime's contrib domain
 Formula = Callable[[NodeInfo], Cost]
 
 

@@ -1,4 +1,5 @@
-"""Normalizations: BatchNorm, LayerNorm, InstanceNorm, GroupNorm, RMSNorm, MVN, Lp, LRN.
+"""Normalizations: BatchNorm, LayerNorm, InstanceNorm, GroupNorm, RMSNorm, MVN, Lp, LRN, and
+ONNX Runtime's SimplifiedLayerNormalization (RMSNorm) and Skip* forms (residual add, then norm).
 
 The statistics-based ones share one count (`_normalize`) over `rows` groups of `n` elements.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ..ir import NodeInfo
-from .base import Cost, register
+from .base import MS, Cost, register
 from .common import along_axis
 
 
@@ -45,11 +46,34 @@ def layer_norm(node: NodeInfo) -> Cost:
     return _normalize(rows, n, center=True, affine=1 + (node.input(2) is not None))
 
 
-@register("RMSNormalization", family="norm")
+# ONNX Runtime registers SimplifiedLayerNormalization (RMSNorm) in the default domain itself.
+@register("RMSNormalization", "SimplifiedLayerNormalization", family="norm")
 def rms_norm(node: NodeInfo) -> Cost:
     rows, n = _split_at(node.inputs[0].dims, node.attr("axis", -1))
     # x / sqrt(mean(x^2) + eps) * scale: no centering, scale only: 4n + 3 per row.
     return _normalize(rows, n, center=False, affine=1)
+
+
+def _skip(node: NodeInfo, bias_at: int) -> tuple[int, int, int]:
+    """(rows, hidden, adds) of a Skip* norm: input [..., hidden] + skip, + bias [hidden] when
+    given, 1 add each per element, before normalizing over the last axis."""
+    rows, n = _split_at(node.inputs[0].dims, -1)
+    return rows, n, rows * n * (1 + (node.input(bias_at) is not None))
+
+
+@register("SkipLayerNormalization", family="norm", domain=MS)
+def skip_layer_norm(node: NodeInfo) -> Cost:
+    # input, skip, gamma, beta (optional), bias (optional): LayerNorm of input + skip + bias.
+    rows, n, adds = _skip(node, 4)
+    return Cost(other_flops=adds) + _normalize(rows, n, center=True,
+                                               affine=1 + (node.input(3) is not None))
+
+
+@register("SkipSimplifiedLayerNormalization", family="norm", domain=MS)
+def skip_simplified_layer_norm(node: NodeInfo) -> Cost:
+    # input, skip, gamma, bias (optional): RMSNorm (4n + 3 per row) of input + skip + bias.
+    rows, n, adds = _skip(node, 3)
+    return Cost(other_flops=adds) + _normalize(rows, n, center=False, affine=1)
 
 
 @register("InstanceNormalization", "GroupNormalization", family="norm")
