@@ -7,7 +7,7 @@ subclasses for bad input, never anything else the user could have caused.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
@@ -16,6 +16,7 @@ import onnx
 
 from . import cost as _cost_families  # noqa: F401  (registers every formula)
 from .cost.base import Cost, lookup
+from .cost.precision import group_precision, mac_precision
 from .errors import OnnxLensError, UnsupportedOpError
 from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph, collector_paused
@@ -103,6 +104,32 @@ class AnalysisResult:
         return Cost(macs, other_flops, transcendental, bytes_read, bytes_written, params,
                     param_bytes)
 
+    @cached_property
+    def node_precisions(self) -> dict[str, tuple[str, int]]:
+        """Node key -> (the precision its MACs run at, its MACs), for the nodes with MACs (the
+        rule: `cost.precision`); "unknown" where no operand type is known."""
+        infos, producer = self.graph.infos, self.graph.producer
+
+        def made(name: str) -> NodeInfo | None:
+            key = producer.get(name)
+            return infos[key] if key is not None else None
+
+        return {key: (mac_precision(infos[key], made) or "unknown", nc.cost.macs)
+                for key, nc in self.node_costs.items() if nc.cost is not None and nc.cost.macs}
+
+    @cached_property
+    def macs_by_dtype(self) -> dict[str, int]:
+        """Total MACs per precision (`node_precisions`), largest first."""
+        return _by_precision(self.node_precisions.values())
+
+    @cached_property
+    def group_precisions(self) -> dict[int, str]:
+        """Group id -> the precision doing most of its MACs, or its last node's output type."""
+        precisions, infos = self.node_precisions, self.graph.infos
+        return {g.id: group_precision(_by_precision(precisions[k] for k in g.nodes
+                                                    if k in precisions), infos[g.nodes[-1]])
+                for g in self.groups}
+
     @property
     def incomplete(self) -> bool:
         return any(nc.cost is None for nc in self.node_costs.values())
@@ -122,6 +149,7 @@ class AnalysisResult:
             "nodes": len(self.graph),
             "groups": len(self.groups),
             "complete": not self.incomplete,
+            "macs_by_dtype": dict(self.macs_by_dtype),
         }
 
     # ---- renderings -----------------------------------------------------------------------
@@ -243,6 +271,14 @@ def _analyze_model(model: LoadedModel, strict: bool, flops_per_mac: int) -> Anal
     peak = activation_peak_bytes(mg, groups, model.tensors)
     return AnalysisResult(model, mg, groups, node_costs, group_costs, peak, unsupported,
                           flops_per_mac, warnings)
+
+
+def _by_precision(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """(precision, MACs) pairs summed per precision, largest first."""
+    out: dict[str, int] = {}
+    for precision, macs in pairs:
+        out[precision] = out.get(precision, 0) + macs
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _unsupported_ops(mg: ModelGraph) -> dict[str, list[str]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from ..ir import NodeInfo
+from ..ir import NodeInfo, TensorInfo
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -69,6 +69,21 @@ class Cost:
 ZERO = Cost()
 MS = "com.microsoft"  # ONNX Runtime's contrib domain
 Formula = Callable[[NodeInfo], Cost]
+# The operands of an op's MACs: tensors (whose stored precision `precision` looks up) or an
+# element type the op converts them to itself (DynamicQuantizeMatMul quantizes A to uint8).
+Operands = Callable[[NodeInfo], tuple[TensorInfo | int | None, ...]]
+
+
+def operands_at(*positions: int) -> Operands:
+    """MAC operands at these input positions."""
+
+    def operands(node: NodeInfo) -> tuple[TensorInfo | None, ...]:
+        return tuple(node.input(i) for i in positions)
+
+    return operands
+
+
+FIRST_TWO = operands_at(0, 1)  # A and B, X and W, Q and K
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +93,8 @@ class OpSpec:
     family: str
     # A view (Reshape, Squeeze, ...) moves no data on any real backend: no bytes charged.
     is_view: bool = False
+    # Which tensors' precision the op's MACs run at (read only for nodes with MACs).
+    operands: Operands = FIRST_TWO
 
 
 class DuplicateOpError(RuntimeError):
@@ -87,8 +104,8 @@ class DuplicateOpError(RuntimeError):
 REGISTRY: dict[tuple[str, str], OpSpec] = {}
 
 
-def register(*op_types: str, family: str, domain: str = "", is_view: bool = False
-             ) -> Callable[[Formula], Formula]:
+def register(*op_types: str, family: str, domain: str = "", is_view: bool = False,
+             operands: Operands = FIRST_TWO) -> Callable[[Formula], Formula]:
     """Register `formula` for each ONNX `op_type` (in `domain`); twice is an error."""
 
     def decorate(formula: Formula) -> Formula:
@@ -97,7 +114,7 @@ def register(*op_types: str, family: str, domain: str = "", is_view: bool = Fals
             if key in REGISTRY:
                 raise DuplicateOpError(f"cost formula for {domain or 'ai.onnx'}::{op} registered "
                                        f"twice ({REGISTRY[key].family} and {family})")
-            REGISTRY[key] = OpSpec(op, formula, family, is_view)
+            REGISTRY[key] = OpSpec(op, formula, family, is_view, operands)
         return formula
 
     return decorate

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 
-from ..ir import NodeInfo
+import onnx
+
+from ..ir import NodeInfo, TensorInfo
 from .base import MS, Cost, register
 
 
@@ -22,7 +24,15 @@ def matmul(node: NodeInfo) -> Cost:
     return Cost(macs=node.outputs[0].size * node.inputs[0].dims[-1])
 
 
-@register("MatMulNBits", family="matmul", domain=MS)
+def _n_bits_operands(node: NodeInfo) -> tuple[TensorInfo | int, ...]:
+    # accuracy_level 4: A is quantized to int8 and the MACs are int8 x int8 (ORT's
+    # CompInt8); otherwise B is dequantized to A's float type.
+    if node.attr("accuracy_level", 0) == 4:
+        return (onnx.TensorProto.INT8,)
+    return (node.inputs[0],)
+
+
+@register("MatMulNBits", family="matmul", domain=MS, operands=_n_bits_operands)
 def matmul_n_bits(node: NodeInfo) -> Cost:
     """A [..., K] x B, K x N weights of `bits` bits packed in uint8 blocks with a scale (and a
     zero point) per `block_size` of K: the fp32 MatMul's MACs (K per output). Each weight is

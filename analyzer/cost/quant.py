@@ -20,9 +20,11 @@ output's scale); counted as the arithmetic they stand for.
 
 from __future__ import annotations
 
-from ..ir import NodeInfo
+import onnx
+
+from ..ir import NodeInfo, TensorInfo
 from .activation import ACTIVATIONS
-from .base import MS, Cost, Formula, register
+from .base import MS, Cost, Formula, operands_at, register
 from .conv import conv_cost
 from .matmul import gemm_macs, matmul
 from .pool import average_pool
@@ -69,7 +71,7 @@ def dynamic_quantize_linear(node: NodeInfo) -> Cost:
     return Cost(other_flops=dynamic_quantize(node.inputs[0].size))
 
 
-@register("QLinearConv", family="quant")
+@register("QLinearConv", family="quant", operands=operands_at(0, 3))
 def qlinear_conv(node: NodeInfo) -> Cost:
     # x, x_scale, x_zp, w (3), w_scale, w_zp, y_scale, y_zp (7), B (8, int32): Conv's MACs and
     # bias add; the int32 accumulator is requantized to y's scale and zero point per output.
@@ -77,7 +79,7 @@ def qlinear_conv(node: NodeInfo) -> Cost:
     return conv_cost(node, 3, 8) + Cost(other_flops=quantize(_given(node, 7)) * y.size)
 
 
-@register("QLinearMatMul", family="quant")
+@register("QLinearMatMul", family="quant", operands=operands_at(0, 3))
 def qlinear_matmul(node: NodeInfo) -> Cost:
     # a, a_scale, a_zp, b (3), b_scale, b_zp, y_scale, y_zp (7): MatMul's MACs (K from a), then
     # requantization per output.
@@ -93,7 +95,11 @@ def matmul_integer_to_float(node: NodeInfo) -> Cost:
     return matmul(node) + Cost(other_flops=(2 + _given(node, 6)) * y.size)
 
 
-@register("DynamicQuantizeMatMul", family="quant", domain=MS)
+def _quantized_a(node: NodeInfo) -> tuple[int, TensorInfo]:
+    return onnx.TensorProto.UINT8, node.inputs[1]  # A is quantized to uint8 inside the op
+
+
+@register("DynamicQuantizeMatMul", family="quant", domain=MS, operands=_quantized_a)
 def dynamic_quantize_matmul(node: NodeInfo) -> Cost:
     # A (float, quantized to uint8 on the fly), B (int8), b_scale, b_zp, bias (4): A's dynamic
     # quantization, MatMul's MACs, then as MatMulIntegerToFloat per output.
@@ -102,7 +108,7 @@ def dynamic_quantize_matmul(node: NodeInfo) -> Cost:
                                + (2 + _given(node, 4)) * y.size)
 
 
-@register("QGemm", family="quant", domain=MS)
+@register("QGemm", family="quant", domain=MS, operands=operands_at(0, 3))
 def qgemm(node: NodeInfo) -> Cost:
     # A, a_scale, a_zp, B (3), b_scale, b_zp, C (6, int32), y_scale (7), y_zp (8): Gemm's MACs;
     # per output: + C (1 when given), then either requantize to y (y_scale given) or convert
