@@ -168,3 +168,13 @@ def test_uint8_activation_through_a_transpose_is_int8() -> None:
     assert result.macs_by_dtype == {"int8": 5 * 6 * 4}
     matmul_group = next(g for g in result.to_dict()["groups"] if g["macs"])
     assert matmul_group["precision"] == "int8"
+
+
+def test_a_short_last_block_is_valid() -> None:
+    # ONNX's blocked rule: ceil(64 / 24) = 3 blocks along K, the last one short. Not refused.
+    model = _blocked_int4_model()
+    scale = onnx.helper.make_tensor("s", T.FLOAT, [3, 10], [0.5] * 30)
+    model.graph.initializer[1].CopyFrom(scale)
+    model.graph.node[0].attribute[1].i = 24  # block_size
+    result = analyze(model)
+    assert result.total.params == 640 + 30 and result.macs_by_dtype == {"float32": 1920}
