@@ -100,7 +100,7 @@ class AnalysisResult:
                 bytes_read += c.bytes_read
                 bytes_written += c.bytes_written
         # Parameters are counted once per initializer, however many nodes read it.
-        params, param_bytes = _param_totals(self.model)
+        params, param_bytes = _param_totals(self.model, self.graph)
         return Cost(macs, other_flops, transcendental, bytes_read, bytes_written, params,
                     param_bytes)
 
@@ -334,7 +334,10 @@ def node_cost(info: NodeInfo) -> NodeCost:
         params = param_bytes = 0
         if info.const_inputs:
             weights = [info.inputs[i] for i in sorted(info.const_inputs)]
-            params = sum(t.size for t in weights if t is not None)
+            packed = spec.packed(info) if spec.packed is not None else {}
+            params = sum(packed.get(i, t.size) for i, t in zip(sorted(info.const_inputs),
+                                                                weights, strict=True)
+                         if t is not None)
             param_bytes = _tensor_bytes(weights)
     except UnknownShape as e:
         return NodeCost(None, f"shape of tensor {e.tensor!r} unknown")
@@ -378,12 +381,26 @@ def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
                          total.params, total.param_bytes))
 
 
-def _param_totals(model: LoadedModel) -> tuple[int, int]:
+def _param_totals(model: LoadedModel, mg: ModelGraph) -> tuple[int, int]:
+    """Parameters (one per initializer element, or what a packing op says its packed input
+    holds: `OpSpec.packed`) and their stored bytes."""
+    counts: dict[str, int] = {}
+    for info in mg.infos.values():
+        spec = lookup(info.op_type, info.domain)
+        if spec is not None and spec.packed is not None:
+            try:
+                packed = spec.packed(info)
+            except UnknownShape:
+                continue
+            for i, n in packed.items():
+                t = info.input(i)
+                if t is not None and i in info.const_inputs:
+                    counts[t.name] = n
     params = param_bytes = 0
     tensors = model.tensors
     for name in model.initializers:
         info = tensors[name]
-        params += info.size
+        params += counts.get(name, info.size)
         param_bytes += info.nbytes
     return params, param_bytes
 

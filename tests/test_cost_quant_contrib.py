@@ -117,6 +117,20 @@ def test_group_query_attention_counts_query_heads_over_past_plus_new() -> None:
     assert rot[1] - c[1] == 3 * 4 * 10 * 16
 
 
+def test_group_query_attention_options() -> None:
+    # Bidirectional (causal=0): no mask add. query [1,4,64] 4 heads of 16, 2 KV heads, no past.
+    ins = [(1, 4, 64), (1, 4, 32), (1, 4, 32)]
+    rows, scores = 4 * 4, 4 * 4 * 4
+    sm_flops, sm_exp = softmax(rows, 4)
+    base = (scores * 32, scores + sm_flops, sm_exp)
+    assert cost("GroupQueryAttention", ins, [(1, 4, 64)], num_heads=4, kv_num_heads=2,
+                causal=0) == base
+    # Q/K RMS norm per head (Qwen3): 4*4 Q heads + 4*2 K heads of 16, 4*16 + 3 each, 1 sqrt.
+    c = cost("GroupQueryAttention", [*ins, *[OMITTED] * 11, (16,), (16,)], [(1, 4, 64)],
+             num_heads=4, kv_num_heads=2, causal=0)
+    assert c == (base[0], base[1] + 24 * (16 + 16 + 3 + 16 + 16), base[2] + 24)
+
+
 def test_rotary_embedding() -> None:
     # ORT: input [2,5,64] with 4 heads (D 16), cos_cache [32, 4]: 8 of 16 rotated per head;
     # 2*5*4 heads x 8 rotated x 3 FLOPs (4 mul + 2 add per pair).

@@ -178,3 +178,37 @@ def test_a_short_last_block_is_valid() -> None:
     model.graph.node[0].attribute[1].i = 24  # block_size
     result = analyze(model)
     assert result.total.params == 640 + 30 and result.macs_by_dtype == {"float32": 1920}
+
+
+def _mlp() -> onnx.ModelProto:
+    """x [1, 7, 128] -> MatMul [128, 256] -> Relu -> MatMul [256, 64]."""
+    h, rng = onnx.helper, np.random.default_rng(0)
+    weights = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+               for n, s in (("w1", (128, 256)), ("w2", (256, 64)))]
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["a"]), h.make_node("Relu", ["a"], ["r"]),
+             h.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = h.make_graph(nodes, "mlp", [h.make_tensor_value_info("x", T.FLOAT, [1, 7, 128])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 7, 64])], weights)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(("accuracy_level", "dtype"), [(0, "float32"), (4, "int8")])
+def test_matmul_n_bits_from_ort_quantizer(accuracy_level: int, dtype: str) -> None:
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    fp32 = analyze(_mlp())
+    quantizer = MatMulNBitsQuantizer(_mlp(), block_size=32, is_symmetric=False,
+                                     accuracy_level=accuracy_level)
+    quantizer.process()
+    model = quantizer.model.model
+    assert [n.op_type for n in model.graph.node] == ["MatMulNBits", "Relu", "MatMulNBits"]
+    result = analyze(model)
+    assert not result.incomplete and not result.unsupported_ops
+    # The fp32 MLP's MACs: 7 x (128 x 256 + 256 x 64).
+    assert result.total.macs == fp32.total.macs == 7 * (128 * 256 + 256 * 64)
+    assert result.macs_by_dtype == {dtype: result.total.macs}
+    # 49,152 4-bit weights: 24,576 bytes; a float scale per block of 32 along K: 4 x 256 +
+    # 8 x 64 = 1,536 scales (6,144 bytes); as many 4-bit zero points, packed per column:
+    # 256 x 2 + 64 x 4 = 768 bytes. Parameters: the weights, scales and zero points.
+    assert result.total.param_bytes == 24_576 + 6_144 + 768
+    assert result.total.params == 49_152 + 1_536 + 1_536

@@ -17,6 +17,7 @@ import math
 from ..ir import NodeInfo, TensorInfo
 from .activation import softmax_rows
 from .base import MS, Cost, register
+from .norm import normalize
 
 
 def scaled_dot_product(rows: int, length: int, head: int, head_v: int, *, masked: bool,
@@ -114,22 +115,29 @@ def multi_head_attention(node: NodeInfo) -> Cost:
 
 @register("GroupQueryAttention", family="attention", domain=MS)
 def group_query_attention(node: NodeInfo) -> Cost:
-    """query [B, S, N*D] (or packed [B, S, (N + 2*Nkv)*D] without key), past_key
-    [B, Nkv, P, D] (3), cos_cache [max, R/2] (7); output [B, S, N*D]. Always causal; the
-    attended length is L = P + S (past plus new tokens). `do_rotary` rotates R of each head's D
-    values of the new Q and K (R = D without a cos_cache)."""
-    q, y = node.inputs[0], node.outputs[0]
+    """query [B, S, N*D] (or packed [B, S, (N + 2*Nkv)*D] without key), key [B, Skv, Nkv*D]
+    (1), past_key [B, Nkv, P, D] (3), cos_cache [max, R/2] (7), attention_bias (10),
+    q_norm_weight (14); output [B, S, N*D]. The attended length is L = P + Skv (past plus new
+    tokens; approximation: a past buffer shared with present is counted at its full length).
+    Causal unless `causal` = 0. `do_rotary` rotates R of each head's D values of the new Q and
+    K (R = D without a cos_cache); q/k_norm_weight first RMS-normalizes each new Q and K head
+    (4D + 3 per head, `norm.rms_norm`)."""
+    q, k, y = node.inputs[0], node.input(1), node.outputs[0]
     heads, kv_heads = node.attr("num_heads"), node.attr("kv_num_heads")
     batch, seq = q.dims[0], q.dims[1]
     head = y.dims[-1] // heads
     past = node.input(3)
-    length = seq + (past.dims[2] if past is not None else 0)
-    cost = scaled_dot_product(batch * heads * seq, length, head, head, masked=True,
+    new = k.dims[1] if k is not None else seq
+    length = new + (past.dims[2] if past is not None else 0)
+    masked = bool(node.attr("causal", 1)) or node.input(10) is not None
+    cost = scaled_dot_product(batch * heads * seq, length, head, head, masked=masked,
                               capped=node.attr("softcap", 0.0) != 0.0)
+    new_heads = batch * (seq * heads + new * kv_heads)  # new Q heads and new K heads
+    if node.input(14) is not None:
+        cost = cost + normalize(new_heads, head, center=False, affine=1)
     if node.attr("do_rotary", 0):
         cos = node.input(7)
-        rotated = 2 * cos.dims[-1] if cos is not None else head
-        cost = cost + rotate(batch * seq * (heads + kv_heads) * rotated)
+        cost = cost + rotate(new_heads * (2 * cos.dims[-1] if cos is not None else head))
     return cost
 
 

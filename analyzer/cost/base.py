@@ -84,6 +84,7 @@ def operands_at(*positions: int) -> Operands:
 
 
 FIRST_TWO = operands_at(0, 1)  # A and B, X and W, Q and K
+Packed = Callable[[NodeInfo], dict[int, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,9 @@ class OpSpec:
     is_view: bool = False
     # Which tensors' precision the op's MACs run at (read only for nodes with MACs).
     operands: Operands = FIRST_TWO
+    # Inputs whose stored elements pack several parameters (MatMulNBits' uint8 blobs of 4-bit
+    # weights): position -> the number of parameters they hold. None: one per element.
+    packed: Packed | None = None
 
 
 class DuplicateOpError(RuntimeError):
@@ -105,7 +109,8 @@ REGISTRY: dict[tuple[str, str], OpSpec] = {}
 
 
 def register(*op_types: str, family: str, domain: str = "", is_view: bool = False,
-             operands: Operands = FIRST_TWO) -> Callable[[Formula], Formula]:
+             operands: Operands = FIRST_TWO, packed: Packed | None = None
+             ) -> Callable[[Formula], Formula]:
     """Register `formula` for each ONNX `op_type` (in `domain`); twice is an error."""
 
     def decorate(formula: Formula) -> Formula:
@@ -114,7 +119,7 @@ def register(*op_types: str, family: str, domain: str = "", is_view: bool = Fals
             if key in REGISTRY:
                 raise DuplicateOpError(f"cost formula for {domain or 'ai.onnx'}::{op} registered "
                                        f"twice ({REGISTRY[key].family} and {family})")
-            REGISTRY[key] = OpSpec(op, formula, family, is_view, operands)
+            REGISTRY[key] = OpSpec(op, formula, family, is_view, operands, packed)
         return formula
 
     return decorate

@@ -32,7 +32,19 @@ def _n_bits_operands(node: NodeInfo) -> tuple[TensorInfo | int, ...]:
     return (node.inputs[0],)
 
 
-@register("MatMulNBits", family="matmul", domain=MS, operands=_n_bits_operands)
+def _n_bits_parameters(node: NodeInfo) -> dict[int, int]:
+    # B (1) holds the K x N weights; zero_points (3), when uint8, pack one per block of each
+    # of the N columns (bits wide); scales (2) are one float per block.
+    k, n, block = node.attr("K"), node.attr("N"), node.attr("block_size")
+    packed = {1: k * n}
+    zero_points = node.input(3)
+    if zero_points is not None and zero_points.elem_type == onnx.TensorProto.UINT8:
+        packed[3] = n * -(-k // block)
+    return packed
+
+
+@register("MatMulNBits", family="matmul", domain=MS, operands=_n_bits_operands,
+          packed=_n_bits_parameters)
 def matmul_n_bits(node: NodeInfo) -> Cost:
     """A [..., K] x B, K x N weights of `bits` bits packed in uint8 blocks with a scale (and a
     zero point) per `block_size` of K: the fp32 MatMul's MACs (K per output). Each weight is
