@@ -5,6 +5,7 @@ every node costed, and the precision that does the MACs named in the JSON."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -212,3 +213,59 @@ def test_matmul_n_bits_from_ort_quantizer(accuracy_level: int, dtype: str) -> No
     # 256 x 2 + 64 x 4 = 768 bytes. Parameters: the weights, scales and zero points.
     assert result.total.param_bytes == 24_576 + 6_144 + 768
     assert result.total.params == 49_152 + 1_536 + 1_536
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
+    """A 2-layer BERT (hidden 64, 2 heads, FFN 128, seq 16, random weights): fp32, quantized by
+    quantize_dynamic (the issue's BERT case), and rewritten by ORT's transformer optimizer
+    (com.microsoft SkipLayerNormalization and Gelu), then that quantized too."""
+    transformers = pytest.importorskip("transformers")
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    d = tmp_path_factory.mktemp("bert")
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=128, vocab_size=100,
+                                     max_position_embeddings=64)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    module = transformers.BertModel(config).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = module
+
+        def forward(self, ids: Any, mask: Any, types: Any) -> Any:
+            return self.bert(input_ids=ids, attention_mask=mask,
+                             token_type_ids=types).last_hidden_state
+
+    ids = torch.randint(0, 100, (1, 16))
+    ones, zeros = torch.ones(1, 16, dtype=torch.int64), torch.zeros(1, 16, dtype=torch.int64)
+    fp32 = d / "bert.onnx"
+    torch.onnx.export(Hidden(), (ids, ones, zeros), fp32, dynamo=False, opset_version=17,
+                      input_names=["ids", "mask", "types"])
+    optimize_model(str(fp32), model_type="bert", num_heads=2,
+                   hidden_size=64).save_model_to_file(str(d / "opt.onnx"))
+    float_default = {"DefaultTensorType": T.FLOAT}
+    quantization.quantize_dynamic(fp32, d / "dynamic.onnx")
+    quantization.quantize_dynamic(d / "opt.onnx", d / "opt_dynamic.onnx",
+                                  extra_options=float_default)
+    return {name: analyze(d / f"{name}.onnx")
+            for name in ("bert", "dynamic", "opt", "opt_dynamic")}
+
+
+def test_bert_dynamic_and_optimized(bert: dict[str, AnalysisResult]) -> None:
+    # Per layer: Q, K, V, output projections 4 x 16x64x64; FFN 2 x 16x64x128; attention
+    # Q K^T and P V, 2 heads x 16x16 scores x 32 each.
+    per_layer = 4 * 16 * 64 * 64 + 2 * 16 * 64 * 128 + 2 * 2 * 16 * 16 * 32
+    for name, result in bert.items():
+        assert not result.incomplete and not result.unsupported_ops, name
+        assert result.total.macs == 2 * per_layer, name
+    ops = {(n.domain, n.op_type) for n in bert["opt"].graph.infos.values()}
+    assert {("com.microsoft", "SkipLayerNormalization"), ("com.microsoft", "Gelu")} <= ops
+    # Dynamic quantization makes the 12 weight MatMuls int8 (DynamicQuantizeLinear +
+    # MatMulInteger); the attention products of two activations stay float32.
+    for name in ("dynamic", "opt_dynamic"):
+        assert bert[name].macs_by_dtype == {"int8": 2 * (per_layer - 2 * 2 * 16 * 16 * 32),
+                                            "float32": 2 * 2 * 2 * 16 * 16 * 32}
