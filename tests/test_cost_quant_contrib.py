@@ -256,3 +256,47 @@ def test_qlinear_pools() -> None:
     c = cost("QLinearAveragePool", [(1, 4, 8, 8), *scal], [(1, 4, 4, 4)], kernel_shape=[2, 2],
              strides=[2, 2])
     assert c == (0, 64 * (4 + 8), 0)
+
+
+# ---- ORT's fused forms -------------------------------------------------------------------------
+
+def test_fused_conv_and_gemm() -> None:
+    # Conv [1,3,8,8] x [4,3,3,3] pad 1: 256 outputs x 27 MACs; bias 1, Z 1, Relu 1 per output.
+    c = cost("FusedConv", [(1, 3, 8, 8), (4, 3, 3, 3), (4,), (1, 4, 8, 8)], [(1, 4, 8, 8)],
+             pads=[1, 1, 1, 1], activation="Relu")
+    assert c == (256 * 27, 256 * 3, 0)
+    # NHWC: the same MACs and bias.
+    assert cost("NhwcConv", [(1, 8, 8, 3), (4, 3, 3, 3), (4,)], [(1, 8, 8, 4)]) == (
+        256 * 27, 256, 0)
+    # Gemm [4,8] x [8,5] + C, then Sigmoid: 20 x 8 MACs, add 1, sigmoid 1 (transcendental).
+    assert cost("FusedGemm", [(4, 8), (8, 5), (5,)], [(4, 5)], activation="Sigmoid") == (
+        160, 40, 20)
+
+
+def test_fused_matmul() -> None:
+    # transA: A [2, 8, 4] is K=8 x M=4; B [2, 8, 5]: 2*4*5 outputs x 8; alpha 0.5: 1 multiply.
+    assert cost("FusedMatMul", [(2, 8, 4), (2, 8, 5)], [(2, 4, 5)], transA=1, alpha=0.5) == (
+        40 * 8, 40, 0)
+    assert cost("FusedMatMul", [(2, 4, 8), (2, 5, 8)], [(2, 4, 5)], transB=1) == (320, 0, 0)
+
+
+def test_bias_ops_and_embed_layer_norm() -> None:
+    assert cost("BiasAdd", [(2, 4, 8), (8,), (2, 4, 8)], [(2, 4, 8)]) == (0, 128, 0)
+    # [3, 10] + bias, softmax along 1: 30 adds; 3 rows of 10: 9 + 10 + 10 + 9 + 10 each.
+    assert cost("BiasSoftmax", [(3, 10), (3, 10)], [(3, 10)]) == (0, 30 + 3 * 48, 30)
+    # [1, 6, 16] from word + position + segment embeddings: 2 adds per element; LayerNorm per
+    # token 7*16 + 3, 1 sqrt.
+    ins = [(1, 6), (1, 6), (100, 16), (64, 16), (2, 16), (16,), (16,)]
+    assert cost("EmbedLayerNormalization", ins, [(1, 6, 16), (1,)]) == (
+        0, 2 * 96 + 6 * 115, 6)
+
+
+def test_qlinear_softmax_and_nhwc_qlinear_conv() -> None:
+    # [2, 5]: each element dequantized 3, quantized 5; softmax of 2 rows of 5: 23 each.
+    assert cost("QLinearSoftmax", [(2, 5), (), (), (), ()], [(2, 5)]) == (
+        0, 10 * 8 + 2 * 23, 10)
+    # com.microsoft QLinearConv (channels_last): ONNX QLinearConv's count, on NHWC tensors.
+    scalars = [(), ()]
+    c = cost("QLinearConv", [(1, 8, 8, 3), *scalars, (4, 3, 3, 3), *scalars, *scalars],
+             [(1, 8, 8, 4)], channels_last=1)
+    assert c == (256 * 27, 256 * 5, 0)

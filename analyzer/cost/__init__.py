@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     attention,
     conv,
     elementwise,
+    fused,
     matmul,
     norm,
     pool,

@@ -23,8 +23,9 @@ from __future__ import annotations
 import onnx
 
 from ..ir import NodeInfo, TensorInfo
-from .activation import ACTIVATIONS
+from .activation import ACTIVATIONS, softmax_rows
 from .base import MS, Cost, Formula, operands_at, register
+from .common import along_axis
 from .conv import conv_cost
 from .matmul import gemm_macs, matmul
 from .pool import average_pool
@@ -72,6 +73,7 @@ def dynamic_quantize_linear(node: NodeInfo) -> Cost:
 
 
 @register("QLinearConv", family="quant", operands=operands_at(0, 3))
+@register("QLinearConv", family="quant", domain=MS, operands=operands_at(0, 3))  # channels_last
 def qlinear_conv(node: NodeInfo) -> Cost:
     # x, x_scale, x_zp, w (3), w_scale, w_zp, y_scale, y_zp (7), B (8, int32): Conv's MACs and
     # bias add; the int32 accumulator is requantized to y's scale and zero point per output.
@@ -140,6 +142,16 @@ register("QLinearAdd", "QLinearMul", family="quant", domain=MS)(
 for _op in ("Sigmoid", "LeakyRelu"):
     register(f"QLinear{_op}", family="quant", domain=MS)(
         _qlinear_pointwise(*ACTIVATIONS[_op], (2,), 4))
+
+
+@register("QLinearSoftmax", family="quant", domain=MS)
+def qlinear_softmax(node: NodeInfo) -> Cost:
+    # X, X_scale, x_zp, y_scale, y_zp: each element dequantized, Softmax along `axis` (default
+    # -1; approximation: opset < 13's flattening read as one axis, as Softmax), quantized.
+    n = node.outputs[0].size
+    per = dequantize(_given(node, 2)) + quantize(_given(node, 4))
+    return Cost(other_flops=per * n) + softmax_rows(*along_axis(node.inputs[0].dims,
+                                                                node.attr("axis", -1)))
 
 
 @register("QLinearAveragePool", "QLinearGlobalAveragePool", family="quant", domain=MS)
