@@ -529,6 +529,9 @@ class _Walker:
                     key = (domain, op, node.proto.overload)
                     if key in self.functions:
                         calls.append((level, key))
+                    elif shape_checks and domain == _CONTRIB and op in _CONTRIB_SHAPE_CHECKS:
+                        self.validation.shape_checks.append((_CONTRIB_SHAPE_CHECKS[op], NodeView(
+                            node, op, index, here, opset, scope, self.for_views, known)))
                     continue
                 if op == "Constant":
                     scope.add_constant(node.proto)
@@ -1215,8 +1218,44 @@ _SHAPE_CHECKS: dict[str, Check] = {
     "Resize": _resize_shapes,
     "Upsample": _resize_shapes,
 }
+def _n_bits_shapes(v: NodeView) -> None:
+    """MatMulNBits: `bits` 2 to 8, `block_size` a power of 2 from 16, A's last dim K, and B the
+    K x N weights packed as [N, ceil(K / block_size), block_size * bits / 8] bytes, with one
+    scale per block of each column (the cost formula reads K and N)."""
+    bits, block = v.int("bits", 4), v.int("block_size", 0)
+    k, n = v.int("K", 0), v.int("N", 0)
+    if not 2 <= bits <= 8:
+        v.fail(InvalidModelError, f"attribute bits = {bits}: must be between 2 and 8")
+    if block < 16 or block & (block - 1) or block > v.limits.max_window_value:
+        v.fail(InvalidModelError, f"attribute block_size = {block}: must be a power of 2, at "
+               "least 16")
+    if k < 1 or n < 1:
+        v.fail(InvalidModelError, f"attributes K = {k}, N = {n}: both must be positive")
+    a = v.dims(0)
+    if a and isinstance(a[-1], int) and a[-1] != k:
+        v.fail(ShapeError, f"input {v.input_name(0)!r} {_show(a)} has K = {a[-1]}, but "
+               f"attribute K = {k}")
+    blocks = -(-k // block)
+    expected = [n, blocks, block * bits // 8]
+    b = v.dims(1)
+    if b is not None and all(isinstance(d, int) for d in b) and b != expected:
+        v.fail(ShapeError, f"B {v.input_name(1)!r} {_show(b)} does not hold K = {k} x N = {n} "
+               f"weights of {bits} bits packed in blocks of {block}: expected {_show(expected)}")
+    scales = _ints(v.dims(2))
+    if scales is not None and None not in scales and math.prod(scales) != n * blocks:
+        v.fail(ShapeError, f"scales {v.input_name(2)!r} {_show(scales)} should hold {n * blocks} "
+               f"values, one per block of {block} of each of N = {n} columns")
+
+
+_CONTRIB = "com.microsoft"
+_CONTRIB_SHAPE_CHECKS: dict[str, Check] = {
+    "MatMulNBits": _n_bits_shapes,
+    "QuantizeLinear": _quant_shapes,
+    "DequantizeLinear": _quant_shapes,
+}
 _SHAPE_ONLY = frozenset({_conv_shapes, _conv_transpose_shapes, _pool_shapes, _matmul_shapes})
-_WANTED = frozenset({*_CHECKS, *_SHAPE_CHECKS, *_CONTROL_FLOW, "Constant"})
+_WANTED = frozenset({*_CHECKS, *_SHAPE_CHECKS, *_CONTRIB_SHAPE_CHECKS, *_CONTROL_FLOW,
+                     "Constant"})
 
 
 # ---- inputs given by the user -----------------------------------------------------------------

@@ -366,6 +366,19 @@ def _int4_weight(packed: bytes) -> Build:
                                    (("", 21),)))
 
 
+def _n_bits(b_shape: tuple[int, ...] = (16, 2, 16), a_k: int = 64, **attrs: Any) -> Build:
+    """com.microsoft MatMulNBits 'mm': a [1, 3, a_k] x 4-bit B for K 64, N 16, blocks of 32
+    (B [16, 2, 16] uint8, 32 scales)."""
+    b = numpy_helper.from_array(np.zeros(b_shape, np.uint8), "b")
+    scales = numpy_helper.from_array(np.ones(32, np.float32), "s")
+    node = helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], name="mm",
+                            domain="com.microsoft", **{"K": 64, "N": 16, "bits": 4,
+                                                       "block_size": 32, **attrs})
+    return lambda f: f.save(_model([node], [vi("a", TensorProto.FLOAT, [1, 3, a_k])],
+                                   [vi("y", TensorProto.FLOAT, [1, 3, 16])], [b, scales],
+                                   (("", 17), ("com.microsoft", 1))))
+
+
 def _gather(indices: list[int]) -> Build:
     return _one_op("Gather", [("x", [5, 3])], [_const("i", indices)], 2)
 
@@ -760,6 +773,13 @@ CASES = [
     Case("int4 initializer with packed bytes too many", _int4_weight(b"\x11" * 9),
          InvalidModelError, "initializer 'w' (int4, 15 values): 9 bytes of packed data, "
          "expected 8 (2 values per byte)"),
+    Case("MatMulNBits blob of the wrong packed length", _n_bits((16, 2, 8)), ShapeError,
+         "node 'mm' (MatMulNBits): B 'b' [16, 2, 8] does not hold K = 64 x N = 16 weights of 4 "
+         "bits packed in blocks of 32: expected [16, 2, 16]"),
+    Case("MatMulNBits K differs from A's", _n_bits(a_k=60), ShapeError,
+         "node 'mm' (MatMulNBits): input 'a' [1, 3, 60] has K = 60, but attribute K = 64"),
+    Case("MatMulNBits block size not a power of 2", _n_bits(block_size=24), InvalidModelError,
+         "node 'mm' (MatMulNBits): attribute block_size = 24: must be a power of 2, at least 16"),
     Case("int4 initializer with packed bytes too few", _int4_weight(b"\x11" * 5),
          InvalidModelError, "initializer 'w' (int4, 15 values): 5 bytes of packed data, "
          "expected 8"),
