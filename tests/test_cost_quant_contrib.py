@@ -300,3 +300,57 @@ def test_qlinear_softmax_and_nhwc_qlinear_conv() -> None:
     c = cost("QLinearConv", [(1, 8, 8, 3), *scalars, (4, 3, 3, 3), *scalars, *scalars],
              [(1, 8, 8, 4)], channels_last=1)
     assert c == (256 * 27, 256 * 5, 0)
+
+
+# ---- the attended length, against ONNX Runtime ---------------------------------------------------
+
+def _present_length(op: str, inputs: dict[str, Any], names: list[str], outputs: int,
+                    **attrs: Any) -> int:
+    """Run one com.microsoft attention node on ORT's CPU provider; the attended length is the
+    length of the KV cache it returns (present_key [B, N, L, D], or [2, B, N, L, D])."""
+    ort = pytest.importorskip("onnxruntime")
+    h = onnx.helper
+    node = h.make_node(op, names, [f"o{i}" for i in range(outputs)], domain=MS, **attrs)
+    graph = h.make_graph([node], "g", [h.make_tensor_value_info(
+        k, h.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in inputs.items()],
+        [h.make_tensor_value_info(f"o{i}", F32, None) for i in range(outputs)])
+    model = h.make_model(graph, ir_version=10, opset_imports=[h.make_opsetid("", 17),
+                                                              h.make_opsetid(MS, 1)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)[1].shape[-2]
+
+
+def _length(op: str, shapes: list[Any], out: Any, rows: int, head: int, **attrs: Any) -> int:
+    """The attended length our formula used: its attention MACs over (rows x (D + Dv))."""
+    return cost(op, shapes, [out], **attrs)[0] // (rows * 2 * head)
+
+
+def test_attended_length_is_ort_s_present_length() -> None:
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+
+    def f(*shape: int) -> Any:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    # GroupQueryAttention: 4 new tokens over a past of 60: L = 64.
+    gqa = {"q": f(1, 4, 128), "k": f(1, 4, 32), "v": f(1, 4, 32), "pk": f(1, 2, 60, 16),
+           "pv": f(1, 2, 60, 16), "sl": np.array([63], np.int32), "tl": np.array(64, np.int32)}
+    attrs = {"num_heads": 8, "kv_num_heads": 2}
+    assert _present_length("GroupQueryAttention", gqa, list(gqa), 3, **attrs) == 64
+    shapes = [v.shape for v in gqa.values()]
+    assert _length("GroupQueryAttention", shapes, (1, 4, 128), 8 * 4, 16, **attrs) == 64
+    # MultiHeadAttention: 10 new keys over a past of 3: L = 13.
+    mha = {"q": f(2, 6, 16), "k": f(2, 10, 16), "v": f(2, 10, 16), "b": f(48),
+           "pk": f(2, 2, 3, 8), "pv": f(2, 2, 3, 8)}
+    names = ["q", "k", "v", "b", "", "", "pk", "pv"]
+    assert _present_length("MultiHeadAttention", mha, names, 3, num_heads=2) == 13
+    shapes = [mha[n].shape if n else OMITTED for n in names]
+    assert _length("MultiHeadAttention", shapes, (2, 6, 16), 2 * 2 * 6, 8, num_heads=2) == 13
+    # Attention: 8 tokens over a past of 6 (past [2, B, N, P, D]): L = 14.
+    att = {"x": f(2, 8, 32), "w": f(32, 96), "b": f(96), "past": f(2, 2, 4, 6, 8)}
+    names = ["x", "w", "b", "", "past"]
+    assert _present_length("Attention", att, names, 2, num_heads=4, unidirectional=1) == 14
+    shapes = [att[n].shape if n else OMITTED for n in names]
+    projection = 2 * 8 * 32 * 96
+    c = cost("Attention", shapes, [(2, 8, 32)], num_heads=4, unidirectional=1)
+    assert (c[0] - projection) // (2 * 4 * 8 * 2 * 8) == 14
