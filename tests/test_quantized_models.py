@@ -269,3 +269,15 @@ def test_bert_dynamic_and_optimized(bert: dict[str, AnalysisResult]) -> None:
     for name in ("dynamic", "opt_dynamic"):
         assert bert[name].macs_by_dtype == {"int8": 2 * (per_layer - 2 * 2 * 16 * 16 * 32),
                                             "float32": 2 * 2 * 2 * 16 * 16 * 32}
+
+
+@pytest.mark.parametrize(("elem_type", "values", "nbytes"), [
+    (T.FLOAT, 15, 60), (T.FLOAT16, 15, 30), (T.BFLOAT16, 15, 30), (T.INT8, 15, 15),
+    (T.UINT8, 15, 15), (T.FLOAT8E4M3FN, 15, 15), (T.FLOAT8E5M2, 15, 15),
+    (T.FLOAT8E4M3FNUZ, 15, 15), (T.FLOAT8E5M2FNUZ, 15, 15),
+    (T.INT4, 15, 8), (T.UINT4, 16, 8), (T.FLOAT4E2M1, 3, 2),  # two per byte, rounded up
+])
+def test_bytes_at_the_stored_precision(elem_type: int, values: int, nbytes: int) -> None:
+    from onnxlens.analyzer.ir import TensorInfo
+
+    assert TensorInfo("t", elem_type, (values,)).nbytes == nbytes
