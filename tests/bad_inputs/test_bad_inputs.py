@@ -342,6 +342,43 @@ def _one_op(op: str, inputs: list[tuple[str, list[Any]]], consts: list[onnx.Tens
     return lambda f: f.save(_model([node], graph_inputs, [vi("y", elem, [None] * rank)], consts))
 
 
+def _quant(op: str, scale: np.ndarray, zero_point: np.ndarray | None = None,
+           x_type: int = TensorProto.FLOAT, **attrs: Any) -> Build:
+    """Opset 21 QuantizeLinear or DequantizeLinear 'n' of x [4, 8] with a constant scale
+    (and zero point)."""
+    consts = [numpy_helper.from_array(scale.astype(np.float32), "s")]
+    if zero_point is not None:
+        consts.append(numpy_helper.from_array(zero_point, "z"))
+    node = helper.make_node(op, ["x"] + [c.name for c in consts], ["y"], name="n", **attrs)
+    y_type = (TensorProto.FLOAT if op == "DequantizeLinear" else
+              helper.np_dtype_to_tensor_dtype(zero_point.dtype) if zero_point is not None
+              else TensorProto.UINT8)
+    return lambda f: f.save(_model([node], [vi("x", x_type, [4, 8])], [vi("y", y_type, [4, 8])],
+                                   consts, (("", 21),)))
+
+
+def _int4_weight(packed: bytes) -> Build:
+    """DequantizeLinear of a [5, 3] int4 initializer (15 values: 8 packed bytes)."""
+    w = TensorProto(name="w", data_type=TensorProto.INT4, dims=[5, 3], raw_data=packed)
+    node = helper.make_node("DequantizeLinear", ["w", "s"], ["y"], name="n")
+    scale = numpy_helper.from_array(np.float32(0.5), "s")
+    return lambda f: f.save(_model([node], [], [vi("y", TensorProto.FLOAT, [5, 3])], [w, scale],
+                                   (("", 21),)))
+
+
+def _n_bits(b_shape: tuple[int, ...] = (16, 2, 16), a_k: int = 64, **attrs: Any) -> Build:
+    """com.microsoft MatMulNBits 'mm': a [1, 3, a_k] x 4-bit B for K 64, N 16, blocks of 32
+    (B [16, 2, 16] uint8, 32 scales)."""
+    b = numpy_helper.from_array(np.zeros(b_shape, np.uint8), "b")
+    scales = numpy_helper.from_array(np.ones(32, np.float32), "s")
+    node = helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], name="mm",
+                            domain="com.microsoft", **{"K": 64, "N": 16, "bits": 4,
+                                                       "block_size": 32, **attrs})
+    return lambda f: f.save(_model([node], [vi("a", TensorProto.FLOAT, [1, 3, a_k])],
+                                   [vi("y", TensorProto.FLOAT, [1, 3, 16])], [b, scales],
+                                   (("", 17), ("com.microsoft", 1))))
+
+
 def _gather(indices: list[int]) -> Build:
     return _one_op("Gather", [("x", [5, 3])], [_const("i", indices)], 2)
 
@@ -758,6 +795,43 @@ CASES = [
     Case("bad attribute inside an If body", _conv_in_if_body, InvalidModelError,
          "body 'then_branch' of node 'if' (If): node 'bad' (Conv): attribute strides = [0, 1]: "
          "0 is not positive"),
+    # Quantization parameters.
+    Case("quantization scale zero", _quant("QuantizeLinear", np.array(0.0)), InvalidModelError,
+         "node 'n' (QuantizeLinear): scale 's' holds 0.0: a quantization scale must be positive "
+         "and finite"),
+    Case("quantization scale negative", _quant("DequantizeLinear", np.array([0.5, -2.0, 1.0, 1.0]),
+                                               axis=0), InvalidModelError,
+         "node 'n' (DequantizeLinear): scale 's' holds -2.0: a quantization scale must be "
+         "positive"),
+    Case("quantization scale NaN", _quant("QuantizeLinear", np.array(np.nan)), InvalidModelError,
+         "scale 's' holds nan: a quantization scale must be positive and finite"),
+    Case("zero point of another type",
+         _quant("DequantizeLinear", np.array(0.5), np.array(0, np.uint8), TensorProto.INT8),
+         InvalidModelError, "node 'n' (DequantizeLinear): zero point 'z' is uint8, but 'x' is "
+         "int8: they must have one type"),
+    Case("quantization axis out of range", _quant("QuantizeLinear", np.ones(8), axis=2),
+         ShapeError, "node 'n' (QuantizeLinear): attribute axis = 2 is out of range for input "
+         "'x' of rank 2"),
+    Case("per-axis scale of the wrong length", _quant("QuantizeLinear", np.ones(3), axis=1),
+         ShapeError, "scale 's' [3] has 3 values for axis 1 of 'x' [4, 8], which has 8"),
+    Case("block size does not divide the axis into the scale's blocks",
+         _quant("DequantizeLinear", np.ones((4, 2)), np.zeros((4, 2), np.int8),
+                TensorProto.INT8, axis=1, block_size=3), ShapeError,
+         "node 'n' (DequantizeLinear): block_size 3 does not divide axis 1 of 'x' [4, 8] into "
+         "the blocks of scale 's' [4, 2]: expected [4, 3]"),
+    Case("int4 initializer with packed bytes too many", _int4_weight(b"\x11" * 9),
+         InvalidModelError, "initializer 'w' (int4, 15 values): 9 bytes of packed data, "
+         "expected 8 (2 values per byte)"),
+    Case("MatMulNBits blob of the wrong packed length", _n_bits((16, 2, 8)), ShapeError,
+         "node 'mm' (MatMulNBits): B 'b' [16, 2, 8] does not hold K = 64 x N = 16 weights of 4 "
+         "bits packed in blocks of 32: expected [16, 2, 16]"),
+    Case("MatMulNBits K differs from A's", _n_bits(a_k=60), ShapeError,
+         "node 'mm' (MatMulNBits): input 'a' [1, 3, 60] has K = 60, but attribute K = 64"),
+    Case("MatMulNBits block size not a power of 2", _n_bits(block_size=24), InvalidModelError,
+         "node 'mm' (MatMulNBits): attribute block_size = 24: must be a power of 2, at least 16"),
+    Case("int4 initializer with packed bytes too few", _int4_weight(b"\x11" * 5),
+         InvalidModelError, "initializer 'w' (int4, 15 values): 5 bytes of packed data, "
+         "expected 8"),
 ]
 EXTERNAL = {c.id for c in CASES if c.id.startswith("external")}
 
