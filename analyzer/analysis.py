@@ -7,7 +7,7 @@ subclasses for bad input, never anything else the user could have caused.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property, partial
@@ -17,13 +17,14 @@ import onnx
 
 from . import cost as _cost_families  # noqa: F401  (registers every formula)
 from .cost.base import Cost, lookup
+from .cost.precision import group_precision, mac_precision
 from .errors import OnnxLensError, UnsupportedOpError
 from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph, collector_paused
 from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
 from .loader import LoadedModel, load_model
 from .memory import activation_peak_bytes
-from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, symbolic_dims
+from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, sample_points, symbolic_dims
 from .validate import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:  # estimates are on request: `analyze` alone imports neither
@@ -31,6 +32,10 @@ if TYPE_CHECKING:  # estimates are on request: `analyze` alone imports neither
     from .hardware import HardwareProfile
 
 SCHEMA = "onnxlens/1"
+# Formulas of symbolic dims take one analysis per sample point (5 for one symbol, 11 for two):
+# past this many nodes times points (about 6 s here) the dims are analyzed at 1 only, so that
+# the time stays bounded by the file's size.
+SYMBOLIC_MAX_NODE_ANALYSES = 60_000
 
 
 class Unknown(Enum):
@@ -114,9 +119,35 @@ class AnalysisResult:
                 bytes_read += c.bytes_read
                 bytes_written += c.bytes_written
         # Parameters are counted once per initializer, however many nodes read it.
-        params, param_bytes = _param_totals(self.model)
+        params, param_bytes = _param_totals(self.model, self.graph)
         return Cost(macs, other_flops, transcendental, bytes_read, bytes_written, params,
                     param_bytes)
+
+    @cached_property
+    def node_precisions(self) -> dict[str, tuple[str, int]]:
+        """Node key -> (the precision its MACs run at, its MACs), for the nodes with MACs (the
+        rule: `cost.precision`); "unknown" where no operand type is known."""
+        infos, producer = self.graph.infos, self.graph.producer
+
+        def made(name: str) -> NodeInfo | None:
+            key = producer.get(name)
+            return infos[key] if key is not None else None
+
+        return {key: (mac_precision(infos[key], made) or "unknown", nc.cost.macs)
+                for key, nc in self.node_costs.items() if nc.cost is not None and nc.cost.macs}
+
+    @cached_property
+    def macs_by_dtype(self) -> dict[str, int]:
+        """Total MACs per precision (`node_precisions`), largest first."""
+        return _by_precision(self.node_precisions.values())
+
+    @cached_property
+    def group_precisions(self) -> dict[int, str]:
+        """Group id -> the precision doing most of its MACs, or its last node's output type."""
+        precisions, infos = self.node_precisions, self.graph.infos
+        return {g.id: group_precision(_by_precision(precisions[k] for k in g.nodes
+                                                    if k in precisions), infos[g.nodes[-1]])
+                for g in self.groups}
 
     @property
     def incomplete(self) -> bool:
@@ -137,6 +168,7 @@ class AnalysisResult:
             "nodes": len(self.graph),
             "groups": len(self.groups),
             "complete": not self.incomplete,
+            "macs_by_dtype": dict(self.macs_by_dtype),
         }
 
     # ---- renderings -----------------------------------------------------------------------
@@ -206,6 +238,19 @@ def _analyze_symbolic(model: LoadedModel, symbols: list[str], load: Callable[...
                       strict: bool, flops_per_mac: int) -> AnalysisResult:
     """Analyses at sample values of the symbols; the one at all-ones is returned."""
     fitted, pinned_at_one = symbols[:MAX_SYMBOLS], symbols[MAX_SYMBOLS:]
+    fit, _ = sample_points(len(fitted))
+    analyses = (len(fit) + 1) * len(model.nodes)
+    if analyses > SYMBOLIC_MAX_NODE_ANALYSES:
+        shapes = pinned_shapes(model.graph_inputs, dict.fromkeys(symbols, 1))
+        result = _analyze_model(load(model.proto, input_shapes=shapes), strict, flops_per_mac)
+        result.model.path, result.model.name = model.path, model.name
+        result.symbols = dict.fromkeys(symbols, 1)
+        result.warnings.append(
+            f"symbolic dim(s) {', '.join(symbols)} analyzed at 1, without formulas: "
+            f"{len(fit) + 1} analyses of {len(model.nodes):,} nodes would be over "
+            f"{SYMBOLIC_MAX_NODE_ANALYSES:,} node analyses; pin them with --batch or "
+            "--input-shape")
+        return result
     data = model.proto.SerializeToString()  # external data is already inline
     results: dict[tuple[int, ...], AnalysisResult] = {}
 
@@ -261,6 +306,14 @@ def _analyze_model(model: LoadedModel, strict: bool, flops_per_mac: int) -> Anal
                           flops_per_mac, warnings)
 
 
+def _by_precision(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """(precision, MACs) pairs summed per precision, largest first."""
+    out: dict[str, int] = {}
+    for precision, macs in pairs:
+        out[precision] = out.get(precision, 0) + macs
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def _unsupported_ops(mg: ModelGraph) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for key in mg.order:
@@ -314,7 +367,10 @@ def node_cost(info: NodeInfo) -> NodeCost:
         params = param_bytes = 0
         if info.const_inputs:
             weights = [info.inputs[i] for i in sorted(info.const_inputs)]
-            params = sum(t.size for t in weights if t is not None)
+            packed = spec.packed(info) if spec.packed is not None else {}
+            params = sum(packed.get(i, t.size) for i, t in zip(sorted(info.const_inputs),
+                                                                weights, strict=True)
+                         if t is not None)
             param_bytes = _tensor_bytes(weights)
     except UnknownShape as e:
         return NodeCost(None, f"shape of tensor {e.tensor!r} unknown", Unknown.SHAPE)
@@ -358,12 +414,26 @@ def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
                          total.params, total.param_bytes))
 
 
-def _param_totals(model: LoadedModel) -> tuple[int, int]:
+def _param_totals(model: LoadedModel, mg: ModelGraph) -> tuple[int, int]:
+    """Parameters (one per initializer element, or what a packing op says its packed input
+    holds: `OpSpec.packed`) and their stored bytes."""
+    counts: dict[str, int] = {}
+    for info in mg.infos.values():
+        spec = lookup(info.op_type, info.domain)
+        if spec is not None and spec.packed is not None:
+            try:
+                packed = spec.packed(info)
+            except UnknownShape:
+                continue
+            for i, n in packed.items():
+                t = info.input(i)
+                if t is not None and i in info.const_inputs:
+                    counts[t.name] = n
     params = param_bytes = 0
     tensors = model.tensors
     for name in model.initializers:
         info = tensors[name]
-        params += info.size
+        params += counts.get(name, info.size)
         param_bytes += info.nbytes
     return params, param_bytes
 

@@ -24,6 +24,7 @@ mishandles, a result over `max_elements`) leaves that node unfolded: folding nev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -102,7 +103,8 @@ def evaluate_node(node: onnx.NodeProto, values: Mapping[str, np.ndarray],
         if max_elements is not None and _count(tensor.dims) > max_elements:
             return None
         return [numpy_helper.to_array(tensor)]
-    if max_elements is not None and not _output_fits(op, inputs, max_elements):
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if max_elements is not None and not _output_fits(op, inputs, max_elements, axis):
         return None
     return _run_reference(node, inputs, opsets, max_elements)
 
@@ -182,8 +184,16 @@ def _count(dims: Iterable[int]) -> int:
     return n
 
 
-def _output_fits(op: str, inputs: list[np.ndarray | None], max_elements: int) -> bool:
-    """Refuse, before computing, the ops whose output size comes from a value (not a shape)."""
+# Ops whose output takes the broadcast shape of their inputs.
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Equal", "Less",
+                           "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Where"})
+
+
+def _output_fits(op: str, inputs: list[np.ndarray | None], max_elements: int, axis: int = 0
+                 ) -> bool:
+    """Refuse, before computing, an output over `max_elements`: inputs of that size at most
+    can ask for far more (a [4096, 1] times a [1, 4096] is 16M elements, a Where of three
+    such 4096**3), so every op's output size is bounded from its inputs first."""
     try:
         if op == "ConstantOfShape":
             size = int(np.prod(np.ravel(inputs[0]))) if inputs and inputs[0] is not None else 1
@@ -195,8 +205,14 @@ def _output_fits(op: str, inputs: list[np.ndarray | None], max_elements: int) ->
         elif op == "Range":
             start, limit, delta = (float(np.ravel(v)[0]) for v in inputs)  # type: ignore[arg-type]
             size = int((limit - start) / delta) if delta else max_elements + 1
-        else:
-            return True
+        elif op in _BROADCASTING:
+            size = math.prod(np.broadcast_shapes(*(v.shape for v in inputs if v is not None)))
+        elif op == "Gather":  # data.shape[:axis] + indices.shape + data.shape[axis + 1:]
+            data, indices = inputs[0], inputs[1]
+            along = data.shape[axis]  # type: ignore[union-attr]
+            size = indices.size * (data.size // along) if along else 0  # type: ignore[union-attr]
+        else:  # the rest (Concat, Slice, Reshape, Cast, Reduce* ...) make at most what they read
+            size = sum(v.size for v in inputs if v is not None)
     except (ValueError, TypeError, AttributeError, IndexError):
         return False
     return 0 <= size <= max_elements

@@ -15,30 +15,36 @@ import onnx
 Dim = int | str | None
 Shape = tuple[Dim, ...]
 
-# Bytes per element for each ONNX element type (sub-byte types rounded up to one byte).
-_DTYPE_BYTES: dict[int, int] = {
-    onnx.TensorProto.FLOAT: 4,
-    onnx.TensorProto.UINT8: 1,
-    onnx.TensorProto.INT8: 1,
-    onnx.TensorProto.UINT16: 2,
-    onnx.TensorProto.INT16: 2,
-    onnx.TensorProto.INT32: 4,
-    onnx.TensorProto.INT64: 8,
-    onnx.TensorProto.STRING: 8,
-    onnx.TensorProto.BOOL: 1,
-    onnx.TensorProto.FLOAT16: 2,
-    onnx.TensorProto.DOUBLE: 8,
-    onnx.TensorProto.UINT32: 4,
-    onnx.TensorProto.UINT64: 8,
-    onnx.TensorProto.COMPLEX64: 8,
-    onnx.TensorProto.COMPLEX128: 16,
-    onnx.TensorProto.BFLOAT16: 2,
+# Bits per element for each ONNX element type, as stored: sub-byte types are packed (two 4-bit
+# values per byte, ONNX's int4/uint4/float4e2m1 layout; four 2-bit values; float6 bit-packed).
+_T = onnx.TensorProto
+_DTYPE_BITS: dict[int, int] = {
+    _T.FLOAT: 32, _T.UINT8: 8, _T.INT8: 8, _T.UINT16: 16, _T.INT16: 16, _T.INT32: 32,
+    _T.INT64: 64, _T.STRING: 64, _T.BOOL: 8, _T.FLOAT16: 16, _T.DOUBLE: 64, _T.UINT32: 32,
+    _T.UINT64: 64, _T.COMPLEX64: 64, _T.COMPLEX128: 128, _T.BFLOAT16: 16,
+    _T.FLOAT8E4M3FN: 8, _T.FLOAT8E4M3FNUZ: 8, _T.FLOAT8E5M2: 8, _T.FLOAT8E5M2FNUZ: 8,
+    _T.FLOAT8E8M0: 8, _T.UINT4: 4, _T.INT4: 4, _T.FLOAT4E2M1: 4, _T.UINT2: 2, _T.INT2: 2,
+    _T.FLOAT6E2M3: 6, _T.FLOAT6E3M2: 6,
 }
+# Bytes per element, sub-byte types rounded up to one byte (an element's own storage, as an
+# executor that unpacks them holds it).
+_DTYPE_BYTES: dict[int, int] = {t: max(bits // 8, 1) for t, bits in _DTYPE_BITS.items()}
 
 
 def dtype_bytes(elem_type: int) -> int:
-    """Storage size of one element; 8-bit and 4-bit float/int types count as one byte."""
+    """Storage size of one element; sub-byte types count as one byte (unknown types too)."""
     return _DTYPE_BYTES.get(elem_type, 1)
+
+
+def dtype_bits(elem_type: int) -> int:
+    """Bits per stored element (8 for a type this table does not know)."""
+    return _DTYPE_BITS.get(elem_type, 8)
+
+
+def packed_bytes(elem_type: int, elements: int) -> int:
+    """Bytes of `elements` values stored packed: ceil(elements * bits / 8) (an odd count of
+    4-bit values leaves half a byte of padding)."""
+    return -(-elements * _DTYPE_BITS.get(elem_type, 8) // 8)
 
 
 def dtype_name(elem_type: int) -> str:
@@ -105,7 +111,8 @@ class TensorInfo:
     def nbytes(self) -> int:
         if self.elements is None:
             raise UnknownShape(self.name)
-        return self.elements * _DTYPE_BYTES.get(self.elem_type, 1)
+        # packed_bytes, inlined: one call per tensor read or written by every node
+        return -(-self.elements * _DTYPE_BITS.get(self.elem_type, 8) // 8)
 
     @property
     def rank(self) -> int:

@@ -50,9 +50,11 @@ def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str,
         })
     groups = []
     infos, group_costs, fpm = mg.infos, result.group_costs, result.flops_per_mac
+    precisions = result.group_precisions
     for g in result.groups:  # a loop of plain stores: 33,000 rows on a 50,000-node chain
         row = {"id": g.id, "pattern": g.pattern, "nodes": list(g.nodes)}
         row.update(_cost_fields(group_costs[g.id], fpm))
+        row["precision"] = precisions[g.id]
         row["output_shapes"] = [list(t.shape) if t.shape is not None else None
                                 for t in infos[g.nodes[-1]].outputs]
         if result.estimates:
@@ -130,12 +132,39 @@ def write_json(result: AnalysisResult, path: str | os.PathLike | None = None) ->
     return dump_json(analysis_to_dict(result), path)
 
 
+# Output up to this size is indented (2 spaces) for people to read; larger output is compact.
+INDENT_MAX_BYTES = 1 << 20
+
+
 def dump_json(d: dict[str, Any], path: str | os.PathLike | None = None) -> str:
-    """An analysis dict (measurements merged or not) as JSON text, written to `path` if given."""
-    text = json.dumps(d, indent=1)
+    """An analysis dict (measurements merged or not) as JSON text, written to `path` if given.
+
+    orjson writes it (0.04 s for the 24 MB of a 50,000-node chain, where the stdlib's indenting
+    encoder, pure Python, took 1.4 s): compact, then indented when that is under
+    `INDENT_MAX_BYTES`. What orjson refuses (an int past 64 bits, text with a lone surrogate)
+    goes through the stdlib's encoder instead; parsed, both give the same document (a NaN or
+    infinity, which no analysis field holds, would be null in orjson's strict JSON).
+    """
+    data = encode_json(d)
     if path is not None:
-        Path(path).write_text(text + "\n", encoding="utf-8")
-    return text
+        Path(path).write_bytes(data + b"\n")
+    return data.decode("utf-8")
+
+
+def encode_json(d: Any) -> bytes:
+    """`d` as UTF-8 JSON (see `dump_json`)."""
+    import orjson
+
+    try:
+        data = orjson.dumps(d, option=orjson.OPT_NON_STR_KEYS)
+        if len(data) <= INDENT_MAX_BYTES:
+            data = orjson.dumps(d, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_INDENT_2)
+        return data
+    except orjson.JSONEncodeError:  # ASCII: a lone surrogate escaped
+        text = json.dumps(d)
+        if len(text) <= INDENT_MAX_BYTES:
+            text = json.dumps(d, indent=2)
+        return text.encode("ascii")
 
 
 def safe_cell(value: Any) -> Any:

@@ -37,7 +37,17 @@ import onnx
 from onnx import AttributeProto, TensorProto
 
 from .errors import InvalidModelError, OnnxLensError, ShapeError, UsageError
-from .ir import DEFERRED, Dim, NodeFields, TensorInfo, dtype_bytes, read_nodes
+from .ir import (
+    DEFERRED,
+    Dim,
+    NodeFields,
+    TensorInfo,
+    dtype_bits,
+    dtype_bytes,
+    dtype_name,
+    packed_bytes,
+    read_nodes,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +64,17 @@ class Limits:
       output_padding or group value of a Conv or pooling node, and the largest blocksize or
       GatherND batch_dims. Past it, the index arithmetic of an executor
       (``out * stride + k * dilation - pad``) could overflow int64.
+    - `max_expanded_nodes` (1,000,000): the nodes of the model with every local-function call
+      inlined (a call counts as itself plus its function's expanded size; If/Loop/Scan bodies
+      counted once, as shape inference sees them). Counted from the call graph before anything
+      expands: functions that each call the next twice make 2**depth nodes of a 2 KB file,
+      and onnx's shape inference expands every call (about 1.2 s per million nodes here).
     """
 
     max_tensor_bytes: int = 1 << 38
     max_nesting_depth: int = 32
     max_window_value: int = (1 << 31) - 1
+    max_expanded_nodes: int = 1_000_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -182,6 +198,7 @@ def validate_model(proto: onnx.ModelProto, *, limits: Limits = DEFAULT_LIMITS,
         check_text(prop.key, "metadata key")
         check_text(prop.value, f"metadata {prop.key!r} value")
     _check_graph(proto.graph, validation)
+    _check_packed(proto.graph.initializer)
     walker = _Walker(proto, limits, validation)
     walker.check_functions()
     walker.check_main_graph(read_nodes(proto.graph.node) if nodes is None else nodes)
@@ -254,6 +271,26 @@ def _check_graph(graph: onnx.GraphProto, validation: Validation) -> None:
         if out.name in seen:
             raise InvalidModelError(f"graph output {out.name!r} is listed twice")
         seen.add(out.name)
+
+
+_PACKED = frozenset({TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1,
+                     TensorProto.INT2, TensorProto.UINT2})
+
+
+def _check_packed(initializers: Sequence[TensorProto]) -> None:
+    """A sub-byte initializer holds exactly ceil(values * bits / 8) packed bytes, in raw_data
+    or one byte per int32_data entry (onnx's checker refuses too few raw bytes only)."""
+    for t in initializers:
+        if t.data_type not in _PACKED or t.data_location == TensorProto.EXTERNAL:
+            continue
+        values = math.prod(t.dims)
+        expected = packed_bytes(t.data_type, values)
+        got = len(t.raw_data) if t.HasField("raw_data") else len(t.int32_data)
+        if got != expected:
+            raise InvalidModelError(
+                f"initializer {t.name!r} ({dtype_name(t.data_type)}, {values:,} values): "
+                f"{got:,} bytes of packed data, expected {expected:,} "
+                f"({8 // dtype_bits(t.data_type)} values per byte)")
 
 
 _INT, _INTS, _STRING, _TENSOR = (AttributeProto.INT, AttributeProto.INTS, AttributeProto.STRING,
@@ -383,6 +420,8 @@ class _Walker:
         # How deep each local function nests (itself counting 1), and the callee that makes it.
         self.depth: dict[FunctionKey, int] = {}
         self.via: dict[FunctionKey, FunctionKey | None] = {}
+        # How many nodes each local function stands for with its calls inlined (`_depths`).
+        self.size: dict[FunctionKey, int] = {}
 
     # -- local functions ------------------------------------------------------------------
 
@@ -390,21 +429,24 @@ class _Walker:
         """Check each body once; refuse recursion; compute each function's nesting depth."""
         calls: dict[FunctionKey, list[tuple[int, FunctionKey]]] = {}
         inner: dict[FunctionKey, int] = {}
+        nodes: dict[FunctionKey, int] = {}
         for key, function in self.functions.items():
             where = f"local function {_function_name(key)}: "
             opset = next((o.version for o in function.opset_import
                           if o.domain in _DEFAULT_DOMAINS), self.opset)
-            inner[key], calls[key] = self._walk(read_nodes(function.node), where, opset,
-                                                _Scope(()), {},
-                                                main=False)
+            inner[key], calls[key], nodes[key] = self._walk(
+                read_nodes(function.node), where, opset, _Scope(()), {}, main=False)
         for root in self.functions:
             if root not in self.depth:
-                self._depths(root, calls, inner)
+                self._depths(root, calls, inner, nodes)
 
     def _depths(self, root: FunctionKey, calls: Mapping[FunctionKey, list[tuple[int,
-                FunctionKey]]], inner: Mapping[FunctionKey, int]) -> None:
+                FunctionKey]]], inner: Mapping[FunctionKey, int],
+                nodes: Mapping[FunctionKey, int]) -> None:
         """Depth-first over the call graph from `root`, without recursion in Python (a path
-        longer than the nesting limit is refused, so it stays short)."""
+        longer than the nesting limit is refused, so it stays short). Each function's depth
+        and expanded size (its nodes plus its callees' expanded sizes: ints, never a copy)
+        are computed once, after its callees'."""
         path: list[FunctionKey] = [root]
         stack: list[Iterator[tuple[int, FunctionKey]]] = [iter(calls[root])]
         limit = self.limits.max_nesting_depth
@@ -430,6 +472,7 @@ class _Walker:
                     if level + self.depth[callee] > deepest:
                         deepest, via = level + self.depth[callee], callee
                 self.depth[key], self.via[key] = deepest + 1, via
+                self.size[key] = nodes[key] + sum(self.size[c] for _, c in calls[key])
                 if deepest + 1 > limit:
                     self._too_deep(f"local function {_function_name(key)}", deepest + 1,
                                    self._chain(via))
@@ -456,27 +499,45 @@ class _Walker:
 
     def check_main_graph(self, nodes: Sequence[NodeFields]) -> None:
         graph = self.proto.graph
-        deepest, calls = self._walk(nodes, "", self.opset, _Scope(graph.initializer),
-                                    _ShapesBeforeInference(graph), main=True)
+        deepest, calls, count = self._walk(nodes, "", self.opset, _Scope(graph.initializer),
+                                           _ShapesBeforeInference(graph), main=True)
         for level, callee in calls:
             if level + self.depth[callee] > deepest:
                 deepest = level + self.depth[callee]
                 if deepest > self.limits.max_nesting_depth:
                     self._too_deep("graph", deepest, self._chain(callee))
+        self._check_expanded(count, [callee for _, callee in calls])
+
+    def _check_expanded(self, count: int, calls: list[FunctionKey]) -> None:
+        """The main graph's nodes with every call inlined, within `max_expanded_nodes`."""
+        limit = self.limits.max_expanded_nodes
+        total = count + sum(self.size[c] for c in calls)
+        if total <= limit:
+            return
+        times: dict[FunctionKey, int] = {}
+        for c in calls:
+            times[c] = times.get(c, 0) + 1
+        worst = max(times, key=lambda c: times[c] * self.size[c])
+        raise InvalidModelError(
+            f"the model expands to {_count(total)} nodes with its local functions inlined "
+            f"(local function {_function_name(worst)}: {_count(self.size[worst])} nodes, called "
+            f"{times[worst]:,} time(s) by the graph), over the limit of {limit:,} "
+            "(Limits.max_expanded_nodes; raise it with --max-expanded-nodes)")
 
     # -- one graph and its bodies ---------------------------------------------------------
 
     def _walk(self, nodes: Sequence[NodeFields], where: str, opset: int, scope: _Scope,
               known: Mapping[str, TensorInfo], *, main: bool
-              ) -> tuple[int, list[tuple[int, FunctionKey]]]:
+              ) -> tuple[int, list[tuple[int, FunctionKey]], int]:
         """Check `nodes` and every body under them (iteratively, depth-first).
 
-        Returns the deepest body level reached (0: none) and the local-function calls, each
-        with the body level it is made from (0: a node of `nodes` itself).
+        Returns the deepest body level reached (0: none), the local-function calls, each
+        with the body level it is made from (0: a node of `nodes` itself), and the number of
+        nodes in `nodes` and its bodies.
         """
         limit = self.limits.max_nesting_depth
         calls: list[tuple[int, FunctionKey]] = []
-        deepest = 0
+        deepest = count = 0
         work: list[tuple[Sequence[NodeFields] | Sequence[onnx.NodeProto], str, int, _Scope]] = [
             (nodes, where, 0, scope)]
         wanted = _WANTED | self.function_names
@@ -484,6 +545,7 @@ class _Walker:
             found, here, level, scope = work.pop()
             body = found if level == 0 else read_nodes(found)  # bodies: read when reached
             deepest = max(deepest, level)
+            count += len(body)
             shape_checks = _SHAPE_CHECKS if main and level == 0 else {}
             for index, node in enumerate(body):
                 op, domain = node.op_type, node.domain
@@ -498,6 +560,9 @@ class _Walker:
                     key = (domain, op, node.proto.overload)
                     if key in self.functions:
                         calls.append((level, key))
+                    elif shape_checks and domain == _CONTRIB and op in _CONTRIB_SHAPE_CHECKS:
+                        self.validation.shape_checks.append((_CONTRIB_SHAPE_CHECKS[op], NodeView(
+                            node, op, index, here, opset, scope, self.for_views, known)))
                     continue
                 if op == "Constant":
                     scope.add_constant(node.proto)
@@ -525,12 +590,17 @@ class _Walker:
                             parent = _node_label(node, index, "")
                             work.append((g.node, f"body {attr.name!r} of {parent}: ",
                                          level + 1, _Scope(g.initializer, scope)))
-        return deepest, calls
+        return deepest, calls, count
 
 
 def _node_label(node: NodeFields, index: int, where: str) -> str:
     name = repr(node.name) if node.name else f"#{index}"
     return f"{where}node {name} ({node.op_type})"
+
+
+def _count(n: int) -> str:
+    """A node count; past 10**15 as a power of ten (a call tree can reach 10**90)."""
+    return f"{n:,}" if n < 10**15 else f"about 10**{len(str(n)) - 1}"
 
 
 def _function_name(key: FunctionKey) -> str:
@@ -1086,15 +1156,91 @@ def _eyelike_shapes(v: NodeView) -> None:
                "2-D tensor")
 
 
+# Quantized ops: (scale, zero point, quantized tensor) positions per quantization parameter
+# set; the tensor is an input position, or -1 for output 0 (what QuantizeLinear writes).
+_QUANT_PARAMS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "QuantizeLinear": ((1, 2, -1),),
+    "DequantizeLinear": ((1, 2, 0),),
+    "QLinearConv": ((1, 2, 0), (4, 5, 3), (6, 7, -1)),
+    "QLinearMatMul": ((1, 2, 0), (4, 5, 3), (6, 7, -1)),
+}
+
+
+def _quant_shapes(v: NodeView) -> None:
+    """Scales that are constants are positive and finite (a zero scale divides by zero, a
+    negative one flips the values); a zero point has the type of the tensor it quantizes; for
+    QuantizeLinear and DequantizeLinear, a per-axis or blocked scale fits the tensor."""
+    for scale_at, zero_at, data_at in _QUANT_PARAMS[v.op]:
+        scale = v.const(scale_at)
+        if scale is not None and scale.dtype.kind == "f" and scale.size and not (
+                np.all(scale > 0) and np.all(np.isfinite(scale))):
+            bad = scale[~((scale > 0) & np.isfinite(scale))].flat[0]
+            v.fail(InvalidModelError, f"scale {v.input_name(scale_at)!r} holds {bad}: a "
+                   "quantization scale must be positive and finite")
+        if not v.input_name(zero_at):
+            continue
+        data = v.node.outputs[0] if data_at < 0 else v.input_name(data_at)
+        data_type = v.tensors[data].elem_type if data in v.tensors else 0
+        zero_type = v.elem_type(zero_at)
+        if data_type and zero_type and data_type != zero_type:
+            v.fail(InvalidModelError, f"zero point {v.input_name(zero_at)!r} is "
+                   f"{dtype_name(zero_type)}, but {data!r} is {dtype_name(data_type)}: they "
+                   "must have one type")
+    if v.op in ("QuantizeLinear", "DequantizeLinear"):
+        _quant_axis(v)
+
+
+def _quant_axis(v: NodeView) -> None:
+    """Per axis: `axis` within the rank, scale [dims[axis]]. Blocked (block_size > 0): the
+    scale has the input's rank, ceil(dims[axis] / block_size) blocks along `axis` (ONNX's
+    rule: the last block may be short) and the input's other dims."""
+    x, scale = v.dims(0), v.dims(1)
+    block = v.int("block_size", 0)
+    if x is None or scale is None or (math.prod(d or 2 for d in scale) == 1 and not block):
+        return  # per tensor: axis is not read
+    axis = v.int("axis", 1)
+    if not -len(x) <= axis < len(x):
+        v.fail(ShapeError, f"attribute axis = {axis} is out of range for input "
+               f"{v.input_name(0)!r} of rank {len(x)}")
+    axis %= len(x)
+    size = x[axis]
+    if block < 0:
+        v.fail(InvalidModelError, f"attribute block_size = {block}: must be 0 (per axis) or "
+               "positive")
+    if not block:
+        if len(scale) != 1 or None in (scale[0], size) or scale[0] == size:
+            return
+        v.fail(ShapeError, f"scale {v.input_name(1)!r} {_show(scale)} has {scale[0]} values "
+               f"for axis {axis} of {v.input_name(0)!r} {_show(x)}, which has {size}")
+    expected = [-(-d // block) if i == axis and isinstance(d, int) else d
+                for i, d in enumerate(x)]
+    if len(scale) != len(x) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                   for a, b in zip(scale, expected, strict=True)):
+        v.fail(ShapeError, f"block_size {block} does not divide axis {axis} of "
+               f"{v.input_name(0)!r} {_show(x)} into the blocks of scale {v.input_name(1)!r} "
+               f"{_show(scale)}: expected {_show(expected)}")
+
+
+def _both(first: Check, second: Check) -> Check:
+    def check(v: NodeView) -> None:
+        first(v)
+        second(v)
+
+    return check
+
+
 _SHAPE_CHECKS: dict[str, Check] = {
+    "QuantizeLinear": _quant_shapes,
+    "DequantizeLinear": _quant_shapes,
     "Conv": _conv_shapes,
     "ConvInteger": _conv_shapes,
-    "QLinearConv": _conv_shapes,
+    "QLinearConv": _both(_conv_shapes, _quant_shapes),
     "ConvTranspose": _conv_transpose_shapes,
     "MaxPool": _pool_shapes,
     "AveragePool": _pool_shapes,
     "LpPool": _pool_shapes,
     **dict.fromkeys(_MATMUL_POSITIONS, _matmul_shapes),
+    "QLinearMatMul": _both(_matmul_shapes, _quant_shapes),
     "Gather": _gather_shapes,
     "EyeLike": _eyelike_shapes,
     "Einsum": _einsum_shapes,
@@ -1108,8 +1254,44 @@ _SHAPE_CHECKS: dict[str, Check] = {
     "Resize": _resize_shapes,
     "Upsample": _resize_shapes,
 }
+def _n_bits_shapes(v: NodeView) -> None:
+    """MatMulNBits: `bits` 2 to 8, `block_size` a power of 2 from 16, A's last dim K, and B the
+    K x N weights packed as [N, ceil(K / block_size), block_size * bits / 8] bytes, with one
+    scale per block of each column (the cost formula reads K and N)."""
+    bits, block = v.int("bits", 4), v.int("block_size", 0)
+    k, n = v.int("K", 0), v.int("N", 0)
+    if not 2 <= bits <= 8:
+        v.fail(InvalidModelError, f"attribute bits = {bits}: must be between 2 and 8")
+    if block < 16 or block & (block - 1) or block > v.limits.max_window_value:
+        v.fail(InvalidModelError, f"attribute block_size = {block}: must be a power of 2, at "
+               "least 16")
+    if k < 1 or n < 1:
+        v.fail(InvalidModelError, f"attributes K = {k}, N = {n}: both must be positive")
+    a = v.dims(0)
+    if a and isinstance(a[-1], int) and a[-1] != k:
+        v.fail(ShapeError, f"input {v.input_name(0)!r} {_show(a)} has K = {a[-1]}, but "
+               f"attribute K = {k}")
+    blocks = -(-k // block)
+    expected = [n, blocks, block * bits // 8]
+    b = v.dims(1)
+    if b is not None and all(isinstance(d, int) for d in b) and b != expected:
+        v.fail(ShapeError, f"B {v.input_name(1)!r} {_show(b)} does not hold K = {k} x N = {n} "
+               f"weights of {bits} bits packed in blocks of {block}: expected {_show(expected)}")
+    scales = _ints(v.dims(2))
+    if scales is not None and None not in scales and math.prod(scales) != n * blocks:
+        v.fail(ShapeError, f"scales {v.input_name(2)!r} {_show(scales)} should hold {n * blocks} "
+               f"values, one per block of {block} of each of N = {n} columns")
+
+
+_CONTRIB = "com.microsoft"
+_CONTRIB_SHAPE_CHECKS: dict[str, Check] = {
+    "MatMulNBits": _n_bits_shapes,
+    "QuantizeLinear": _quant_shapes,
+    "DequantizeLinear": _quant_shapes,
+}
 _SHAPE_ONLY = frozenset({_conv_shapes, _conv_transpose_shapes, _pool_shapes, _matmul_shapes})
-_WANTED = frozenset({*_CHECKS, *_SHAPE_CHECKS, *_CONTROL_FLOW, "Constant"})
+_WANTED = frozenset({*_CHECKS, *_SHAPE_CHECKS, *_CONTRIB_SHAPE_CHECKS, *_CONTROL_FLOW,
+                     "Constant"})
 
 
 # ---- inputs given by the user -----------------------------------------------------------------

@@ -70,7 +70,7 @@ class NativeCpuBackend(Backend):
 
     def _prepare_for(self, inputs: Feeds | None) -> _Prepared:
         if self._model is None:
-            raise BackendError("prepare() a model first", PROVIDER)
+            raise BackendError("prepare() a model first", self.name)
         params = {} if inputs is None else {n: np.asarray(inputs[n]) for n in self._parameters
                                             if n in inputs}
         key = () if inputs is None else (tuple(np.shape(v) for v in inputs.values()) +
@@ -83,7 +83,7 @@ class NativeCpuBackend(Backend):
         shapes = None if inputs is None else {k: tuple(np.shape(v)) for k, v in inputs.items()
                                                if k not in params}
         result = analyze(model, input_shapes=shapes, symbolic=False)
-        prepared = _Prepared(result, self._native, self.threads, self.isa)
+        prepared = _Prepared(result, self._native, self.threads, self.isa, self.name)
         self._prepared[key] = prepared
         return prepared
 
@@ -91,7 +91,7 @@ class NativeCpuBackend(Backend):
     def prepared(self) -> _Prepared:
         """The plan and executor of the last prepared shapes."""
         if not self._prepared:
-            raise BackendError("prepare() a model first", PROVIDER)
+            raise BackendError("prepare() a model first", self.name)
         return next(reversed(self._prepared.values()))
 
     def run(self, inputs: Feeds) -> dict[str, np.ndarray]:
@@ -131,27 +131,31 @@ def supported_ops() -> list[str]:
     return sorted(ELEMENTWISE | MAIN_OPS | set(LOWERINGS))
 
 
-def make_executor(native: Any, args: tuple[Any, ...], threads: int, isa: str) -> Any:
-    """`_native.Executor` on a plan's arguments; a malformed plan is a BackendError (the core
-    checks every size, offset and attribute before it allocates or runs anything)."""
+def make_executor(native: Any, args: tuple[Any, ...], threads: int, isa: str,
+                  backend: str = PROVIDER) -> Any:
+    """`_native.Executor` on a plan's arguments; a malformed plan is a BackendError of
+    `backend` (the core checks every size, offset and attribute before it allocates or runs
+    anything)."""
     try:
         return native.Executor(*args, threads, isa)
     except (native.PlanError, ValueError, TypeError) as e:
         # nanobind's TypeError lists every accepted signature, on lines of their own.
-        raise BackendError(f"invalid plan: {str(e).splitlines()[0]}", PROVIDER) from None
+        raise BackendError(f"invalid plan: {str(e).splitlines()[0]}", backend) from None
     except MemoryError as e:  # std::bad_alloc: an arena or a packed weight larger than memory
-        raise BackendError(f"cannot allocate the plan's memory ({e})", PROVIDER) from None
+        raise BackendError(f"cannot allocate the plan's memory ({e})", backend) from None
 
 
 class _Prepared:
     """One plan and its executor, for one set of input shapes."""
 
-    def __init__(self, result: AnalysisResult, native: Any, threads: int, isa: str) -> None:
+    def __init__(self, result: AnalysisResult, native: Any, threads: int, isa: str,
+                 backend: str) -> None:
         from .native.plan import build_plan
 
         self.result = result
+        self.backend = backend
         self.plan = build_plan(result)
-        self.executor = make_executor(native, self.plan.native_args(), threads, isa)
+        self.executor = make_executor(native, self.plan.native_args(), threads, isa, backend)
         self._run_error = native.RunError
         self._producers = self.executor.producer_steps()
 
@@ -172,7 +176,7 @@ class _Prepared:
         try:
             seconds = self.executor.run(feeds, list(outputs.values()), captures)
         except self._run_error as e:
-            raise BackendError(f"run failed: {e}", PROVIDER) from None
+            raise BackendError(f"run failed: {e}", self.backend) from None
         found = dict(outputs)
         for _, tid, array in captures:
             found[plan.tensors[tid].name] = array
@@ -182,14 +186,14 @@ class _Prepared:
 
     def _input(self, name: str, inputs: Feeds) -> np.ndarray:
         if name not in inputs:
-            raise BackendError(f"no value for input {name!r}", PROVIDER)
+            raise BackendError(f"no value for input {name!r}", self.backend)
         t = self.plan.tensor(name)
         value = np.asarray(inputs[name], dtype=_dtype(t.elem_type))
         if not value.flags.c_contiguous:  # (ascontiguousarray would make a 0-d array 1-d)
             value = value.copy()
         if value.shape != t.shape:
             raise BackendError(f"input {name!r} has shape {value.shape}, the plan was made "
-                               f"for {t.shape}", PROVIDER)
+                               f"for {t.shape}", self.backend)
         return value
 
 

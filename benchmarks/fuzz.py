@@ -14,6 +14,14 @@ a runaway allocation is a MemoryError, not a dead machine. The parent restarts a
 died and charges the input it was on. Findings go to --out (default: a new temporary folder),
 one .bin (the input) and one .txt (what happened) each; the summary prints executions and
 findings per target, and the exit status is 1 if there is any.
+
+The complexity oracle looks for inputs whose cost is large for their size, not only for hangs:
+each input's seconds and peak-memory growth are divided by its bytes (the serialized model, for
+the targets that draw one). An input is a finding when it takes at least `--slow-seconds` and
+more than `--seconds-per-kb` per KiB (analysis should be about linear in the file: the bound is
+10 s for any model under 1 MB), or grows the peak memory by at least 256 MiB and more than
+`--memory-per-byte` bytes per byte of input. The worst offenders by time per byte are listed
+at the end, findings or not, and their inputs kept in offenders/ for `--replay`.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +46,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 TARGETS = ("loader", "validation", "analyzer", "inputs", "native")
 MEMORY_LIMIT = 8 << 30  # address space of a worker
+# Complexity oracle defaults (see the module's docstring). A fuzzed model of a few hundred bytes
+# is analyzed in 20-60 ms here (0.1 s per KiB): 1 s per KiB would be 17 minutes for 1 MB.
+SLOW_SECONDS = 2.0
+SECONDS_PER_KB = 1.0
+MEMORY_MIN_GROWTH = 256 << 20
+MEMORY_PER_BYTE = 4096
+WORST_KEPT = 8  # offenders listed per worker and in the summary
 # One thread per worker: workers x library thread pools would oversubscribe the cores.
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                      "MKL_NUM_THREADS")}
@@ -93,9 +109,63 @@ def _default_targets() -> list[str]:
 COUNTS = ("executions", "results", "errors", "findings")
 
 
-def worker(targets: list[str], seconds: float, seed: int, out: Path, ident: int) -> None:
-    """Feed the targets in turn, one input each, until the time is up; counts per target go
-    to status-ID.json every second, the input being run to current-ID.bin."""
+class TooCostly(AssertionError):
+    """The complexity oracle's finding: an input too costly for its size."""
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """The complexity thresholds: an input is too costly for its size past either."""
+
+    slow_seconds: float = SLOW_SECONDS
+    seconds_per_kb: float = SECONDS_PER_KB
+    memory_per_byte: float = MEMORY_PER_BYTE
+
+    def verdict(self, size: int, seconds: float, grown: int) -> str | None:
+        """Why this input is a finding, or None."""
+        per_kb = seconds_per_kb(size, seconds)
+        if seconds >= self.slow_seconds and per_kb > self.seconds_per_kb:
+            return (f"took {seconds:.2f} s for {size:,} bytes ({per_kb:.2f} s per KiB, "
+                    f"over {self.seconds_per_kb} s per KiB)")
+        if grown >= MEMORY_MIN_GROWTH and grown / max(size, 1) > self.memory_per_byte:
+            return (f"peak memory grew {grown / 2**20:.0f} MiB for {size:,} bytes "
+                    f"({grown / max(size, 1):,.0f} bytes per byte, over "
+                    f"{self.memory_per_byte:,.0f})")
+        return None
+
+
+def seconds_per_kb(size: int, seconds: float) -> float:
+    """Seconds per KiB of input, an input under 1 KiB counted as 1 KiB (its fixed costs, a
+    process's first import, would otherwise rank an empty input first)."""
+    return seconds / (max(size, 1024) / 1024)
+
+
+def _offender(target: str, data: bytes, seconds: float, grown: int) -> dict[str, Any]:
+    return {"target": target, "bytes": len(data), "seconds": seconds, "grown": grown,
+            "seconds_per_kb": seconds_per_kb(len(data), seconds),
+            "input": hashlib.sha256(data).hexdigest()[:12]}
+
+
+def _keep_worst(worst: list[dict[str, Any]], row: dict[str, Any], data: bytes, out: Path
+                ) -> None:
+    """Keep the `WORST_KEPT` inputs of largest seconds per KiB (their bytes in offenders/)."""
+    if ((len(worst) >= WORST_KEPT and row["seconds_per_kb"] <= worst[-1]["seconds_per_kb"])
+            or any(r["input"] == row["input"] for r in worst)):
+        return
+    folder = out / "offenders"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{row['target']}-{row['input']}.bin").write_bytes(
+        row["target"].encode() + b"\n" + data)
+    worst.append(row)
+    worst.sort(key=lambda r: r["seconds_per_kb"], reverse=True)
+    del worst[WORST_KEPT:]
+
+
+def worker(targets: list[str], seconds: float, seed: int, out: Path, ident: int,
+           oracle: Oracle = Oracle()) -> None:
+    """Feed the targets in turn, one input each, until the time is up; counts per target and
+    the worst offenders go to status-ID.json every second, the input being run to
+    current-ID.bin."""
     import fuzz_targets as t
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
@@ -112,11 +182,18 @@ def worker(targets: list[str], seconds: float, seed: int, out: Path, ident: int)
     deadline = time.monotonic() + seconds
     last_status = 0.0
     outcome: list[bool] = []
+    worst: list[dict[str, Any]] = []
     run_target = t.run_target
 
     def counted(name: str, data: bytes, call: Any) -> bool:
+        peak, start = t._peak_rss(), time.perf_counter()
         ok = run_target(name, data, call)
+        spent, grown = time.perf_counter() - start, t._peak_rss() - peak
         outcome.append(ok)
+        _keep_worst(worst, _offender(name, data, spent, grown), data, out)
+        why = oracle.verdict(len(data), spent, grown)
+        if why is not None:
+            raise TooCostly(f"{name}: {why}")
         return ok
 
     t.run_target = counted
@@ -137,9 +214,9 @@ def worker(targets: list[str], seconds: float, seed: int, out: Path, ident: int)
             stats[target]["executions"] += 1
             stats[target]["results" if outcome[-1] else "errors"] += 1
         if time.monotonic() - last_status > 1.0:
-            status.write_text(json.dumps(stats))
+            status.write_text(json.dumps({"targets": stats, "worst": worst}))
             last_status = time.monotonic()
-    status.write_text(json.dumps(stats))
+    status.write_text(json.dumps({"targets": stats, "worst": worst}))
 
 
 def _save_finding(out: Path, recorded: bytes, what: str, kind: str) -> Path:
@@ -156,13 +233,15 @@ def _save_finding(out: Path, recorded: bytes, what: str, kind: str) -> Path:
 # ---- the parent -------------------------------------------------------------------------------
 
 
-def run(seconds: float, workers: int, targets: list[str], out: Path, seed: int) -> dict:
+def run(seconds: float, workers: int, targets: list[str], out: Path, seed: int,
+        oracle: Oracle = Oracle()) -> dict:
     """Keep `workers` workers busy for `seconds`; a worker that dies is charged a finding for
     the input it was on, and replaced."""
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + seconds
     slots: dict[int, subprocess.Popen[bytes]] = {}
     totals = {name: dict.fromkeys(COUNTS, 0) for name in targets}
+    worst: list[dict[str, Any]] = []
     restarts = 0
 
     def start(ident: int) -> None:
@@ -170,15 +249,18 @@ def run(seconds: float, workers: int, targets: list[str], out: Path, seed: int) 
         slots[ident] = subprocess.Popen(
             [sys.executable, __file__, "--worker", ",".join(targets), "--seconds", f"{left:.1f}",
              "--seed", str(seed * 1000 + ident * 7 + restarts), "--out", str(out),
-             "--id", str(ident)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env={**os.environ, **ONE_THREAD})
+             "--id", str(ident), *(f"--{k.replace('_', '-')}={v}" for k, v in
+                                   asdict(oracle).items())],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **ONE_THREAD})
 
     def harvest(ident: int) -> None:
         status = out / f"status-{ident}.json"
         if status.exists():
-            for name, stats in json.loads(status.read_text()).items():
+            found = json.loads(status.read_text())
+            for name, stats in found["targets"].items():
                 for key in COUNTS:
                     totals[name][key] += stats[key]
+            worst.extend(found["worst"])
             status.unlink()
 
     for ident in range(workers):
@@ -203,9 +285,20 @@ def run(seconds: float, workers: int, targets: list[str], out: Path, seed: int) 
                 start(ident)
     for current in out.glob("current-*.bin"):
         current.unlink()
+    worst.sort(key=lambda r: r["seconds_per_kb"], reverse=True)
     return {"seconds": seconds, "workers": workers, "restarts": restarts, "targets": totals,
+            "oracle": asdict(oracle), "worst": worst[:WORST_KEPT],
             "findings": sorted(str(p) for p in (out / "findings").glob("*.bin"))
             if (out / "findings").exists() else []}
+
+
+def print_worst(worst: list[dict[str, Any]], folder: Path) -> None:
+    """The inputs of largest time per byte, findings or not (inputs in `folder`)."""
+    print(f"worst time per byte (inputs in {folder}):")
+    print(f"{'target':<12}{'bytes':>8}{'seconds':>9}{'s/KiB':>8}{'peak +MiB':>10}  input")
+    for r in worst:
+        print(f"{r['target']:<12}{r['bytes']:>8,}{r['seconds']:>9.3f}{r['seconds_per_kb']:>8.3f}"
+              f"{r['grown'] / 2**20:>10.0f}  {r['target']}-{r['input']}.bin")
 
 
 def replay(path: Path) -> None:
@@ -249,22 +342,30 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--replay", type=Path)
     parser.add_argument("--atheris", choices=TARGETS)
+    parser.add_argument("--slow-seconds", type=float, default=SLOW_SECONDS,
+                        help="complexity oracle: inputs at least this slow are judged per KiB")
+    parser.add_argument("--seconds-per-kb", type=float, default=SECONDS_PER_KB,
+                        help="complexity oracle: a finding past this many seconds per KiB")
+    parser.add_argument("--memory-per-byte", type=float, default=MEMORY_PER_BYTE,
+                        help="complexity oracle: a finding past this peak-memory growth per "
+                        "byte of input (and 256 MiB)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--id", type=int, default=0, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
+    oracle = Oracle(args.slow_seconds, args.seconds_per_kb, args.memory_per_byte)
     if args.replay:
         replay(args.replay)
     elif args.atheris:
         atheris_main(args.atheris, rest)
     elif args.worker:
-        worker(args.worker.split(","), args.seconds, args.seed, args.out, args.id)
+        worker(args.worker.split(","), args.seconds, args.seed, args.out, args.id, oracle)
     else:
         targets = [t for t in args.targets.split(",") if t]
         unknown = sorted(set(targets) - set(TARGETS))
         if unknown:
             parser.error(f"unknown targets {unknown}; known: {', '.join(TARGETS)}")
         out = args.out or Path(tempfile.mkdtemp(prefix="onnxlens-fuzz-"))
-        summary = run(args.seconds, args.workers, targets, out, args.seed)
+        summary = run(args.seconds, args.workers, targets, out, args.seed, oracle)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         print(f"fuzzed {summary['seconds']:.0f} s with {summary['workers']} workers "
               f"({summary['restarts']} restarts); findings in {out / 'findings'}")
@@ -272,6 +373,7 @@ def main() -> None:
         for name, s in sorted(summary["targets"].items()):
             print(f"{name:<12}{s['executions']:>12,}{s['results']:>10,}{s['errors']:>10,}"
                   f"{s['findings']:>10}")
+        print_worst(summary["worst"], out / "offenders")
         if summary["findings"]:
             sys.exit(1)
 

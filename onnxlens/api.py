@@ -42,12 +42,12 @@ def analyze(
     `batch` may be a list: the result is the analysis at the first, and `result.sweep` holds
     one row per (batch, precision, hardware). `hardware` names profiles (`host`, `h100`, a
     .toml path); `threads` is the thread count the `host` profile assumes (its calibration).
-    `cached_until` / `from_node`+`to_node` / `plus` fill `result.whatif`. `max_nesting_depth`
-    and `max_window_value` replace those of `limits` (`analyzer.validate.Limits`). Other options
-    go to `onnxlens.analyzer.analysis.analyze` (input_shapes, strict, flops_per_mac, ...).
-    A decoder with a KV cache also gets `result.llm` (`analyzer.llm`): its cache layout, and
-    prefill at `prompt_len` and decode at each `context_len` (defaults 512 and 2048), analyzed
-    and estimated on `hardware`.
+    `cached_until` / `from_node`+`to_node` / `plus` fill `result.whatif`. `max_nesting_depth`,
+    `max_window_value` and `max_expanded_nodes` replace those of `limits`
+    (`analyzer.validate.Limits`). Other options go to `onnxlens.analyzer.analysis.analyze`
+    (input_shapes, strict, flops_per_mac, ...). A decoder with a KV cache also gets
+    `result.llm` (`analyzer.llm`): its cache layout, and prefill at `prompt_len` and decode at
+    each `context_len` (defaults 512 and 2048), analyzed and estimated on `hardware`.
     """
     options = _with_limits(options)
     batches = _as_list(batch)
@@ -126,9 +126,10 @@ def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
 
 
 def _with_limits(options: dict[str, Any]) -> dict[str, Any]:
-    """`max_nesting_depth=` / `max_window_value=` folded into `limits=` (None: unchanged)."""
-    changes = {k: options.pop(k) for k in ("max_nesting_depth", "max_window_value")
-               if k in options}
+    """`max_nesting_depth=` / `max_window_value=` / `max_expanded_nodes=` folded into
+    `limits=` (None: unchanged)."""
+    changes = {k: options.pop(k) for k in ("max_nesting_depth", "max_window_value",
+                                           "max_expanded_nodes") if k in options}
     changes = {k: v for k, v in changes.items() if v is not None}
     if changes:
         from dataclasses import replace

@@ -209,6 +209,9 @@ def analyze_command(
     max_window_value: Annotated[int | None, typer.Option(
         help="Refuse a kernel, stride, dilation, pad, group or block size over this "
         "[default: 2**31-1].")] = None,
+    max_expanded_nodes: Annotated[int | None, typer.Option(
+        help="Refuse a model whose nodes, local-function calls inlined, are more than this "
+        "[default: 1000000].")] = None,
     debug: DebugOpt = False,
 ) -> object:  # the AnalysisResult (typer evaluates this annotation: no name only for mypy)
     """Costs, fused groups and memory of a model; estimates on hardware; what-if."""
@@ -220,7 +223,8 @@ def analyze_command(
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,
          prompt_len=prompt_len, context_len=_int_list(context_len, "--context-len") or None,
          strict=strict, flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes,
-         max_nesting_depth=max_nesting_depth, max_window_value=max_window_value)
+         max_nesting_depth=max_nesting_depth, max_window_value=max_window_value,
+         max_expanded_nodes=max_expanded_nodes)
 
 
 app.command("analyze")(analyze_command)

@@ -96,7 +96,9 @@ def test_parse_trace_assigns_kernels_by_time_span() -> None:
     """ORT writes a run's Session events after its kernels'."""
     def kernel(name: str, ts: int, dur: int) -> dict:
         return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur,
-                "args": {"op_name": "Conv", "provider": "CPUExecutionProvider"}}
+                "args": {"op_name": "Conv", "provider": "CPUExecutionProvider",
+                         "input_type_shape": [{"float": [1, 3, 8, 8]}, {"float": [4, 3, 3, 3]}],
+                         "output_type_shape": [{"float": [1, 4, 6, 6]}]}}
 
     events = [{"cat": "Session", "name": "session_initialization", "ts": 0, "dur": 50},
               kernel("a", 101, 10), kernel("b", 112, 20),
@@ -107,6 +109,8 @@ def test_parse_trace_assigns_kernels_by_time_span() -> None:
     assert [r for r, _ in runs] == pytest.approx([40e-6, 45e-6])
     assert [[k.name for k in ks] for _, ks in runs] == [["a", "b"], ["a", "b"]]
     assert runs[1][1][1].duration_s == pytest.approx(22e-6)
+    assert runs[0][1][0].input_shapes == ((1, 3, 8, 8), (4, 3, 3, 3))
+    assert runs[0][1][0].output_shapes == ((1, 4, 6, 6),)
 
 
 # ---- CUDA: unavailable here, said in one line -------------------------------------------------

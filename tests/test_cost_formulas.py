@@ -110,7 +110,8 @@ def test_quantized_convs() -> None:
     scalars: list[Shape] = [(), ()]
     c = cost("QLinearConv", [(1, 3, 8, 8), *scalars, (4, 3, 3, 3), *scalars, *scalars, (4,)],
              [(1, 4, 8, 8)], pads=[1, 1, 1, 1])
-    assert arith(c) == (6912, 256, 0)
+    # Per output: bias add 1; requantize: rescale 1, round 1, clamp 2, + y_zero_point 1.
+    assert arith(c) == (6912, 256 * (1 + 1 + 1 + 2 + 1), 0)
 
 
 # ---- matmul ------------------------------------------------------------------------------------
@@ -156,8 +157,9 @@ def test_matmul_1d_promotions(a: Shape, b: Shape, y: Shape, macs: int) -> None:
 def test_quantized_matmuls() -> None:
     assert cost("MatMulInteger", [(4, 8), (8, 5)], [(4, 5)]).macs == 160
     scalars: list[Shape] = [(), ()]
-    assert cost("QLinearMatMul", [(4, 8), *scalars, (8, 5), *scalars, *scalars],
-                [(4, 5)]).macs == 160
+    # 20 outputs requantized: rescale, round, clamp 2, + y_zero_point.
+    assert arith(cost("QLinearMatMul", [(4, 8), *scalars, (8, 5), *scalars, *scalars],
+                      [(4, 5)])) == (160, 20 * 5, 0)
 
 
 def test_einsum_attention_scores() -> None:

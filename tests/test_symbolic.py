@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import onnxlens
@@ -63,3 +64,19 @@ def test_symbolic_off_reports_unknown_costs() -> None:
     assert result.formulas == {} and result.totals["complete"] is False
     reason = result.node_costs["qk"].unknown_reason
     assert reason is not None and reason.startswith("shape of tensor")
+
+
+def test_formulas_are_skipped_past_the_node_analysis_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two symbols take 11 analyses: 2 nodes x 11 = 22 node analyses, over a budget of 21."""
+    from onnxlens.analyzer import analysis
+
+    monkeypatch.setattr(analysis, "SYMBOLIC_MAX_NODE_ANALYSES", 22)
+    assert onnxlens.analyze(_dynamic_attention_scores()).formulas["macs"] == "16*batch*seq^2"
+    monkeypatch.setattr(analysis, "SYMBOLIC_MAX_NODE_ANALYSES", 21)
+    result = onnxlens.analyze(_dynamic_attention_scores())
+    assert result.formulas == {} and result.symbols == {"batch": 1, "seq": 1}
+    assert result.totals["macs"] == 16  # still analyzed at batch = seq = 1
+    assert result.warnings[-1] == (
+        "symbolic dim(s) batch, seq analyzed at 1, without formulas: 11 analyses of 2 nodes "
+        "would be over 21 node analyses; pin them with --batch or --input-shape")

@@ -6,9 +6,11 @@ from . import (  # noqa: F401
     attention,
     conv,
     elementwise,
+    fused,
     matmul,
     norm,
     pool,
+    quant,
     reduce,
     shape,
 )

@@ -7,11 +7,11 @@ transcendental; the arithmetic around it is counted op by op.
 from __future__ import annotations
 
 from ..ir import NodeInfo
-from .base import Cost, register
+from .base import MS, Cost, register
 from .common import along_axis, pointwise
 
 # op_type: (FLOPs, transcendental) per output element, with the derivation.
-_ACTIVATIONS: dict[str, tuple[int, int]] = {
+ACTIVATIONS: dict[str, tuple[int, int]] = {
     "Relu": (1, 0),  # max(x, 0)
     "LeakyRelu": (2, 0),  # x < 0 ? alpha*x : x: compare, multiply
     "PRelu": (2, 0),  # x < 0 ? slope*x : x: compare, multiply
@@ -29,20 +29,57 @@ _ACTIVATIONS: dict[str, tuple[int, int]] = {
     "Mish": (5, 3),  # x * tanh(log(1 + exp(x))): exp, add, log, tanh, mul
 }
 
-for _op, (_flops, _transcendental) in _ACTIVATIONS.items():
+for _op, (_flops, _transcendental) in ACTIVATIONS.items():
     register(_op, family="activation")(pointwise(_flops, _transcendental))
 
 
+# tanh-approximate GELU: 9 FLOPs and 1 tanh per element (derivation in `gelu`).
+_TANH_GELU = 9
+
+
+# com.microsoft Gelu is the exact (erf) form, without the attribute.
 @register("Gelu", family="activation")
+@register("Gelu", family="activation", domain=MS)
 def gelu(node: NodeInfo) -> Cost:
     n = node.outputs[0].size
     if node.attr("approximate", "none") == "tanh":
         # 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))): x^3 2 mul, 1 mul, 1 add, 1 mul, tanh,
         # 1 add, 2 mul = 9 FLOPs, 1 transcendental.
-        return Cost(other_flops=9 * n, transcendental=n)
+        return Cost(other_flops=_TANH_GELU * n, transcendental=n)
     # 0.5x(1 + erf(x/sqrt(2))): div, erf, add, mul, mul = 5 FLOPs, 1 transcendental (the same as
     # the Div, Erf, Add, Mul, Mul that opset < 20 exporters spell it with).
     return Cost(other_flops=5 * n, transcendental=n)
+
+
+@register("FastGelu", family="activation", domain=MS)
+def fast_gelu(node: NodeInfo) -> Cost:
+    # x (+ bias, 1 add per element when given), then the tanh approximation.
+    n = node.outputs[0].size
+    return Cost(other_flops=(_TANH_GELU + (node.input(1) is not None)) * n, transcendental=n)
+
+
+@register("BiasGelu", family="activation", domain=MS)
+def bias_gelu(node: NodeInfo) -> Cost:
+    # Gelu(A + B): 1 add, then the exact form's 5 FLOPs and 1 erf.
+    n = node.outputs[0].size
+    return Cost(other_flops=6 * n, transcendental=n)
+
+
+@register("QuickGelu", family="activation", domain=MS)
+def quick_gelu(node: NodeInfo) -> Cost:
+    # x * sigmoid(alpha * x): mul, sigmoid, mul.
+    n = node.outputs[0].size
+    return Cost(other_flops=3 * n, transcendental=n)
+
+
+@register("GemmFastGelu", family="activation", domain=MS)
+def gemm_fast_gelu(node: NodeInfo) -> Cost:
+    # X [M, K] x W [K, N]: M*N dot products over K; + bias [N] (1 add per output when given),
+    # then FastGelu's 9 FLOPs and 1 tanh per output.
+    y = node.outputs[0]
+    epilogue = _TANH_GELU + (node.input(2) is not None)
+    return Cost(macs=y.size * node.inputs[0].dims[-1], other_flops=epilogue * y.size,
+                transcendental=y.size)
 
 
 def softmax_rows(rows: int, n: int) -> Cost:

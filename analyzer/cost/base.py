@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from ..ir import NodeInfo
+from ..ir import NodeInfo, TensorInfo
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -64,7 +64,24 @@ class Cost:
 (_set_macs, _set_other_flops, _set_transcendental, _set_bytes_read, _set_bytes_written,
  _set_params, _set_param_bytes) = (getattr(Cost, f.name).__set__ for f in fields(Cost))
 ZERO = Cost()
+MS = "com.microsoft"  # ONNX Runtime's contrib domain
 Formula = Callable[[NodeInfo], Cost]
+# The operands of an op's MACs: tensors (whose stored precision `precision` looks up) or an
+# element type the op converts them to itself (DynamicQuantizeMatMul quantizes A to uint8).
+Operands = Callable[[NodeInfo], tuple[TensorInfo | int | None, ...]]
+
+
+def operands_at(*positions: int) -> Operands:
+    """MAC operands at these input positions."""
+
+    def operands(node: NodeInfo) -> tuple[TensorInfo | None, ...]:
+        return tuple(node.input(i) for i in positions)
+
+    return operands
+
+
+FIRST_TWO = operands_at(0, 1)  # A and B, X and W, Q and K
+Packed = Callable[[NodeInfo], dict[int, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +91,11 @@ class OpSpec:
     family: str
     # A view (Reshape, Squeeze, ...) moves no data on any real backend: no bytes charged.
     is_view: bool = False
+    # Which tensors' precision the op's MACs run at (read only for nodes with MACs).
+    operands: Operands = FIRST_TWO
+    # Inputs whose stored elements pack several parameters (MatMulNBits' uint8 blobs of 4-bit
+    # weights): position -> the number of parameters they hold. None: one per element.
+    packed: Packed | None = None
 
 
 class DuplicateOpError(RuntimeError):
@@ -83,7 +105,8 @@ class DuplicateOpError(RuntimeError):
 REGISTRY: dict[tuple[str, str], OpSpec] = {}
 
 
-def register(*op_types: str, family: str, domain: str = "", is_view: bool = False
+def register(*op_types: str, family: str, domain: str = "", is_view: bool = False,
+             operands: Operands = FIRST_TWO, packed: Packed | None = None
              ) -> Callable[[Formula], Formula]:
     """Register `formula` for each ONNX `op_type` (in `domain`); twice is an error."""
 
@@ -93,7 +116,7 @@ def register(*op_types: str, family: str, domain: str = "", is_view: bool = Fals
             if key in REGISTRY:
                 raise DuplicateOpError(f"cost formula for {domain or 'ai.onnx'}::{op} registered "
                                        f"twice ({REGISTRY[key].family} and {family})")
-            REGISTRY[key] = OpSpec(op, formula, family, is_view)
+            REGISTRY[key] = OpSpec(op, formula, family, is_view, operands, packed)
         return formula
 
     return decorate

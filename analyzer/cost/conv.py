@@ -1,8 +1,9 @@
-"""Convolutions: Conv, ConvTranspose, and the quantized ConvInteger/QLinearConv.
+"""Convolutions: Conv, ConvTranspose, and ConvInteger (QLinearConv is in `quant`, on
+`conv_cost`).
 
-ConvInteger and QLinearConv do Conv's multiply-accumulates on integers; their zero-point and
-requantization arithmetic is not counted (approximation: integer bookkeeping, and the one
-float rescale per output of QLinearConv, are left out).
+ConvInteger does Conv's multiply-accumulates on integers (they count as MACs); its zero-point
+arithmetic is not counted (approximation: a per-output correction, x_zero_point times the
+window's weight sum, precomputed per output channel by runtimes).
 """
 
 from __future__ import annotations
@@ -16,13 +17,10 @@ from .base import Cost, register
 _CONV_INPUTS: dict[str, tuple[int, int | None]] = {
     "Conv": (1, 2),
     "ConvInteger": (1, None),  # input 2 is x_zero_point, not a bias
-    "QLinearConv": (3, 8),
 }
 
 
-@register(*_CONV_INPUTS, family="conv")
-def conv(node: NodeInfo) -> Cost:
-    weight_at, bias_at = _CONV_INPUTS[node.op_type]
+def conv_cost(node: NodeInfo, weight_at: int, bias_at: int | None) -> Cost:
     w, y = node.inputs[weight_at], node.outputs[0]
     _, c_per_group, *kernel = w.dims
     # MACs: each output element is a dot product over (C/group) x kernel window.
@@ -30,6 +28,11 @@ def conv(node: NodeInfo) -> Cost:
     # Bias: one add per output element.
     bias = y.size if bias_at is not None and node.input(bias_at) is not None else 0
     return Cost(macs=macs, other_flops=bias)
+
+
+@register("Conv", "ConvInteger", family="conv")
+def conv(node: NodeInfo) -> Cost:
+    return conv_cost(node, *_CONV_INPUTS[node.op_type])
 
 
 @register("ConvTranspose", family="conv")

@@ -1,34 +1,77 @@
-"""Matrix products: MatMul (numpy batching and broadcasting), Gemm, Einsum, quantized MatMul.
+"""Matrix products: MatMul (numpy batching and broadcasting), Gemm, Einsum, MatMulInteger,
+and ONNX Runtime's weight-only quantized MatMulNBits. The quantized forms with scales
+(QLinearMatMul, QGemm, ...) are in `quant`, on these formulas.
 
-MatMulInteger and QLinearMatMul do MatMul's multiply-accumulates on integers; their
-zero-point and requantization arithmetic is not counted (approximation, as for ConvInteger).
+MatMulInteger does MatMul's multiply-accumulates on integers (they count as MACs); its
+zero-point arithmetic is not counted (approximation: a per-row/column correction, as for
+ConvInteger).
 """
 
 from __future__ import annotations
 
 import math
 
-from ..ir import NodeInfo
-from .base import Cost, register
+import onnx
+
+from ..ir import NodeInfo, TensorInfo
+from .base import MS, Cost, register
 
 
-@register("MatMul", "MatMulInteger", "QLinearMatMul", family="matmul")
+@register("MatMul", "MatMulInteger", family="matmul")
 def matmul(node: NodeInfo) -> Cost:
     # Every output element (broadcast batch dims included) is a dot product over K, A's last
     # dim; numpy's 1-D promotions only drop an output dim, so this holds for them too.
     return Cost(macs=node.outputs[0].size * node.inputs[0].dims[-1])
 
 
+def _n_bits_operands(node: NodeInfo) -> tuple[TensorInfo | int, ...]:
+    # accuracy_level 4: A is quantized to int8 and the MACs are int8 x int8 (ORT's
+    # CompInt8); otherwise B is dequantized to A's float type.
+    if node.attr("accuracy_level", 0) == 4:
+        return (onnx.TensorProto.INT8,)
+    return (node.inputs[0],)
+
+
+def _n_bits_parameters(node: NodeInfo) -> dict[int, int]:
+    # B (1) holds the K x N weights; zero_points (3), when uint8, pack one per block of each
+    # of the N columns (bits wide); scales (2) are one float per block.
+    k, n, block = node.attr("K"), node.attr("N"), node.attr("block_size")
+    packed = {1: k * n}
+    zero_points = node.input(3)
+    if zero_points is not None and zero_points.elem_type == onnx.TensorProto.UINT8:
+        packed[3] = n * -(-k // block)
+    return packed
+
+
+@register("MatMulNBits", family="matmul", domain=MS, operands=_n_bits_operands,
+          packed=_n_bits_parameters)
+def matmul_n_bits(node: NodeInfo) -> Cost:
+    """A [..., K] x B, K x N weights of `bits` bits packed in uint8 blocks with a scale (and a
+    zero point) per `block_size` of K: the fp32 MatMul's MACs (K per output). Each weight is
+    dequantized once per call, (w - zero point) * scale: 2 FLOPs per weight (the zero point
+    defaults to 2^(bits-1), so there is always one); + bias [N] 1 add per output when given.
+    approximation: a kernel that quantizes A instead (accuracy_level 4, int8 MACs) or
+    dequantizes a block again per row tile does other bookkeeping; counted as once per call."""
+    y, k, n = node.outputs[0], node.attr("K"), node.attr("N")
+    bias = y.size if node.input(5) is not None else 0
+    return Cost(macs=y.size * k, other_flops=2 * k * n + bias)
+
+
+def gemm_macs(node: NodeInfo) -> int:
+    """Gemm's (and QGemm's) MACs: M*N dot products over K, K read from A (input 0) after
+    transA."""
+    a = node.inputs[0]
+    return node.outputs[0].size * (a.dims[0] if node.attr("transA", 0) else a.dims[1])
+
+
 @register("Gemm", family="matmul")
 def gemm(node: NodeInfo) -> Cost:
-    a, y = node.inputs[0], node.outputs[0]
-    k = a.dims[0] if node.attr("transA", 0) else a.dims[1]
-    # MACs: M*N dot products over K. Epilogue per output element: alpha*AB one multiply when
-    # alpha != 1, + C one add when C is given, beta*C one multiply when beta != 1.
+    # Epilogue per output element: alpha*AB one multiply when alpha != 1, + C one add when C is
+    # given, beta*C one multiply when beta != 1.
     with_c = node.input(2) is not None
     epilogue = ((node.attr("alpha", 1.0) != 1.0) + with_c
                 + (with_c and node.attr("beta", 1.0) != 1.0))
-    return Cost(macs=y.size * k, other_flops=epilogue * y.size)
+    return Cost(macs=gemm_macs(node), other_flops=epilogue * node.outputs[0].size)
 
 
 def _broadcast(a: int, b: int) -> int:

@@ -1,6 +1,7 @@
-"""Normalizations: BatchNorm, LayerNorm, InstanceNorm, GroupNorm, RMSNorm, MVN, Lp, LRN.
+"""Normalizations: BatchNorm, LayerNorm, InstanceNorm, GroupNorm, RMSNorm, MVN, Lp, LRN, and
+ONNX Runtime's SimplifiedLayerNormalization (RMSNorm) and Skip* forms (residual add, then norm).
 
-The statistics-based ones share one count (`_normalize`) over `rows` groups of `n` elements.
+The statistics-based ones share one count (`normalize`) over `rows` groups of `n` elements.
 """
 
 from __future__ import annotations
@@ -8,11 +9,11 @@ from __future__ import annotations
 import math
 
 from ..ir import NodeInfo
-from .base import Cost, register
+from .base import MS, Cost, register
 from .common import along_axis
 
 
-def _normalize(rows: int, n: int, *, center: bool, affine: int) -> Cost:
+def normalize(rows: int, n: int, *, center: bool, affine: int) -> Cost:
     """Normalize `rows` groups of `n` elements, then `affine` per-element scale/shift ops.
 
     Per group: mean (n-1 adds, 1 div) and x - mean (n subs) when centering: 2n; mean of squares
@@ -42,14 +43,37 @@ def batch_norm(node: NodeInfo) -> Cost:
 def layer_norm(node: NodeInfo) -> Cost:
     rows, n = _split_at(node.inputs[0].dims, node.attr("axis", -1))
     # Scale is required, the bias B optional.
-    return _normalize(rows, n, center=True, affine=1 + (node.input(2) is not None))
+    return normalize(rows, n, center=True, affine=1 + (node.input(2) is not None))
 
 
-@register("RMSNormalization", family="norm")
+# ONNX Runtime registers SimplifiedLayerNormalization (RMSNorm) in the default domain itself.
+@register("RMSNormalization", "SimplifiedLayerNormalization", family="norm")
 def rms_norm(node: NodeInfo) -> Cost:
     rows, n = _split_at(node.inputs[0].dims, node.attr("axis", -1))
     # x / sqrt(mean(x^2) + eps) * scale: no centering, scale only: 4n + 3 per row.
-    return _normalize(rows, n, center=False, affine=1)
+    return normalize(rows, n, center=False, affine=1)
+
+
+def _skip(node: NodeInfo, bias_at: int) -> tuple[int, int, int]:
+    """(rows, hidden, adds) of a Skip* norm: input [..., hidden] + skip, + bias [hidden] when
+    given, 1 add each per element, before normalizing over the last axis."""
+    rows, n = _split_at(node.inputs[0].dims, -1)
+    return rows, n, rows * n * (1 + (node.input(bias_at) is not None))
+
+
+@register("SkipLayerNormalization", family="norm", domain=MS)
+def skip_layer_norm(node: NodeInfo) -> Cost:
+    # input, skip, gamma, beta (optional), bias (optional): LayerNorm of input + skip + bias.
+    rows, n, adds = _skip(node, 4)
+    return Cost(other_flops=adds) + normalize(rows, n, center=True,
+                                               affine=1 + (node.input(3) is not None))
+
+
+@register("SkipSimplifiedLayerNormalization", family="norm", domain=MS)
+def skip_simplified_layer_norm(node: NodeInfo) -> Cost:
+    # input, skip, gamma, bias (optional): RMSNorm (4n + 3 per row) of input + skip + bias.
+    rows, n, adds = _skip(node, 3)
+    return Cost(other_flops=adds) + normalize(rows, n, center=False, affine=1)
 
 
 @register("InstanceNormalization", "GroupNormalization", family="norm")
@@ -60,7 +84,7 @@ def instance_group_norm(node: NodeInfo) -> Cost:
     groups = node.attr("num_groups") if node.op_type == "GroupNormalization" else channels
     if not groups:  # no channels: an empty tensor (num_groups >= 1 is validated)
         return Cost()
-    return _normalize(batch * groups, channels // groups * math.prod(spatial), center=True,
+    return normalize(batch * groups, channels // groups * math.prod(spatial), center=True,
                       affine=2)
 
 
@@ -70,7 +94,7 @@ def mean_variance_norm(node: NodeInfo) -> Cost:
     axes = {a % len(dims) for a in node.attr("axes", [0, 2, 3])}
     kept = math.prod(d for i, d in enumerate(dims) if i not in axes)
     # (x - mean) / sqrt(var + eps) over `axes`, no affine: 5n + 3 per group.
-    return _normalize(kept, math.prod(dims[a] for a in axes), center=True, affine=0)
+    return normalize(kept, math.prod(dims[a] for a in axes), center=True, affine=0)
 
 
 @register("LpNormalization", family="norm")

@@ -15,8 +15,10 @@ from .base import Cost, register
 
 
 def _window(node: NodeInfo) -> int:
-    if node.op_type.startswith("Global"):
-        return math.prod(node.inputs[0].dims[2:])
+    if "Global" in node.op_type:
+        # One window per (batch, channel) output: all input elements over the outputs, whichever
+        # axes are spatial (QLinearGlobalAveragePool's channels_last too).
+        return node.inputs[0].size // node.outputs[0].size
     return math.prod(node.attr("kernel_shape"))
 
 

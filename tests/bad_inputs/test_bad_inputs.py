@@ -342,6 +342,43 @@ def _one_op(op: str, inputs: list[tuple[str, list[Any]]], consts: list[onnx.Tens
     return lambda f: f.save(_model([node], graph_inputs, [vi("y", elem, [None] * rank)], consts))
 
 
+def _quant(op: str, scale: np.ndarray, zero_point: np.ndarray | None = None,
+           x_type: int = TensorProto.FLOAT, **attrs: Any) -> Build:
+    """Opset 21 QuantizeLinear or DequantizeLinear 'n' of x [4, 8] with a constant scale
+    (and zero point)."""
+    consts = [numpy_helper.from_array(scale.astype(np.float32), "s")]
+    if zero_point is not None:
+        consts.append(numpy_helper.from_array(zero_point, "z"))
+    node = helper.make_node(op, ["x"] + [c.name for c in consts], ["y"], name="n", **attrs)
+    y_type = (TensorProto.FLOAT if op == "DequantizeLinear" else
+              helper.np_dtype_to_tensor_dtype(zero_point.dtype) if zero_point is not None
+              else TensorProto.UINT8)
+    return lambda f: f.save(_model([node], [vi("x", x_type, [4, 8])], [vi("y", y_type, [4, 8])],
+                                   consts, (("", 21),)))
+
+
+def _int4_weight(packed: bytes) -> Build:
+    """DequantizeLinear of a [5, 3] int4 initializer (15 values: 8 packed bytes)."""
+    w = TensorProto(name="w", data_type=TensorProto.INT4, dims=[5, 3], raw_data=packed)
+    node = helper.make_node("DequantizeLinear", ["w", "s"], ["y"], name="n")
+    scale = numpy_helper.from_array(np.float32(0.5), "s")
+    return lambda f: f.save(_model([node], [], [vi("y", TensorProto.FLOAT, [5, 3])], [w, scale],
+                                   (("", 21),)))
+
+
+def _n_bits(b_shape: tuple[int, ...] = (16, 2, 16), a_k: int = 64, **attrs: Any) -> Build:
+    """com.microsoft MatMulNBits 'mm': a [1, 3, a_k] x 4-bit B for K 64, N 16, blocks of 32
+    (B [16, 2, 16] uint8, 32 scales)."""
+    b = numpy_helper.from_array(np.zeros(b_shape, np.uint8), "b")
+    scales = numpy_helper.from_array(np.ones(32, np.float32), "s")
+    node = helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], name="mm",
+                            domain="com.microsoft", **{"K": 64, "N": 16, "bits": 4,
+                                                       "block_size": 32, **attrs})
+    return lambda f: f.save(_model([node], [vi("a", TensorProto.FLOAT, [1, 3, a_k])],
+                                   [vi("y", TensorProto.FLOAT, [1, 3, 16])], [b, scales],
+                                   (("", 17), ("com.microsoft", 1))))
+
+
 def _gather(indices: list[int]) -> Build:
     return _one_op("Gather", [("x", [5, 3])], [_const("i", indices)], 2)
 
@@ -409,6 +446,40 @@ def _with_functions(functions: list[onnx.FunctionProto]) -> Build:
 def _function_chain(length: int) -> list[onnx.FunctionProto]:
     return [_function(f"F{i}", _calls(f"F{i + 1}") if i < length - 1 else
                       [helper.make_node("Relu", ["a"], ["b"])]) for i in range(length)]
+
+
+def _calls_in_turn(callee: str, times: int) -> list[onnx.NodeProto]:
+    """a -> callee -> callee ... (`times` calls) -> b."""
+    names = ["a", *(f"t{i}" for i in range(times - 1)), "b"]
+    return [helper.make_node(callee, [names[i]], [names[i + 1]], domain="local")
+            for i in range(times)]
+
+
+def _function_tree(length: int, times: int = 2) -> list[onnx.FunctionProto]:
+    """F0 calls F1 `times` times, F1 calls F2 as often ...: times**(length - 1) Relu nodes of
+    a file a few hundred bytes long."""
+    return [_function(f"F{i}", _calls_in_turn(f"F{i + 1}", times) if i < length - 1 else
+                      [helper.make_node("Relu", ["a"], ["b"])]) for i in range(length)]
+
+
+def _branch_tree(length: int) -> list[onnx.FunctionProto]:
+    """F_i holds an If whose two branches each call F_(i+1) twice: shape inference infers both
+    branches, so each level multiplies the work by 4."""
+    def body(i: int) -> list[onnx.NodeProto]:
+        if i == length - 1:
+            return [helper.make_node("Relu", ["a"], ["b"])]
+        branches = {}
+        for branch in ("then_branch", "else_branch"):
+            calls = [helper.make_node(f"F{i + 1}", ["a"], [f"{branch}0"], domain="local"),
+                     helper.make_node(f"F{i + 1}", [f"{branch}0"], [f"{branch}1"],
+                                      domain="local")]
+            branches[branch] = helper.make_graph(calls, branch, [],
+                                                 [vi(f"{branch}1", TensorProto.FLOAT, None)])
+        return [helper.make_node("Constant", [], ["c"], value=helper.make_tensor(
+                    "c", TensorProto.BOOL, [], [True])),
+                helper.make_node("If", ["c"], ["b"], **branches)]
+
+    return [_function(f"F{i}", body(i)) for i in range(length)]
 
 
 def _nested_ifs(depth: int) -> onnx.ModelProto:
@@ -697,6 +768,21 @@ CASES = [
          InvalidModelError, "local function local::F0: If/Loop/Scan bodies and local-function "
          "calls nest at least 33 deep (calls local::F1 -> local::F2 -> local::F3 -> local::F4 "
          "-> ...), over the limit of 32"),
+    # Expansion: each a file of 1-3 KB that onnx's shape inference would expand call by call.
+    # Size of F_i: its own nodes plus `times` x F_(i+1)'s, the leaf 1: with 2 calls,
+    # s = 3 * 2**k - 2 for k levels below; the graph adds its call: 3 * 2**23 - 1 for 24 deep.
+    # With 30 calls, 6 deep: 1, 60, 1,830, 54,930, 1,647,930, 49,437,930, and the graph's call.
+    Case("local functions calling the next twice, 24 deep", _with_functions(_function_tree(24)),
+         InvalidModelError, "the model expands to 25,165,823 nodes with its local functions "
+         "inlined (local function local::F0: 25,165,822 nodes, called 1 time(s) by the graph), "
+         "over the limit of 1,000,000 (Limits.max_expanded_nodes; raise it with "
+         "--max-expanded-nodes)"),
+    Case("local functions calling the next 30 times, 6 deep",
+         _with_functions(_function_tree(6, times=30)), InvalidModelError,
+         "the model expands to 49,437,931 nodes"),
+    Case("local functions calling the next twice in both branches of an If, 14 deep",
+         _with_functions(_branch_tree(14)), InvalidModelError,
+         "over the limit of 1,000,000 (Limits.max_expanded_nodes"),
     Case("bad attribute inside a local function",
          _with_functions([_function("F", [helper.make_node("MaxPool", ["a"], ["b"],
                                                            kernel_shape=[2, 2],
@@ -709,6 +795,43 @@ CASES = [
     Case("bad attribute inside an If body", _conv_in_if_body, InvalidModelError,
          "body 'then_branch' of node 'if' (If): node 'bad' (Conv): attribute strides = [0, 1]: "
          "0 is not positive"),
+    # Quantization parameters.
+    Case("quantization scale zero", _quant("QuantizeLinear", np.array(0.0)), InvalidModelError,
+         "node 'n' (QuantizeLinear): scale 's' holds 0.0: a quantization scale must be positive "
+         "and finite"),
+    Case("quantization scale negative", _quant("DequantizeLinear", np.array([0.5, -2.0, 1.0, 1.0]),
+                                               axis=0), InvalidModelError,
+         "node 'n' (DequantizeLinear): scale 's' holds -2.0: a quantization scale must be "
+         "positive"),
+    Case("quantization scale NaN", _quant("QuantizeLinear", np.array(np.nan)), InvalidModelError,
+         "scale 's' holds nan: a quantization scale must be positive and finite"),
+    Case("zero point of another type",
+         _quant("DequantizeLinear", np.array(0.5), np.array(0, np.uint8), TensorProto.INT8),
+         InvalidModelError, "node 'n' (DequantizeLinear): zero point 'z' is uint8, but 'x' is "
+         "int8: they must have one type"),
+    Case("quantization axis out of range", _quant("QuantizeLinear", np.ones(8), axis=2),
+         ShapeError, "node 'n' (QuantizeLinear): attribute axis = 2 is out of range for input "
+         "'x' of rank 2"),
+    Case("per-axis scale of the wrong length", _quant("QuantizeLinear", np.ones(3), axis=1),
+         ShapeError, "scale 's' [3] has 3 values for axis 1 of 'x' [4, 8], which has 8"),
+    Case("block size does not divide the axis into the scale's blocks",
+         _quant("DequantizeLinear", np.ones((4, 2)), np.zeros((4, 2), np.int8),
+                TensorProto.INT8, axis=1, block_size=3), ShapeError,
+         "node 'n' (DequantizeLinear): block_size 3 does not divide axis 1 of 'x' [4, 8] into "
+         "the blocks of scale 's' [4, 2]: expected [4, 3]"),
+    Case("int4 initializer with packed bytes too many", _int4_weight(b"\x11" * 9),
+         InvalidModelError, "initializer 'w' (int4, 15 values): 9 bytes of packed data, "
+         "expected 8 (2 values per byte)"),
+    Case("MatMulNBits blob of the wrong packed length", _n_bits((16, 2, 8)), ShapeError,
+         "node 'mm' (MatMulNBits): B 'b' [16, 2, 8] does not hold K = 64 x N = 16 weights of 4 "
+         "bits packed in blocks of 32: expected [16, 2, 16]"),
+    Case("MatMulNBits K differs from A's", _n_bits(a_k=60), ShapeError,
+         "node 'mm' (MatMulNBits): input 'a' [1, 3, 60] has K = 60, but attribute K = 64"),
+    Case("MatMulNBits block size not a power of 2", _n_bits(block_size=24), InvalidModelError,
+         "node 'mm' (MatMulNBits): attribute block_size = 24: must be a power of 2, at least 16"),
+    Case("int4 initializer with packed bytes too few", _int4_weight(b"\x11" * 5),
+         InvalidModelError, "initializer 'w' (int4, 15 values): 5 bytes of packed data, "
+         "expected 8"),
 ]
 EXTERNAL = {c.id for c in CASES if c.id.startswith("external")}
 

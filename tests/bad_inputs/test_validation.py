@@ -10,7 +10,15 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_bad_inputs import _function, _function_chain, _nested_ifs, conv_model
+from test_bad_inputs import (
+    _branch_tree,
+    _function,
+    _function_chain,
+    _function_tree,
+    _nested_ifs,
+    _with_functions,
+    conv_model,
+)
 
 import onnxlens
 from onnxlens.analyzer.errors import InvalidModelError, ShapeError, UsageError
@@ -55,7 +63,42 @@ def test_limits_must_be_positive_integers(field: str, value: Any) -> None:
 
 
 def test_default_limits() -> None:
-    assert Limits(1 << 38, 32, 2**31 - 1) == DEFAULT_LIMITS
+    assert Limits(1 << 38, 32, 2**31 - 1, 1_000_000) == DEFAULT_LIMITS
+
+
+def _function_model(functions: list[onnx.FunctionProto]) -> onnx.ModelProto:
+    class Keep:  # `_with_functions` saves through a folder object: keep the proto instead
+        @staticmethod
+        def save(model: onnx.ModelProto) -> onnx.ModelProto:
+            return model
+
+    return _with_functions(functions)(Keep)  # type: ignore[arg-type, return-value]
+
+
+@pytest.mark.parametrize(("functions", "expanded"), [
+    (_function_tree(8), 3 * 2**7 - 1),  # F_i: 2 calls + 2 x F_(i+1); the leaf 1; the call
+    (_function_tree(3, times=5), 1 + 5 + 5 * (5 + 5 * 1)),
+    # F_i: Constant, If, and two branches of 2 calls each; the leaf 1; the graph's call
+    (_branch_tree(4), 1 + (6 + 4 * (6 + 4 * (6 + 4 * 1)))),
+])
+def test_expanded_size_is_counted_before_expanding(functions: list[onnx.FunctionProto],
+                                                   expanded: int) -> None:
+    model = _function_model(functions)
+    onnxlens.analyze(model, max_expanded_nodes=expanded)
+    with pytest.raises(InvalidModelError, match=rf"^the model expands to {expanded:,} nodes .* "
+                                                rf"over the limit of {expanded - 1:,} "
+                                                r"\(Limits.max_expanded_nodes; raise it with "
+                                                r"--max-expanded-nodes\)$"):
+        onnxlens.analyze(model, max_expanded_nodes=expanded - 1)
+
+
+def test_functions_are_counted_where_called_only() -> None:
+    """A function nobody calls expands nothing; the graph's own nodes and bodies count 1 each."""
+    model = _function_model([_function("F", [helper.make_node("Relu", ["a"], ["b"])]),
+                             *_function_tree(30)[1:]])  # F1..F29: 2**28 nodes, never called
+    assert validate_model(model, limits=Limits(max_expanded_nodes=2)).warnings == []
+    with pytest.raises(InvalidModelError, match=r"expands to 2 nodes .* limit of 1 "):
+        validate_model(model, limits=Limits(max_expanded_nodes=1))
 
 
 def test_nesting_limit_is_configurable() -> None:
@@ -157,11 +200,16 @@ def _analyze_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[i
      "is over the limit of 8 (Limits.max_window_value)"),
     ("--max-nesting-depth", "0", 2, "error: --max-nesting-depth 0: must be a positive integer"),
     ("--max-window-value", "-5", 2, "error: --max-window-value -5: must be a positive integer"),
+    ("--max-expanded-nodes", "767", 0, None),
+    ("--max-expanded-nodes", "766", 2, "error: the model expands to 767 nodes with its local "
+     "functions inlined (local function local::F0: 766 nodes, called 1 time(s) by the graph), "
+     "over the limit of 766 (Limits.max_expanded_nodes; raise it with --max-expanded-nodes)"),
 ])
 def test_limit_flags_of_the_analyze_command(flag: str, value: str, code: int,
                                             fragment: str | None, tmp_path: Any,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    model = _nested_ifs(3) if "nesting" in flag else conv_model()
+    model = (_nested_ifs(3) if "nesting" in flag else
+             _function_model(_function_tree(9)) if "expanded" in flag else conv_model())
     if "window" in flag:
         model.graph.node[0].attribute.append(helper.make_attribute("pads", [9, 9, 9, 9]))
     path = tmp_path / "m.onnx"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import faulthandler
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,3 +82,25 @@ def test_plan_seeds_are_valid_plans() -> None:
 @given(targets.mutated_plans())
 def test_native_plans(plan: tuple) -> None:
     targets.native_plan(*plan)
+
+
+def test_complexity_oracle_judges_cost_per_byte() -> None:
+    """benchmarks/fuzz.py's oracle: slow for the size, or memory-hungry for the size."""
+    spec = importlib.util.spec_from_file_location(
+        "onnxlens_fuzz_runner", Path(__file__).parents[2] / "benchmarks" / "fuzz.py")
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = runner  # (dataclasses look their module up)
+    spec.loader.exec_module(runner)
+    Oracle, seconds_per_kb = runner.Oracle, runner.seconds_per_kb
+
+    oracle = Oracle(slow_seconds=2.0, seconds_per_kb=1.0, memory_per_byte=4096)
+    assert seconds_per_kb(100, 0.5) == seconds_per_kb(1024, 0.5) == 0.5  # 1 KiB at least
+    assert oracle.verdict(2048, 3.0, 0) == ("took 3.00 s for 2,048 bytes (1.50 s per KiB, over "
+                                            "1.0 s per KiB)")
+    assert oracle.verdict(2048, 1.9, 0) is None  # under slow_seconds
+    assert oracle.verdict(8192, 6.0, 0) is None  # 0.75 s per KiB
+    assert oracle.verdict(2048, 0.1, 300 << 20) == ("peak memory grew 300 MiB for 2,048 bytes "
+                                                    "(153,600 bytes per byte, over 4,096)")
+    assert oracle.verdict(2048, 0.1, 200 << 20) is None  # under 256 MiB
+    assert oracle.verdict(1 << 20, 0.1, 1 << 30) is None  # 1,024 bytes per byte

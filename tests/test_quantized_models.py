@@ -1,0 +1,283 @@
+"""Models quantized and converted by ONNX Runtime's own tools, analyzed against their fp32 twin:
+the same MACs (integer multiply-accumulates are MACs), parameters stored at their precision,
+every node costed, and the precision that does the MACs named in the JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxlens.analyzer.analysis import AnalysisResult, analyze
+from onnxlens.analyzer.cost.precision import combine
+
+quantization = pytest.importorskip("onnxruntime.quantization")
+ort = pytest.importorskip("onnxruntime")
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+
+T = onnx.TensorProto
+SIZE = 64  # ResNet-18 at 64x64: every op of the full model, a few seconds to quantize
+
+
+class _Reader(quantization.CalibrationDataReader):
+    """Two random images: enough for ranges (the numbers do not matter, the graph does)."""
+
+    def __init__(self) -> None:
+        self.left = 2
+        self.rng = np.random.default_rng(0)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if not self.left:
+            return None
+        self.left -= 1
+        return {"x": self.rng.random((1, 3, SIZE, SIZE), dtype=np.float32)}
+
+
+def _with_ort_shapes(path: Path) -> onnx.ModelProto:
+    """The model with every intermediate shape as ONNX Runtime runs it, as value_info.
+
+    The loader does not yet infer the shapes of some com.microsoft outputs
+    (QLinearGlobalAveragePool's: ORT's symbolic inference lacks it), so the QOperator model is
+    given them here, from one run."""
+    model = onnx.load(path)
+    listed = {o.name for o in model.graph.output}
+    names = [o for n in model.graph.node for o in n.output if o and o not in listed]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    values = session.run(None, _Reader().get_next())
+    outputs = [o.name for o in session.get_outputs()]
+    del model.graph.value_info[:]
+    for name, value in zip(outputs, values, strict=True):
+        if name in names:
+            model.graph.value_info.append(onnx.helper.make_tensor_value_info(
+                name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
+    return model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from onnxlens.exporters.torch_export import export_module
+
+    d = tmp_path_factory.mktemp("quantized")
+    torch.manual_seed(0)
+    fp32 = export_module(torchvision.models.resnet18(weights=None),
+                         (torch.randn(1, 3, SIZE, SIZE),), d / "fp32.onnx", input_names=["x"])
+    fmt = quantization.QuantFormat
+    quantization.quantize_static(fp32, d / "qdq.onnx", _Reader(), quant_format=fmt.QDQ)
+    quantization.quantize_static(fp32, d / "qop.onnx", _Reader(), quant_format=fmt.QOperator)
+    quantization.quantize_dynamic(fp32, d / "dynamic.onnx")
+    onnx.save(convert_float_to_float16(onnx.load(fp32)), d / "fp16.onnx")
+    return {"fp32": analyze(fp32), "qdq": analyze(d / "qdq.onnx"),
+            "qoperator": analyze(_with_ort_shapes(d / "qop.onnx")),
+            "dynamic": analyze(d / "dynamic.onnx"), "fp16": analyze(d / "fp16.onnx")}
+
+
+@pytest.mark.parametrize("name", ["qdq", "qoperator", "dynamic", "fp16"])
+def test_every_node_costed_and_macs_equal_the_fp32_twin(models: dict[str, AnalysisResult],
+                                                        name: str) -> None:
+    result, fp32 = models[name], models["fp32"]
+    assert not result.unsupported_ops and not result.incomplete
+    # ResNet-18's Conv + Gemm MACs at 64x64 (DESIGN.md's 1,814,073,344 at 224 scales with the
+    # spatial area of the convolutions, not the Gemm's: checked against the fp32 analysis).
+    assert fp32.total.macs == 148_557_824
+    assert abs(result.total.macs - fp32.total.macs) <= 0.01 * fp32.total.macs
+
+
+@pytest.mark.parametrize(("name", "dtype"), [("fp32", "float32"), ("qdq", "int8"),
+                                             ("qoperator", "int8"), ("dynamic", "int8"),
+                                             ("fp16", "float16")])
+def test_macs_by_dtype_names_the_precision(models: dict[str, AnalysisResult], name: str,
+                                           dtype: str) -> None:
+    result = models[name]
+    totals = result.to_dict()["totals"]
+    assert totals["macs_by_dtype"] == {dtype: result.total.macs}
+    # Every group that does MACs has that precision.
+    groups = result.to_dict()["groups"]
+    assert {g["precision"] for g in groups if g["macs"]} == {dtype}
+
+
+def test_param_bytes_at_the_stored_precision(models: dict[str, AnalysisResult]) -> None:
+    fp32 = models["fp32"].total.param_bytes
+    assert fp32 == 4 * models["fp32"].total.params
+    # fp16: every weight 2 bytes (all initializers are float tensors here).
+    assert models["fp16"].total.param_bytes == fp32 // 2
+    # int8: weights 1 byte, plus per-channel scales and zero points and the int32 biases:
+    # about a quarter.
+    for name in ("qdq", "qoperator", "dynamic"):
+        ratio = models[name].total.param_bytes / fp32
+        assert 0.25 <= ratio < 0.26, (name, ratio)
+
+
+def test_a_qdq_group_precision_follows_dequantization() -> None:
+    # uint8 activations x int8 weights, both dequantized: int8 MACs; an int4 weight
+    # dequantized for a float16 activation (weight-only): float16; int8 x int4: int8.
+    assert combine([T.UINT8, T.INT8]) == "int8"
+    assert combine([T.FLOAT16, T.INT4]) == "float16"
+    assert combine([T.INT8, T.UINT4]) == "int8"
+    assert combine([T.FLOAT8E4M3FN, T.FLOAT8E4M3FN]) == "float8e4m3fn"
+    assert combine([T.BFLOAT16, T.BFLOAT16]) == "bfloat16"
+    assert combine([0, 0]) is None
+
+
+def _blocked_int4_model(weight_type: int = T.INT4) -> onnx.ModelProto:
+    """x [3, 64] (float) x W [64, 10]: W stored as 4-bit values, dequantized by blocks of 16
+    along K (opset 21's blocked DequantizeLinear), scales [4, 10] float."""
+    h = onnx.helper
+    rng = np.random.default_rng(0)
+    w = h.make_tensor("w", weight_type, [64, 10], rng.integers(0, 7, 640).tolist())
+    scale = h.make_tensor("s", T.FLOAT, [4, 10], (rng.random(40) + 0.5).tolist())
+    nodes = [h.make_node("DequantizeLinear", ["w", "s"], ["wf"], axis=0, block_size=16),
+             h.make_node("MatMul", ["x", "wf"], ["y"])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [3, 64])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [3, 10])], [w, scale])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 21)])
+
+
+def test_int4_weights_are_packed_and_weight_only_macs_are_float() -> None:
+    result = analyze(_blocked_int4_model())
+    # 640 4-bit weights: 320 bytes; 40 float scales: 160 bytes.
+    assert result.total.params == 640 + 40
+    assert result.total.param_bytes == 320 + 160
+    # MACs: 3 x 10 outputs x K 64, at the activation's precision (weights dequantized).
+    assert result.macs_by_dtype == {"float32": 3 * 10 * 64}
+    # The DequantizeLinear: 640 elements x (convert, * scale) = 1280 FLOPs; reads 320 + 160.
+    dq = result.node_costs[result.graph.order[0]].cost
+    assert dq is not None
+    assert (dq.other_flops, dq.bytes_read, dq.bytes_written) == (1280, 480, 640 * 4)
+
+
+def test_uint8_activation_through_a_transpose_is_int8() -> None:
+    # x (uint8) -> DQ -> Transpose -> MatMul with an int8 weight behind a DQ: int8 MACs.
+    h = onnx.helper
+    w = h.make_tensor("w", T.INT8, [4, 6], [1] * 24)
+    one = h.make_tensor("one", T.FLOAT, [], [0.5])
+    nodes = [h.make_node("DequantizeLinear", ["x", "one"], ["xf"]),
+             h.make_node("Transpose", ["xf"], ["xt"], perm=[1, 0]),
+             h.make_node("DequantizeLinear", ["w", "one"], ["wf"]),
+             h.make_node("MatMul", ["xt", "wf"], ["y"])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.UINT8, [4, 5])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [5, 6])], [w, one])
+    result = analyze(h.make_model(graph, opset_imports=[h.make_opsetid("", 21)]))
+    assert result.macs_by_dtype == {"int8": 5 * 6 * 4}
+    matmul_group = next(g for g in result.to_dict()["groups"] if g["macs"])
+    assert matmul_group["precision"] == "int8"
+
+
+def test_a_short_last_block_is_valid() -> None:
+    # ONNX's blocked rule: ceil(64 / 24) = 3 blocks along K, the last one short. Not refused.
+    model = _blocked_int4_model()
+    scale = onnx.helper.make_tensor("s", T.FLOAT, [3, 10], [0.5] * 30)
+    model.graph.initializer[1].CopyFrom(scale)
+    model.graph.node[0].attribute[1].i = 24  # block_size
+    result = analyze(model)
+    assert result.total.params == 640 + 30 and result.macs_by_dtype == {"float32": 1920}
+
+
+def _mlp() -> onnx.ModelProto:
+    """x [1, 7, 128] -> MatMul [128, 256] -> Relu -> MatMul [256, 64]."""
+    h, rng = onnx.helper, np.random.default_rng(0)
+    weights = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+               for n, s in (("w1", (128, 256)), ("w2", (256, 64)))]
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["a"]), h.make_node("Relu", ["a"], ["r"]),
+             h.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = h.make_graph(nodes, "mlp", [h.make_tensor_value_info("x", T.FLOAT, [1, 7, 128])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 7, 64])], weights)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(("accuracy_level", "dtype"), [(0, "float32"), (4, "int8")])
+def test_matmul_n_bits_from_ort_quantizer(accuracy_level: int, dtype: str) -> None:
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    fp32 = analyze(_mlp())
+    quantizer = MatMulNBitsQuantizer(_mlp(), block_size=32, is_symmetric=False,
+                                     accuracy_level=accuracy_level)
+    quantizer.process()
+    model = quantizer.model.model
+    assert [n.op_type for n in model.graph.node] == ["MatMulNBits", "Relu", "MatMulNBits"]
+    result = analyze(model)
+    assert not result.incomplete and not result.unsupported_ops
+    # The fp32 MLP's MACs: 7 x (128 x 256 + 256 x 64).
+    assert result.total.macs == fp32.total.macs == 7 * (128 * 256 + 256 * 64)
+    assert result.macs_by_dtype == {dtype: result.total.macs}
+    # 49,152 4-bit weights: 24,576 bytes; a float scale per block of 32 along K: 4 x 256 +
+    # 8 x 64 = 1,536 scales (6,144 bytes); as many 4-bit zero points, packed per column:
+    # 256 x 2 + 64 x 4 = 768 bytes. Parameters: the weights, scales and zero points.
+    assert result.total.param_bytes == 24_576 + 6_144 + 768
+    assert result.total.params == 49_152 + 1_536 + 1_536
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
+    """A 2-layer BERT (hidden 64, 2 heads, FFN 128, seq 16, random weights): fp32, quantized by
+    quantize_dynamic (the issue's BERT case), and rewritten by ORT's transformer optimizer
+    (com.microsoft SkipLayerNormalization and Gelu), then that quantized too."""
+    transformers = pytest.importorskip("transformers")
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    d = tmp_path_factory.mktemp("bert")
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=128, vocab_size=100,
+                                     max_position_embeddings=64)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    module = transformers.BertModel(config).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = module
+
+        def forward(self, ids: Any, mask: Any, types: Any) -> Any:
+            return self.bert(input_ids=ids, attention_mask=mask,
+                             token_type_ids=types).last_hidden_state
+
+    ids = torch.randint(0, 100, (1, 16))
+    ones, zeros = torch.ones(1, 16, dtype=torch.int64), torch.zeros(1, 16, dtype=torch.int64)
+    fp32 = d / "bert.onnx"
+    torch.onnx.export(Hidden(), (ids, ones, zeros), fp32, dynamo=False, opset_version=17,
+                      input_names=["ids", "mask", "types"])
+    optimize_model(str(fp32), model_type="bert", num_heads=2,
+                   hidden_size=64).save_model_to_file(str(d / "opt.onnx"))
+    float_default = {"DefaultTensorType": T.FLOAT}
+    quantization.quantize_dynamic(fp32, d / "dynamic.onnx")
+    quantization.quantize_dynamic(d / "opt.onnx", d / "opt_dynamic.onnx",
+                                  extra_options=float_default)
+    return {name: analyze(d / f"{name}.onnx")
+            for name in ("bert", "dynamic", "opt", "opt_dynamic")}
+
+
+def test_bert_dynamic_and_optimized(bert: dict[str, AnalysisResult]) -> None:
+    # Per layer: Q, K, V, output projections 4 x 16x64x64; FFN 2 x 16x64x128; attention
+    # Q K^T and P V, 2 heads x 16x16 scores x 32 each.
+    per_layer = 4 * 16 * 64 * 64 + 2 * 16 * 64 * 128 + 2 * 2 * 16 * 16 * 32
+    for name, result in bert.items():
+        assert not result.incomplete and not result.unsupported_ops, name
+        assert result.total.macs == 2 * per_layer, name
+    ops = {(n.domain, n.op_type) for n in bert["opt"].graph.infos.values()}
+    assert {("com.microsoft", "SkipLayerNormalization"), ("com.microsoft", "Gelu")} <= ops
+    # Dynamic quantization makes the 12 weight MatMuls int8 (DynamicQuantizeLinear +
+    # MatMulInteger); the attention products of two activations stay float32.
+    for name in ("dynamic", "opt_dynamic"):
+        assert bert[name].macs_by_dtype == {"int8": 2 * (per_layer - 2 * 2 * 16 * 16 * 32),
+                                            "float32": 2 * 2 * 2 * 16 * 16 * 32}
+
+
+@pytest.mark.parametrize(("elem_type", "values", "nbytes"), [
+    (T.FLOAT, 15, 60), (T.FLOAT16, 15, 30), (T.BFLOAT16, 15, 30), (T.INT8, 15, 15),
+    (T.UINT8, 15, 15), (T.FLOAT8E4M3FN, 15, 15), (T.FLOAT8E5M2, 15, 15),
+    (T.FLOAT8E4M3FNUZ, 15, 15), (T.FLOAT8E5M2FNUZ, 15, 15),
+    (T.INT4, 15, 8), (T.UINT4, 16, 8), (T.FLOAT4E2M1, 3, 2),  # two per byte, rounded up
+])
+def test_bytes_at_the_stored_precision(elem_type: int, values: int, nbytes: int) -> None:
+    from onnxlens.analyzer.ir import TensorInfo
+
+    assert TensorInfo("t", elem_type, (values,)).nbytes == nbytes
