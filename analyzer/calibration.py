@@ -55,13 +55,13 @@ What it holds:
   without it reads 0 (not measured: nothing added).
 - `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, beyond the run's
   bytes at the bandwidth (`backends.calibrate.fit_copy_run`, from the calibration's
-  transposes; `analyzer.estimate.transpose_runs` counts a Transpose's runs). The calibrated
+  transposes; `analyzer.runtimes.ort_cpu.transpose_runs` counts a Transpose's runs). The calibrated
   profile carries it as `extra["copy_run_ns"]`; a file without it reads 0 (nothing added).
 - `denormal_factor`: how much slower a MatMul runs when its left operand is all float32
   denormals (1e-40) than on normal numbers (time_denormal / time_normal, one micro-benchmark;
   x86 cores take a microcode assist per denormal operand). The calibrated profile carries it as
   `extra["denormal_factor"]`; the estimator charges it to MatMuls that read a masked softmax's
-  denormal probabilities (`analyzer.estimate.denormal_reads`). A file without it reads 1.
+  denormal probabilities (`analyzer.runtimes.ort_cpu.denormal_reads`). A file without it reads 1.
 - `backend`: the runtime measured (`ort-cpu`, or `native-cpu`, the project's executor); the
   calibrated profile carries it as `extra["runtime"]`, and the estimator then costs groups as
   that runtime's kernels (`analyzer.estimate`). Non-ORT calibrations are saved under a name
@@ -158,7 +158,7 @@ class Point:
     calls: int = 1  # GEMM calls its kernel makes: its curve reads FLOPs / calls (estimator's)
     transcendental: int = 0  # of its other_flops, transcendental evaluations
     # Of those, the work of an activation its kernel runs as a pass over its output
-    # (`analyzer.estimate.activation_passes`): FLOPs and transcendental evaluations.
+    # (`analyzer.runtimes.ort_cpu.activation_passes`): FLOPs and transcendental evaluations.
     pass_flops: int = 0
     pass_transcendental: int = 0
     runs: int = 0  # contiguous runs its kernel copies one at a time (`transpose_runs`)

@@ -64,7 +64,7 @@ else:  # pragma: no cover - Python 3.10
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
 # Storage bytes per element of each precision (tf32 is stored as fp32).
 PRECISION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
-# The op classes an estimate distinguishes; `analyzer.estimate.op_class` maps groups to them.
+# The op classes an estimate distinguishes; `analyzer.runtimes.op_class` maps groups to them.
 OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normalization",
               "pool", "reduce", "data_movement")
 # Finer classes a calibration may measure; a profile without them uses the class given here

@@ -94,15 +94,11 @@ from ..analyzer.calibration import (
     host_name,
 )
 from ..analyzer.errors import UsageError
-from ..analyzer.estimate import (
-    activation_pass,
-    estimate_group,
-    memory_level,
-    op_class,
-    ort_kernels,
-)
+from ..analyzer.estimate import activation_pass, estimate_group, memory_level
 from ..analyzer.hardware import ORT_CPU, HardwareProfile
 from ..analyzer.host import detect_cpu, host_profile
+from ..analyzer.runtimes import op_class
+from ..analyzer.runtimes.ort_cpu import ort_kernels
 from .base import BackendError, input_specs, random_inputs
 from .ort_timing import NodeTime, make_session, profile_model, random_feeds, time_session
 

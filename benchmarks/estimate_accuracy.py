@@ -56,9 +56,10 @@ import onnxruntime as ort
 
 import onnxlens
 from onnxlens.analyzer.calibration import Calibration, apply_calibration, find_calibration
-from onnxlens.analyzer.estimate import estimate_model, op_class
+from onnxlens.analyzer.estimate import estimate_model
 from onnxlens.analyzer.hardware import ORT_CPU
 from onnxlens.analyzer.host import host_profile
+from onnxlens.analyzer.runtimes import op_class
 from onnxlens.backends.calibrate import (
     benchmarks,
     describe_fit_check,

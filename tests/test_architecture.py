@@ -25,8 +25,8 @@ ALLOWED = {
 # lists them line by line; `test_architecture_md_says_the_same` checks that it agrees).
 ANALYZER_RANK = {"errors": 1, "ir": 1, "validate": 2, "fold": 2, "loader": 2, "graph": 3,
                  "cost": 4, "hardware": 4, "host": 4, "fusion": 5, "invariants": 5,
-                 "calibration": 5, "memory": 6, "symbolic": 6, "estimate": 6, "whatif": 6,
-                 "llm": 6, "analysis": 7, "serialize": 7, "sweep": 8}
+                 "calibration": 5, "runtimes": 5, "memory": 6, "symbolic": 6, "estimate": 6,
+                 "whatif": 6, "llm": 6, "analysis": 7, "serialize": 7, "sweep": 8}
 
 
 def _imports(path: Path, package: str) -> list[tuple[str, int]]:

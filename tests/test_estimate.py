@@ -19,19 +19,10 @@ from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import (
     cold_weights,
     constant_efficiency,
-    denormal_reads,
     denormal_slowed,
     estimate_group,
     estimate_model,
-    group_gemms,
-    layout_changes,
-    matmul_calls,
     memory_level,
-    node_class,
-    ort_conv_path,
-    ort_kernels,
-    reorder_cost,
-    transpose_runs,
 )
 from onnxlens.analyzer.hardware import (
     ORT_CPU,
@@ -42,6 +33,17 @@ from onnxlens.analyzer.hardware import (
     profile_from_dict,
 )
 from onnxlens.analyzer.ir import NodeInfo, TensorInfo
+from onnxlens.analyzer.runtimes import node_class
+from onnxlens.analyzer.runtimes.ort_cpu import (
+    denormal_reads,
+    group_gemms,
+    layout_changes,
+    matmul_calls,
+    ort_conv_path,
+    ort_kernels,
+    reorder_cost,
+    transpose_runs,
+)
 
 TEST_GPU = {
     "name": "Test GPU", "kind": "gpu", "source": "made up for the test",

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..calibration import DENORMAL_KEY
 from ..cost.base import ZERO, Cost
+from ..fold import fold_nodes
 from ..fusion import Group
 from ..graph import ModelGraph
 from ..hardware import ORT_CPU, HardwareProfile
@@ -327,10 +328,14 @@ def denormal_share(values: np.ndarray) -> float:
     return float(np.mean((values > low) & (values < high))) if values.size else 0.0
 
 
+# The largest constant `constant_value` computes (Swin-T's shifted-window mask: 153,664).
+MAX_CONSTANT_ELEMENTS = 1 << 24
+
+
 def constant_value(mg: ModelGraph, name: str) -> np.ndarray | None:
     """The value of tensor `name` when it is computed from Constant nodes alone (Swin's mask:
-    Where over ScatterNDs of constants), evaluated by onnx's reference evaluator; None when it
-    depends on a graph input or an initializer (whose values the graph does not hold)."""
+    Where over ScatterNDs of constants), folded by `analyzer.fold`; None when it depends on a
+    graph input or an initializer (whose values the graph does not hold), or cannot fold."""
     import onnx
     from onnx import helper
 
@@ -347,18 +352,12 @@ def constant_value(mg: ModelGraph, name: str) -> np.ndarray | None:
         todo += [t.name for t in info.inputs if t is not None]
         if len(nodes) > 256:
             return None
-    ordered = sorted(nodes.values(), key=lambda i: i.index)
     protos = [helper.make_node(i.op_type, [t.name if t else "" for t in i.inputs],
                                [t.name for t in i.outputs], domain=i.domain or None, **i.attrs)
-              for i in ordered]
-    graph = helper.make_graph(protos, "constant", [],
-                              [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)])
-    try:
-        from onnx.reference import ReferenceEvaluator
-
-        return np.asarray(ReferenceEvaluator(helper.make_model(graph)).run(None, {})[0])
-    except Exception:  # an op the reference cannot run: no value, no penalty
-        return None
+              for i in sorted(nodes.values(), key=lambda i: i.index)]
+    values = fold_nodes(protos, {}, {"": onnx.defs.onnx_opset_version()},
+                        max_elements=MAX_CONSTANT_ELEMENTS)
+    return values.get(name)
 
 
 def _through_views(mg: ModelGraph, tensor: str) -> NodeInfo | None:
