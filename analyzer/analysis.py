@@ -96,7 +96,7 @@ class AnalysisResult:
         return estimate_model(self.graph, self.groups,
                               {g: nc.cost for g, nc in self.group_costs.items()},
                               {k: nc.cost for k, nc in self.node_costs.items()},
-                              hw, precision, efficiency)
+                              hw, precision, efficiency, self.model)
 
     def add_estimate(self, hw: HardwareProfile, precision: str = "fp32",
                      efficiency: Efficiency | None = None) -> ModelEstimate:

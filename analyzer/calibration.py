@@ -335,10 +335,12 @@ def calibrated_host_profile(threads: int | None = None) -> HardwareProfile:
     return calibrated_host(threads)[0]
 
 
-def calibrated_host(threads: int | None = None) -> tuple[HardwareProfile, EfficiencyFn]:
-    """The `host` profile and the efficiency to estimate with on it: the calibration's curves
-    when there is one, else the profile's constant per-class efficiencies (uncalibrated)."""
-    cal = find_calibration(threads)
+def calibrated_host(threads: int | None = None, runtime: str = DEFAULT_BACKEND
+                    ) -> tuple[HardwareProfile, EfficiencyFn]:
+    """The `host` profile and the efficiency to estimate with on it: the calibration of
+    `runtime` (whose kernels its curves measured) when there is one, else the profile's
+    constant per-class efficiencies (uncalibrated)."""
+    cal = find_calibration(threads, backend=runtime)
     if cal is None:
         hw = host_profile(threads)
         return hw, lambda cls, flops, intensity: hw.efficiency[cls]

@@ -57,7 +57,15 @@ from .calibration import COLD_WEIGHT_KEY, COPY_RUN_KEY, DENORMAL_KEY, TRANSCENDE
 from .cost.base import Cost
 from .fusion import Group
 from .graph import ModelGraph
-from .hardware import PRECISION_BYTES, RUNTIME_KEY, HardwareProfile, MemoryLevel
+from .hardware import (
+    HOST_RUNTIMES,
+    ORT_CPU,
+    PRECISION_BYTES,
+    RUNTIME_KEY,
+    HardwareProfile,
+    MemoryLevel,
+)
+from .loader import LoadedModel
 from .runtimes import Kernel, kernel_model
 
 # (op class, FLOPs, arithmetic intensity) -> achieved fraction of peak.
@@ -267,7 +275,8 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: str, eff
 
 def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, Cost | None],
                    node_costs: dict[str, Cost | None], hw: HardwareProfile, precision: str,
-                   efficiency: Efficiency | None = None) -> ModelEstimate:
+                   efficiency: Efficiency | None = None, model: LoadedModel | None = None
+                   ) -> ModelEstimate:
     """Every group's estimate and the model's: latency and energy summed in execution order,
     each group costed as the kernels the profile's runtime runs for it (`analyzer.runtimes`:
     one kernel per group on an uncalibrated profile)."""
@@ -276,8 +285,8 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
 
         raise UsageError(f"precision {precision!r}: expected one of {', '.join(PRECISION_BYTES)}")
     eff = efficiency or constant_efficiency(hw)
-    model = kernel_model(hw.extra.get(RUNTIME_KEY))
-    kernels = model.kernels(mg, groups, node_costs, group_costs, hw)
+    runtime = kernel_model(hw.extra.get(RUNTIME_KEY))
+    kernels = runtime.kernels(mg, groups, node_costs, group_costs, hw, model)
     out = {g: None if ks is None else cost_kernels(ks, hw, precision, eff)
            for g, ks in kernels.items()}
     known = [e for e in out.values() if e is not None]
@@ -285,17 +294,24 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
                          sum(e.latency_s for e in known), sum(e.energy_j for e in known))
 
 
-def resolve_target(name: str, threads: int | None = None) -> tuple[HardwareProfile, Efficiency]:
+def resolve_target(name: str, threads: int | None = None, runtime: str = ORT_CPU
+                   ) -> tuple[HardwareProfile, Efficiency]:
     """A profile by name and the efficiency curve to estimate with on it.
 
-    `host` is this machine: detected, and calibrated when `onnxlens calibrate` has been run for
-    `threads`; its measured curves then replace the profile's constant efficiencies.
+    `host` is this machine: detected, and calibrated when `onnxlens calibrate --backend
+    runtime` has been run for `threads`; its measured curves then replace the profile's
+    constant efficiencies, and the estimate costs `runtime`'s kernels (`ort-cpu` or
+    `native-cpu`: HOST_RUNTIMES; other profiles are not calibrated and ignore it).
     """
     from .hardware import load_profile
 
+    if runtime not in HOST_RUNTIMES:
+        from .errors import UsageError
+
+        raise UsageError(f"runtime {runtime!r}: expected one of {', '.join(HOST_RUNTIMES)}")
     if name == "host":
         from .calibration import calibrated_host
 
-        return calibrated_host(threads)
+        return calibrated_host(threads, runtime)
     hw = load_profile(name)
     return hw, constant_efficiency(hw)

@@ -72,9 +72,11 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 SUBCLASS_OF = {"grouped_conv": "conv"}
 # `extra[RUNTIME_KEY]` of a calibrated profile: the runtime whose kernels it was measured on
 # (the estimator then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU
-# provider.
+# provider, NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.
 RUNTIME_KEY = "runtime"
 ORT_CPU = "ort-cpu"
+NATIVE_CPU = "native-cpu"
+HOST_RUNTIMES = (ORT_CPU, NATIVE_CPU)
 PROFILES_DIR = Path(__file__).parent / "profiles"
 KINDS = ("cpu", "gpu", "tpu", "npu")
 

@@ -17,3 +17,7 @@ if _os.environ.get("ONNXLENS_NATIVE_MODULE"):
         spec.loader.exec_module(module)
 
     _load_native(_os.environ["ONNXLENS_NATIVE_MODULE"])
+
+# native-cpu's kernel model registers itself with the analyzer's estimator (the analyzer
+# imports no backend: ARCHITECTURE.md, "Kernel models").
+from .native import kernel_model as _kernel_model  # noqa: F401

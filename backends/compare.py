@@ -48,7 +48,7 @@ from .values import Timing
 
 SCHEMA = "onnxlens-compare/1"
 # Backend -> the hardware profile its measurement is set beside (the caller may add ort-cuda).
-DEFAULT_HARDWARE = {"ort-cpu": "host", "torch": "host"}
+DEFAULT_HARDWARE = {"ort-cpu": "host", "native-cpu": "host", "torch": "host"}
 # (steps done, steps in all, what runs now)
 Progress = Callable[[int, int, str], None]
 
@@ -344,15 +344,19 @@ def _prepared(name: str, spec: ModelSpec, path: Path, threads: int) -> Backend:
 def _add_estimates(results: dict[str, BackendRun], analysis: AnalysisResult,
                    hardware: Mapping[str, str], threads: int, warnings: list[str]) -> None:
     """The estimate of each backend's hardware profile; a profile that cannot load is a
-    warning (the estimate column stays empty), never a failed comparison."""
+    warning (the estimate column stays empty), never a failed comparison. A backend that is
+    a host runtime (ort-cpu, native-cpu) is estimated on `host` by its own calibration and
+    kernel model, beside its own measurement; others (torch) by ORT CPU's."""
     from ..analyzer.estimate import resolve_target
+    from ..analyzer.hardware import HOST_RUNTIMES, ORT_CPU
 
     for name, run in results.items():
         key = hardware.get(name)
         if key is None:
             continue
         try:
-            hw, efficiency = resolve_target(key, threads)
+            runtime = name if name in HOST_RUNTIMES else ORT_CPU
+            hw, efficiency = resolve_target(key, threads, runtime)
             run.estimate = analysis.estimate(hw, "fp32", efficiency)
         except (OnnxLensError, ImportError) as e:
             warnings.append(f"{name}: no estimate on hardware {key!r} ({e})")

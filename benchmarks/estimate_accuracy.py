@@ -4,6 +4,7 @@
     python benchmarks/estimate_accuracy.py --threads 1 --recalibrate  # measures this host first
     python benchmarks/estimate_accuracy.py --threads 1 --runs 20 --models resnet18 mobilenet_v2
     python benchmarks/estimate_accuracy.py --threads 1 --measured-cache m.json  # reuse timings
+    python benchmarks/estimate_accuracy.py --threads 1 --backend native-cpu  # the executor's
 
 1. The calibration of this host at `--threads` (`onnxlens calibrate`, backends/calibrate.py):
    loaded from the cache dir, or run (about 100 s) when there is none or with --recalibrate.
@@ -38,6 +39,11 @@ absolute error, share within 10% and 25% and the largest error for raw, correcte
 over the models whose analysis costed every group (a model with groups of unknown cost is
 listed, marked, and left out of the summary: its error would measure the missing cost, not the
 calibration); `--breakdown` adds estimated time per op class.
+
+`--backend native-cpu` does the same for the project's own executor: its calibration
+(`onnxlens calibrate --backend native-cpu`), its kernel model (`backends/native/
+kernel_model.py`: the kernels its planner makes of each group) and its measurement (the same
+clock and statistic, through `NativeCpuBackend`). The drift probe is ORT's, so it is off.
 """
 
 from __future__ import annotations
@@ -56,17 +62,19 @@ import onnxruntime as ort
 
 import onnxlens
 from onnxlens.analyzer.calibration import Calibration, apply_calibration, find_calibration
-from onnxlens.analyzer.estimate import estimate_model
-from onnxlens.analyzer.hardware import ORT_CPU
+from onnxlens.analyzer.hardware import HOST_RUNTIMES, ORT_CPU
 from onnxlens.analyzer.host import host_profile
 from onnxlens.analyzer.runtimes import op_class
+from onnxlens.backends.base import input_specs, load_proto, random_inputs
 from onnxlens.backends.calibrate import (
+    _BackendSession,
     benchmarks,
     describe_fit_check,
     prepare_ort,
     run_calibration,
 )
-from onnxlens.backends.ort_timing import time_model
+from onnxlens.backends.native_cpu import NativeCpuBackend
+from onnxlens.backends.ort_timing import time_model, time_session
 from onnxlens.exporters.torch_export import cached_export
 
 MODELS = ("resnet18", "resnet50", "vgg11", "densenet121", "googlenet", "squeezenet1_0",
@@ -111,12 +119,13 @@ class Row:
         return self.naive_s / self.measured_s - 1
 
 
-def calibration(threads: int, recalibrate: bool, budget_s: float) -> Calibration:
-    cal = None if recalibrate else find_calibration(threads)
+def calibration(threads: int, recalibrate: bool, budget_s: float, backend: str
+                ) -> Calibration:
+    cal = None if recalibrate else find_calibration(threads, backend=backend)
     if cal is None:
-        print(f"calibrating this host at {threads} thread(s) (about {budget_s:g} s) ...",
-              file=sys.stderr, flush=True)
-        cal = run_calibration(threads, budget_s=budget_s)
+        print(f"calibrating this host at {threads} thread(s) through {backend} (about "
+              f"{budget_s:g} s) ...", file=sys.stderr, flush=True)
+        cal = run_calibration(threads, budget_s=budget_s, backend=backend)
         print(f"saved {cal.save()}", file=sys.stderr)
     return cal
 
@@ -127,9 +136,7 @@ def estimate(model: str, cal: Calibration) -> tuple[float, float, int, int, dict
     result = onnxlens.analyze(cached_export(model, image_size=IMAGE_SIZE))
     hw = apply_calibration(host_profile(cal.threads), cal)
     node_costs = {k: nc.cost for k, nc in result.node_costs.items()}
-    est = estimate_model(result.graph, result.groups,
-                         {g: nc.cost for g, nc in result.group_costs.items()}, node_costs, hw,
-                         "fp32", efficiency=cal.efficiency)
+    est = result.estimate(hw, "fp32", cal.efficiency)
     by_class: dict[str, float] = defaultdict(float)
     for g in result.groups:
         ge = est.groups[g.id]
@@ -171,30 +178,39 @@ class Probe:
                                          for n in names))
 
 
-def measured(model: str, threads: int, runs: int) -> float:
+def measured(model: str, threads: int, runs: int, backend: str) -> float:
     """Median of `runs` runs after 3 warm-up runs (CPU time at one thread, else wall)."""
-    return time_model(cached_export(model, image_size=IMAGE_SIZE), threads, runs=runs,
-                      warmup=3, clock="cpu" if threads == 1 else "wall").median_s
+    path = cached_export(model, image_size=IMAGE_SIZE)
+    clock = "cpu" if threads == 1 else "wall"
+    if backend == ORT_CPU:
+        return time_model(path, threads, runs=runs, warmup=3, clock=clock).median_s
+    native = NativeCpuBackend(threads)
+    native.prepare(path)
+    feeds = random_inputs(input_specs(load_proto(path, weights=False)), count=1, batch=1)[0]
+    return time_session(_BackendSession(native.run), feeds, runs=runs, warmup=3,
+                        clock=clock).median_s
 
 
-def measurement_key(model: str, threads: int, runs: int) -> str:
-    """What a cached measurement is valid for: the model file, threads, runs and ORT."""
+def measurement_key(model: str, threads: int, runs: int, backend: str) -> str:
+    """What a cached measurement is valid for: the model file, threads, runs, the backend
+    and ORT's version."""
     path = Path(cached_export(model, image_size=IMAGE_SIZE))
-    return f"{path.name} t{threads} r{runs} ort{ort.__version__}"
+    suffix = "" if backend == ORT_CPU else f" {backend}"
+    return f"{path.name} t{threads} r{runs} ort{ort.__version__}{suffix}"
 
 
 Probes = dict[str, list[dict[str, float]]]  # model -> per round: probe benchmark -> seconds
 
 
 def measure_all(models: list[str], threads: int, runs: int, rounds: int,
-                cache: Path | None, probe: Probe) -> tuple[dict[str, list[float]], Probes]:
+                cache: Path | None, probe: Probe, backend: str = ORT_CPU
+                ) -> tuple[dict[str, list[float]], Probes]:
     """Each model's round medians, and the probe timed right before each (cached ones reused,
     with the probes cached beside them, if any)."""
     saved = json.loads(cache.read_text(encoding="utf-8")) if cache and cache.is_file() else {}
-    out = {m: saved[k] for m in models if len(saved.get(k := measurement_key(m, threads, runs),
-                                                      ())) >= rounds}
-    probes: Probes = {m: saved.get(measurement_key(m, threads, runs) + " probe", [])
-                      for m in out}
+    keys = {m: measurement_key(m, threads, runs, backend) for m in models}
+    out = {m: saved[keys[m]] for m in models if len(saved.get(keys[m], ())) >= rounds}
+    probes: Probes = {m: saved.get(keys[m] + " probe", []) for m in out}
     todo = [m for m in models if m not in out]
     for m in todo:
         out[m], probes[m] = [], []
@@ -203,12 +219,12 @@ def measure_all(models: list[str], threads: int, runs: int, rounds: int,
             print(f"\rmeasuring: round {r + 1}/{rounds}, {model:24s}", end="",
                   file=sys.stderr, flush=True)
             probes[model].append(probe())
-            out[model].append(measured(model, threads, runs))
+            out[model].append(measured(model, threads, runs, backend))
     print(file=sys.stderr)
     if cache and todo:
         for m in todo:
-            saved[key := measurement_key(m, threads, runs)] = out[m]
-            saved[key + " probe"] = probes[m]
+            saved[keys[m]] = out[m]
+            saved[keys[m] + " probe"] = probes[m]
         cache.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
     return out, probes
 
@@ -244,6 +260,8 @@ def print_summary(models: int, ours: dict[str, float], corrected: dict[str, floa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--backend", choices=HOST_RUNTIMES, default=ORT_CPU,
+                    help="the runtime calibrated, estimated and measured")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of measurement (fastest kept)")
     ap.add_argument("--models", nargs="+", default=list(MODELS))
@@ -255,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="JSON file of measured round medians to reuse and extend")
     args = ap.parse_args(argv)
 
-    cal = calibration(args.threads, args.recalibrate, args.budget)
+    cal = calibration(args.threads, args.recalibrate, args.budget, args.backend)
     print(f"calibration {cal.created}, {cal.threads} thread(s), {cal.duration_s:.0f} s: "
           f"peak {cal.peak_fp32_tflops * 1e3:.1f} GFLOP/s, best GEMM "
           f"{cal.gemm_tflops * 1e3:.1f} GFLOP/s, {cal.kernel_overhead_us:.2f} us/kernel, "
@@ -275,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                     for n, t in probe.reference.items()))
     start = time.perf_counter()
     rounds, probes = measure_all(args.models, args.threads, args.runs, args.rounds,
-                                 args.measured_cache, probe)
+                                 args.measured_cache, probe, args.backend)
     spent = time.perf_counter() - start
     print(f"measuring took {spent:.0f} s, of which the probe {probe.spent_s:.1f} s "
           f"({probe.spent_s / max(spent, 1e-9):.1%})")

@@ -29,6 +29,7 @@ def analyze(
     hardware: Sequence[str] = (),
     precision: str | Sequence[str] = "fp32",
     threads: int | None = None,
+    runtime: str = "ort-cpu",
     cached_until: str | None = None,
     from_node: str | None = None,
     to_node: str | None = None,
@@ -41,7 +42,9 @@ def analyze(
 
     `batch` may be a list: the result is the analysis at the first, and `result.sweep` holds
     one row per (batch, precision, hardware). `hardware` names profiles (`host`, `h100`, a
-    .toml path); `threads` is the thread count the `host` profile assumes (its calibration).
+    .toml path); `threads` is the thread count the `host` profile assumes (its calibration),
+    `runtime` the runtime it was calibrated on and whose kernels it costs (ort-cpu or
+    native-cpu).
     `cached_until` / `from_node`+`to_node` / `plus` fill `result.whatif`. `max_nesting_depth`,
     `max_window_value` and `max_expanded_nodes` replace those of `limits`
     (`analyzer.validate.Limits`). Other options go to `onnxlens.analyzer.analysis.analyze`
@@ -53,7 +56,7 @@ def analyze(
     batches = _as_list(batch)
     precisions = _as_list(precision) or ["fp32"]
     result = _analyze_model(source, batch=batches[0] if batches else None, **options)
-    targets = _targets(hardware, threads)
+    targets = _targets(hardware, threads, runtime)
     for hw, efficiency in targets:
         result.add_estimate(hw, precisions[0], efficiency)
     if targets and (len(batches) > 1 or len(precisions) > 1 or len(targets) > 1):
@@ -140,13 +143,15 @@ def _with_limits(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _targets(hardware: Sequence[str], threads: int | None
+def _targets(hardware: Sequence[str], threads: int | None, runtime: str = "ort-cpu"
              ) -> list[tuple[HardwareProfile, Efficiency | None]]:
     if not hardware:
         return []
     from .analyzer.estimate import resolve_target
 
-    return [resolve_target(name, threads) for name in dict.fromkeys(hardware)]
+    if runtime != "ort-cpu":
+        from . import backends  # noqa: F401  (registers the backends' kernel models)
+    return [resolve_target(name, threads, runtime) for name in dict.fromkeys(hardware)]
 
 
 def _model_batch(result: AnalysisResult) -> int:

@@ -177,6 +177,9 @@ def analyze_command(
                          ] = "fp32",
     threads: Annotated[int | None, typer.Option(
         min=1, help="Threads the host profile assumes (its calibration).")] = None,
+    runtime: Annotated[str, typer.Option(
+        help="The runtime `-H host` estimates: ort-cpu or native-cpu (its calibration, "
+        "`onnxlens calibrate --backend`, and its kernels).")] = "ort-cpu",
     cached_until: Annotated[str | None, typer.Option(
         help="What if every node up to this one were cached (node, tensor or module path)?")
                             ] = None,
@@ -219,7 +222,7 @@ def analyze_command(
          netron_path=netron_path, batch=batch,
          input_shape=input_shape, image_size=image_size, keep_batchnorm=keep_batchnorm,
          opset=opset, top=top, precision=precision, measure=measure, runs=runs,
-         hardware=hardware or [], threads=threads,
+         hardware=hardware or [], threads=threads, runtime=runtime,
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,
          prompt_len=prompt_len, context_len=_int_list(context_len, "--context-len") or None,
          strict=strict, flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes,

@@ -29,6 +29,7 @@ from ..fusion import Group
 from ..graph import ModelGraph
 from ..hardware import HardwareProfile
 from ..ir import NodeInfo, TensorInfo
+from ..loader import LoadedModel
 
 ANY = "any"  # a kernel that reads and writes whatever layout its input has
 
@@ -137,12 +138,15 @@ GroupKernels = dict[int, list[Kernel] | None]  # group id -> its kernels; None: 
 
 
 class KernelModel(Protocol):
-    """What a runtime runs for a model's fused groups, in execution order."""
+    """What a runtime runs for a model's fused groups, in execution order. `model` (the
+    loaded model: tensors, constants) is there for a model that plans as its runtime does;
+    None when the caller has only the graph."""
 
     runtime: str
 
     def kernels(self, mg: ModelGraph, groups: list[Group], node_costs: dict[str, Cost | None],
-                group_costs: dict[int, Cost | None], hw: HardwareProfile) -> GroupKernels: ...
+                group_costs: dict[int, Cost | None], hw: HardwareProfile,
+                model: LoadedModel | None = None) -> GroupKernels: ...
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,8 @@ class OneKernelPerGroup:
     runtime: str = "one-kernel-per-group"
 
     def kernels(self, mg: ModelGraph, groups: list[Group], node_costs: dict[str, Cost | None],
-                group_costs: dict[int, Cost | None], hw: HardwareProfile) -> GroupKernels:
+                group_costs: dict[int, Cost | None], hw: HardwareProfile,
+                model: LoadedModel | None = None) -> GroupKernels:
         return {g.id: None if (cost := group_costs[g.id]) is None else
                 [Kernel(op_class(mg, g, node_costs), cost, tuple(g.nodes))] for g in groups}
 

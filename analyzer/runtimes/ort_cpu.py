@@ -27,6 +27,7 @@ from ..fusion import Group
 from ..graph import ModelGraph
 from ..hardware import ORT_CPU, HardwareProfile
 from ..ir import NodeInfo, TensorInfo
+from ..loader import LoadedModel
 from . import ANY, GroupKernels, Kernel, _dominant_class, kernel_of, node_class, op_class
 
 NCHWC, NCHW = "nchwc", "nchw"
@@ -410,7 +411,8 @@ class OrtCpu:
     runtime = ORT_CPU
 
     def kernels(self, mg: ModelGraph, groups: list[Group], node_costs: dict[str, Cost | None],
-                group_costs: dict[int, Cost | None], hw: HardwareProfile) -> GroupKernels:
+                group_costs: dict[int, Cost | None], hw: HardwareProfile,
+                model: LoadedModel | None = None) -> GroupKernels:
         """Layout changes are charged to the group that needs them, before the kernel that
         reads them; a kernel ORT folds into a lone NCHWc kernel of an earlier group carries
         that kernel as its `host`."""

@@ -51,6 +51,7 @@ class Kernel:
     floats: dict[str, list[float]] = field(default_factory=dict)
     operands: list[tuple[str, tuple[int, ...] | None]] = field(default_factory=list)
     program: list[Instr] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)  # the graph nodes it computes (their keys)
 
     def operand(self, name: str, view: tuple[int, ...] | None = None) -> int:
         """The source code of operand `name` seen as `view`, added once."""

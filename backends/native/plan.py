@@ -26,7 +26,9 @@ import onnx
 from ...analyzer.analysis import AnalysisResult
 from ...analyzer.errors import OnnxLensError
 from ...analyzer.fusion import Group
+from ...analyzer.graph import ModelGraph
 from ...analyzer.ir import NodeInfo, dtype_bytes
+from ...analyzer.loader import LoadedModel
 from ...analyzer.memory import boundary_lifetimes
 from .fold import static_values
 from .lower import (
@@ -110,40 +112,58 @@ class Plan:
 
 def build_plan(result: AnalysisResult) -> Plan:
     """The plan of `result`'s groups; `UnsupportedModel` lists every node it cannot run."""
-    mg, model = result.graph, result.model
-    values, static = static_values(model, mg)
-    low = Lowering(model.tensors, values, model.opset)
-    lifetimes = boundary_lifetimes(mg, result.groups)
-    problems: dict[str, list[str]] = {}
-    steps = []
-    for group in result.groups:
-        kernels = _lower_group(group, result, low, static, lifetimes, problems)
-        steps.append(Step(group.id, group.nodes[-1], group.pattern, kernels))
-    if problems:
+    lowered = lower_groups(result.model, result.graph, result.groups)
+    if lowered.problems:
         raise UnsupportedModel("native-cpu cannot run " + "; ".join(
             f"{what} (node {nodes[0]!r}" + (f" and {len(nodes) - 1} more)" if len(nodes) > 1
-                                            else ")") for what, nodes in problems.items()))
-    return _assemble(result, steps, values, lifetimes)
+                                            else ")")
+            for what, nodes in lowered.problems.items()))
+    return _assemble(result, lowered.steps, lowered.values, lowered.lifetimes)
 
 
-def _lower_group(group: Group, result: AnalysisResult, low: Lowering, static: set[str],
+@dataclass
+class Lowered:
+    """Every group's step (a refused group's holds only its folded copies), and why not."""
+
+    steps: list[Step]
+    problems: dict[str, list[str]]  # reason -> the nodes it refuses
+    refused: set[int]  # ids of the groups with a node the executor cannot run
+    values: dict[str, np.ndarray]  # constants and folded tensors
+    lifetimes: dict[str, tuple[int, int]]  # the tensors that cross group boundaries
+
+
+def lower_groups(model: LoadedModel, mg: ModelGraph, groups: list[Group]) -> Lowered:
+    """The executor's kernels for each group, in order: what the plan runs and what the
+    native kernel model (`backends.native.kernel_model`) costs."""
+    values, static = static_values(model, mg)
+    low = Lowering(model.tensors, values, model.opset)
+    lifetimes = boundary_lifetimes(mg, groups)
+    problems: dict[str, list[str]] = {}
+    steps, refused = [], set()
+    for group in groups:
+        kernels, ok = _lower_group(group, mg, low, static, lifetimes, problems)
+        steps.append(Step(group.id, group.nodes[-1], group.pattern, kernels))
+        if not ok:
+            refused.add(group.id)
+    return Lowered(steps, problems, refused, values, lifetimes)
+
+
+def _lower_group(group: Group, mg: ModelGraph, low: Lowering, static: set[str],
                  lifetimes: dict[str, tuple[int, int]], problems: dict[str, list[str]]
-                 ) -> list[Kernel]:
-    mg = result.graph
+                 ) -> tuple[list[Kernel], bool]:
     kernels = [Kernel("Copy", [_folded(t.name)], [t.name]) for key in group.nodes
                if key in static for t in mg.info(key).outputs if t.name in lifetimes]
     nodes = [mg.info(key) for key in group.nodes if key not in static]
-    for info in nodes:
-        reason = _unsupported_reason(info, low)
-        if reason:
-            problems.setdefault(reason, []).append(info.name)
-    if any(_unsupported_reason(info, low) for info in nodes):
-        return kernels
+    reasons = [(info, reason) for info in nodes if (reason := _unsupported_reason(info, low))]
+    for info, reason in reasons:
+        problems.setdefault(reason, []).append(info.name)
+    if reasons:
+        return kernels, False
     try:
-        return kernels + _GroupLowering(nodes, group, result, low, lifetimes).lower()
+        return kernels + _GroupLowering(nodes, group, mg, low, lifetimes).lower(), True
     except Unsupported as e:
         problems.setdefault(f"{group.pattern}: {e}", []).append(group.nodes[-1])
-        return kernels
+        return kernels, False
 
 
 FOLDED = "::folded"
@@ -199,11 +219,11 @@ class _GroupLowering:
     stay in registers: the node that buried it is then not absorbed, and the group is lowered
     again (`barrier`)."""
 
-    def __init__(self, nodes: list[NodeInfo], group: Group, result: AnalysisResult,
+    def __init__(self, nodes: list[NodeInfo], group: Group, mg: ModelGraph,
                  low: Lowering, lifetimes: dict[str, tuple[int, int]]) -> None:
         self.nodes = nodes
         self.members = set(group.nodes)
-        self.mg = result.graph
+        self.mg = mg
         self.low = low
         self.lifetimes = lifetimes
         self.barrier: set[str] = set()
@@ -241,6 +261,7 @@ class _GroupLowering:
                 opens.append(current)
             else:
                 for k in LOWERINGS[node.op_type](node, self.low):
+                    k.nodes = [node.name]
                     kernels.append(k)
                     done.update(k.outputs)
         if current is not None:
@@ -283,6 +304,7 @@ class _GroupLowering:
             last = k.program[-1]
             k.program[-1] = Instr(last.op, 0, last.srcs, last.params)
         k.outputs = [final]
+        k.nodes = [n.name for n in current.nodes]
         done.add(final)
         return k
 

@@ -1,0 +1,83 @@
+"""native-cpu's kernel model: the kernels the executor's own planner makes of each group.
+
+The estimate of a profile calibrated through native-cpu (`onnxlens calibrate --backend
+native-cpu`) costs what the executor runs, read from the planner itself
+(`plan.lower_groups`), never from a restatement of its rules:
+
+- a Conv, Gemm or MatMul with the elementwise nodes fused after it is one kernel whose
+  epilogue (bias, BatchNorm, residual Add, activations) runs at the kernel's rate, on values
+  in registers (no separate activation pass, unlike ORT's MLAS);
+- a convolution keeps its class (`depthwise`, `grouped_conv`, `conv`): the core's depthwise
+  path is what the calibration's depthwise benchmarks timed;
+- a run of elementwise nodes is one Elementwise kernel (its register program), which reads
+  the tensors entering it and writes the one leaving it;
+- any other group (attention, a norm, a squeeze-excite) runs as the planner's sequence of
+  kernels, their intermediate values in scratch memory: each kernel pays its own traffic and
+  launch;
+- nodes computed from constants are folded before the run and cost nothing; a folded tensor
+  that crosses a group boundary is copied into the arena (a `data_movement` kernel of its
+  bytes).
+
+Each kernel's cost is `analyzer.runtimes.kernel_of` of the nodes it computes (their formulas,
+the tensors crossing the kernel's boundary), so its FLOPs are the analyzer's own. A group the
+executor cannot run is estimated as one kernel (what the analyzer would otherwise assume), so
+the estimate stays complete; `onnxlens compare` says the backend cannot run it. Not modelled:
+the GEMM micro-kernel's tile edges (a GEMM is one curve point per size, as calibrated).
+"""
+
+from __future__ import annotations
+
+from ...analyzer.cost.base import Cost
+from ...analyzer.fusion import Group
+from ...analyzer.graph import ModelGraph
+from ...analyzer.hardware import NATIVE_CPU, HardwareProfile
+from ...analyzer.loader import LoadedModel
+from ...analyzer.runtimes import (
+    ANY,
+    GroupKernels,
+    Kernel,
+    kernel_of,
+    node_class,
+    one_kernel_per_group,
+    register_kernel_model,
+)
+from . import lower
+from .plan import FOLDED, lower_groups
+
+
+class NativeCpu:
+    """The native executor's plan, kernel by kernel."""
+
+    runtime = NATIVE_CPU
+
+    def kernels(self, mg: ModelGraph, groups: list[Group], node_costs: dict[str, Cost | None],
+                group_costs: dict[int, Cost | None], hw: HardwareProfile,
+                model: LoadedModel | None = None) -> GroupKernels:
+        if model is None:  # no tensors to plan with: the analyzer's groups as they are
+            return one_kernel_per_group.kernels(mg, groups, node_costs, group_costs, hw)
+        lowered = lower_groups(model, mg, groups)
+        fallback = one_kernel_per_group.kernels(
+            mg, [g for g in groups if g.id in lowered.refused], node_costs, group_costs, hw)
+        out: GroupKernels = {}
+        for group, step in zip(groups, lowered.steps, strict=True):
+            if group.id in lowered.refused or any(node_costs.get(k) is None
+                                                  for k in group.nodes):
+                out[group.id] = fallback.get(group.id)
+                continue
+            out[group.id] = [_kernel(mg, k, node_costs, model) for k in step.kernels]
+        return out
+
+
+def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
+            model: LoadedModel) -> Kernel:
+    if not k.nodes:  # a folded tensor copied into the arena: read once, written once
+        nbytes = sum(model.tensors[n].nbytes for n in k.outputs)
+        name = k.inputs[0] or ""
+        return Kernel("data_movement", Cost(bytes_read=nbytes, bytes_written=nbytes),
+                      (name.removesuffix(FOLDED),))
+    cls = "elementwise" if k.op == "Elementwise" else node_class(mg.info(k.nodes[0]))
+    return kernel_of(mg, k.nodes, costs, cls, ANY, ANY)
+
+
+MODEL = NativeCpu()
+register_kernel_model(MODEL)

@@ -1,0 +1,158 @@
+"""native-cpu's kernel model: the kernels the executor's planner makes of each group, costed by
+the general estimator, and `--runtime native-cpu` picking native-cpu's calibration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from onnxlens import analyze
+from onnxlens.analyzer.calibration import Calibration, Curve, host_name
+from onnxlens.analyzer.errors import UsageError
+from onnxlens.analyzer.estimate import resolve_target
+from onnxlens.analyzer.hardware import NATIVE_CPU, ORT_CPU, RUNTIME_KEY
+from onnxlens.analyzer.host import detect_cpu, host_profile
+from onnxlens.analyzer.runtimes import kernel_model
+from onnxlens.backends.native.kernel_model import MODEL, NativeCpu
+from onnxlens.cli import app
+
+RNG = np.random.default_rng(0)
+
+
+def _init(name: str, *shape: int) -> onnx.TensorProto:
+    return numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32), name)
+
+
+def _save(tmp_path: Path, nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto],
+          x: list[int], y: list[int]) -> Path:
+    graph = helper.make_graph(nodes, "m",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    return path
+
+
+def _kernels(path: Path) -> tuple[object, dict]:
+    r = analyze(path)
+    costs = {k: nc.cost for k, nc in r.node_costs.items()}
+    out = MODEL.kernels(r.graph, r.groups, costs,
+                        {g: nc.cost for g, nc in r.group_costs.items()}, host_profile(1), r.model)
+    return r, out
+
+
+def test_the_model_registers_with_the_backends() -> None:
+    assert kernel_model(NATIVE_CPU) is MODEL and isinstance(MODEL, NativeCpu)
+
+
+def test_a_conv_with_its_epilogue_is_one_kernel(tmp_path: Path) -> None:
+    """Conv + bias + residual Add + Relu (ResNet's block end): one kernel of the group's own
+    cost; the Add and the Relu run in its epilogue (at the kernel's rate), not in a pass of
+    their own."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "x"], ["r"]),
+             helper.make_node("Relu", ["r"], ["y"])]
+    path = _save(tmp_path, nodes, [_init("w", 8, 8, 3, 3), _init("b", 8)],
+                 [1, 8, 16, 16], [1, 8, 16, 16])
+    r, out = _kernels(path)
+    (group,) = r.groups
+    (k,) = out[group.id]
+    assert k.cls == "conv" and k.nodes == tuple(group.nodes)
+    assert k.cost.macs == 16 * 16 * 8 * 8 * 9  # H·W·Cout·Cin·kh·kw
+    out_bytes = 8 * 16 * 16 * 4
+    # reads x (once, for the conv and the residual), w, b; writes y
+    assert k.cost.bytes_read == out_bytes + (8 * 8 * 9 + 8) * 4
+    assert k.cost.bytes_written == out_bytes
+    assert not k.epilogue.other_flops  # no activation pass after the kernel
+
+
+def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=8, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    path = _save(tmp_path, nodes, [_init("w", 8, 1, 3, 3)], [1, 8, 16, 16], [1, 8, 16, 16])
+    r, out = _kernels(path)
+    assert [k.cls for k in out[r.groups[0].id]] == ["depthwise"]
+
+
+def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:
+    """softmax(Q·Kᵀ)·V, one fused group, runs as the planner's three kernels (MatMul, Softmax,
+    MatMul); the scores pass through scratch memory, so each kernel pays its own traffic: the
+    [s, s] scores are written by the first and read by the second, the probabilities written
+    by the second and read by the third."""
+    s, d = 32, 16
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "xt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "x"], ["y"])]
+    path = _save(tmp_path, nodes, [], [s, d], [s, d])
+    r, out = _kernels(path)
+    kernels = [k for g in r.groups for k in out[g.id]]
+    by_node = {k.nodes[-1]: k for k in kernels}
+    qk, softmax, pv = (by_node[r.graph.producer[t]] for t in ("scores", "p", "y"))
+    assert (qk.cls, softmax.cls, pv.cls) == ("gemm", "normalization", "gemm")
+    assert qk.cost.macs == s * d * s and pv.cost.macs == s * s * d
+    assert qk.cost.bytes_written == s * s * 4 == softmax.cost.bytes_read
+    assert softmax.cost.bytes_written == s * s * 4
+    assert pv.cost.bytes_read == (s * s + s * d) * 4
+
+
+def test_a_group_the_executor_cannot_run_is_one_kernel(tmp_path: Path) -> None:
+    """The estimate stays complete: a group with an op the planner refuses (Erf on int32 is not
+    float32) is costed as one kernel, as an uncalibrated profile would."""
+    nodes = [helper.make_node("Cast", ["x"], ["i"], to=TensorProto.INT32),
+             helper.make_node("Neg", ["i"], ["n"]),
+             helper.make_node("Cast", ["n"], ["y"], to=TensorProto.FLOAT)]
+    path = _save(tmp_path, nodes, [], [4, 4], [4, 4])
+    r, out = _kernels(path)
+    assert all(out[g.id] is not None for g in r.groups)
+
+
+@pytest.fixture
+def native_calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Calibration:
+    monkeypatch.setenv("ONNXLENS_CACHE", str(tmp_path / "cache"))
+    hw = host_profile(1)
+    cal = Calibration(
+        host=host_name(), cpu=detect_cpu().model, threads=1, peak_fp32_tflops=0.2,
+        gemm_tflops=0.15, kernel_overhead_us=0.5,
+        bandwidth_gbps={lv.name: 10.0 * (len(hw.memory) - i) for i, lv in enumerate(hw.memory)},
+        curves={"elementwise": Curve(0.3, 2e3, 0.5), "conv": Curve(0.8, 1e6, 4.0),
+                "gemm": Curve(0.9, 1e5, 2.0)},
+        levels=[(lv.name, lv.size_bytes) for lv in hw.memory], points=(),
+        ort_version="1.0", created="2026-01-01T00:00:00+00:00", duration_s=90.0,
+        backend=NATIVE_CPU)
+    cal.save()
+    return cal
+
+
+def test_runtime_picks_that_runtimes_calibration(native_calibration: Calibration,
+                                                 tmp_path: Path) -> None:
+    native, _ = resolve_target("host", 1, NATIVE_CPU)
+    assert native.calibrated and native.extra[RUNTIME_KEY] == NATIVE_CPU
+    assert native.kernel_launch_us == 0.5
+    ort_host, _ = resolve_target("host", 1, ORT_CPU)  # ORT has no calibration here
+    assert not ort_host.calibrated
+    with pytest.raises(UsageError, match="runtime 'tpu'"):
+        resolve_target("host", 1, "tpu")
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    path = _save(tmp_path, nodes, [], [1, 1024], [1, 1024])
+    est = analyze(path, hardware=["host"], threads=1, runtime=NATIVE_CPU).estimates["host"]
+    assert est.calibrated and est.profile.extra[RUNTIME_KEY] == NATIVE_CPU
+    # one Relu kernel: 8 KB through the fastest level's 10·n GB/s, and the kernel's 0.5 us
+    (group,) = est.groups.values()
+    assert group is not None and group.overhead_s == pytest.approx(0.5e-6)
+
+
+def test_cli_runtime_flag(native_calibration: Calibration, tmp_path: Path) -> None:
+    path = _save(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [], [1, 64], [1, 64])
+    out = CliRunner().invoke(app, ["analyze", str(path), "-H", "host", "--threads", "1",
+                                   "--runtime", "native-cpu"])
+    assert out.exit_code == 0, out.output
+    bad = CliRunner().invoke(app, ["analyze", str(path), "-H", "host", "--runtime", "tpu"])
+    assert bad.exit_code != 0 and "runtime 'tpu'" in bad.output
+    assert "Traceback" not in bad.output
