@@ -1,10 +1,10 @@
 """This host's calibration: measured efficiency curves, memory bandwidths and kernel overhead.
 
-`onnxlens calibrate` (`backends/calibrate.py`) times single-op micro-benchmarks through ONNX
-Runtime's CPU provider and fits what is stored here; this module only holds, reads and writes
-that data (the analyzer never runs a model). A calibration is a JSON file in the user's cache
-dir (`$ONNXLENS_CACHE`, else `$XDG_CACHE_HOME/onnxlens`, else `~/.cache/onnxlens`) named by
-host and thread count: ``calibration-<host>-t<threads>.json``.
+`onnxlens calibrate` (`backends/calibrate/`: catalogue, measure, fit) times single-op
+micro-benchmarks through ONNX Runtime's CPU provider and fits what is stored here; this module
+only holds, reads and writes that data (the analyzer never runs a model). A calibration is a
+JSON file in the user's cache dir (`$ONNXLENS_CACHE`, else `$XDG_CACHE_HOME/onnxlens`, else
+`~/.cache/onnxlens`) named by host and thread count: ``calibration-<host>-t<threads>.json``.
 
 What it holds:
 
@@ -45,16 +45,16 @@ What it holds:
   count does not). The calibrated profile carries it as `extra["transcendental_flops"]`; the
   estimator then costs a group's FLOPs without MACs as `Cost.vector_flops` of it. A file
   without it reads 1 (each transcendental one FLOP).
-- `cold_weight_gbps`: the rate at which a network's kernels read weights the caches did not
-  keep since the last inference (`backends.calibrate.cold_weight_gbps`: a chain of Convs with
+- `cold_weight_gbps`: the rate at which a network's kernels read weights the caches did not keep
+  since the last inference (`backends.calibrate.measure.cold_weight_gbps`: a chain of Convs with
   a weight per layer against the same chain sharing one, timed at one thread; at T threads
   `cold_weight_rate`: T times that, up to main memory's bandwidth). Every micro-benchmark runs
   one kernel over and over, its weights hot; in a network each weight is read once per
   inference. The calibrated profile carries it as `extra["cold_weight_gbps"]`, and
-  `estimate_model` adds each kernel's weight fetch at that rate (`cold_weights`). A file
-  without it reads 0 (not measured: nothing added).
+  `estimate_model` adds each kernel's weight fetch at that rate (`cold_weights`). A file without
+  it reads 0 (not measured: nothing added).
 - `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, beyond the run's
-  bytes at the bandwidth (`backends.calibrate.fit_copy_run`, from the calibration's
+  bytes at the bandwidth (`backends.calibrate.fit.fit_copy_run`, from the calibration's
   transposes; `analyzer.runtimes.ort_cpu.transpose_runs` counts a Transpose's runs). The calibrated
   profile carries it as `extra["copy_run_ns"]`; a file without it reads 0 (nothing added).
 - `denormal_factor`: how much slower a MatMul runs when its left operand is all float32

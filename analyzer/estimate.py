@@ -231,7 +231,7 @@ def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile, pr
     with work_s its FLOPs at its class's best efficiency (no size or reuse penalty); their
     energy at main memory's pJ/byte. A compute-bound convolution pays the fetch on top
     (measured: Conv chains with a weight per layer against one shared weight,
-    `backends.calibrate.cold_weight_gbps`); a GEMV, whose time is already its weight stream,
+    `backends.calibrate.measure.cold_weight_gbps`); a GEMV, whose time is already its weight stream,
     is re-rated to it (VGG-11's FusedGemm layers, 16 to 411 MB, ran at 16-18 GB/s, the rate
     the chains measured). Calibration benchmarks, hot, are not changed. Approximation,
     signed: every weight counts as cold, which over-estimates a network small enough that

@@ -6,7 +6,7 @@
     python benchmarks/estimate_accuracy.py --threads 1 --measured-cache m.json  # reuse timings
     python benchmarks/estimate_accuracy.py --threads 1 --backend native-cpu  # the executor's
 
-1. The calibration of this host at `--threads` (`onnxlens calibrate`, backends/calibrate.py):
+1. The calibration of this host at `--threads` (`onnxlens calibrate`, backends/calibrate/):
    loaded from the cache dir, or run (about 100 s) when there is none or with --recalibrate.
    It sees synthetic one-op micro-benchmarks only, never the models below.
 2. Each torchvision model, exported once at 224x224 with BatchNorm folded into the cache dir
@@ -66,13 +66,9 @@ from onnxlens.analyzer.hardware import HOST_RUNTIMES, ORT_CPU
 from onnxlens.analyzer.host import host_profile
 from onnxlens.analyzer.runtimes import op_class
 from onnxlens.backends.base import input_specs, load_proto, random_inputs
-from onnxlens.backends.calibrate import (
-    _BackendSession,
-    benchmarks,
-    describe_fit_check,
-    prepare_ort,
-    run_calibration,
-)
+from onnxlens.backends.calibrate.catalogue import benchmarks
+from onnxlens.backends.calibrate.fit import describe_fit_check
+from onnxlens.backends.calibrate.measure import BackendSession, prepare_ort, run_calibration
 from onnxlens.backends.native_cpu import NativeCpuBackend
 from onnxlens.backends.ort_timing import time_model, time_session
 from onnxlens.exporters.torch_export import cached_export
@@ -187,7 +183,7 @@ def measured(model: str, threads: int, runs: int, backend: str) -> float:
     native = NativeCpuBackend(threads)
     native.prepare(path)
     feeds = random_inputs(input_specs(load_proto(path, weights=False)), count=1, batch=1)[0]
-    return time_session(_BackendSession(native.run), feeds, runs=runs, warmup=3,
+    return time_session(BackendSession(native.run), feeds, runs=runs, warmup=3,
                         clock=clock).median_s
 
 

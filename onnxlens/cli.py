@@ -353,7 +353,8 @@ def calibrate_command(
 ) -> None:
     """Measure this host through ONNX Runtime (or the native executor) and save the
     efficiency curves `--hardware host` then uses."""
-    from .backends.calibrate import describe_fit_check, run_calibration
+    from .backends.calibrate.fit import describe_fit_check
+    from .backends.calibrate.measure import run_calibration
 
     def calibrate() -> Path:
         return run_calibration(threads, budget_s=budget, progress=True, backend=backend).save()

@@ -33,7 +33,7 @@ from onnxlens.analyzer.calibration import (
 from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.hardware import OP_CLASSES, ORT_CPU, RUNTIME_KEY
 from onnxlens.analyzer.host import detect_cpu, host_profile
-from onnxlens.backends import calibrate
+from onnxlens.backends.calibrate import catalogue, fit, measure
 from onnxlens.backends.ort_timing import profile_model, time_model
 from onnxlens.backends.values import Timing
 
@@ -66,11 +66,11 @@ def test_fit_recovers_a_known_curve() -> None:
     flops = np.logspace(4, 10, 25)
     intensity = np.tile([0.5, 2.0, 8.0, 32.0, 128.0], 5)
     eff = np.array([truth(f, i) for f, i in zip(flops, intensity, strict=True)])
-    fit = calibrate.fit_curve(flops, intensity, eff)
-    assert fit.e_max == pytest.approx(0.8, rel=0.1)
-    assert fit.log_error < 0.05 and fit.points == 25
+    curve = fit.fit_curve(flops, intensity, eff)
+    assert curve.e_max == pytest.approx(0.8, rel=0.1)
+    assert curve.log_error < 0.05 and curve.points == 25
     for f, i, e in zip(flops, intensity, eff, strict=True):
-        assert fit(f, i) == pytest.approx(e, rel=0.08)
+        assert curve(f, i) == pytest.approx(e, rel=0.08)
 
 
 def test_fit_recovers_level_factors_and_caps_efficiency_at_one() -> None:
@@ -81,19 +81,19 @@ def test_fit_recovers_level_factors_and_caps_efficiency_at_one() -> None:
     flops = np.full(12, 1e9)
     levels = ["L2"] * 7 + ["L3"] * 5  # L2, the most common level, is the reference
     eff = np.array([truth(f, i, lv) for f, i, lv in zip(flops, intensity, levels, strict=True)])
-    fit = calibrate.fit_curve(flops, intensity, eff, levels)
-    assert fit.level_factors == {"L3": pytest.approx(10.0, rel=0.05)}
-    assert fit(1e9, 2.0, "L2") == pytest.approx(0.9 * 2 / 6, rel=0.05)
-    assert fit(1e9, 2.0, "L3") == pytest.approx(0.9 * 2 / 42, rel=0.08)
-    assert fit(1e9, 1024.0, "L3") == pytest.approx(0.9 * 1024 / 1064, rel=0.05)
-    too_fast = calibrate.fit_curve(flops, intensity, np.full(12, 1.7))
+    curve = fit.fit_curve(flops, intensity, eff, levels)
+    assert curve.level_factors == {"L3": pytest.approx(10.0, rel=0.05)}
+    assert curve(1e9, 2.0, "L2") == pytest.approx(0.9 * 2 / 6, rel=0.05)
+    assert curve(1e9, 2.0, "L3") == pytest.approx(0.9 * 2 / 42, rel=0.08)
+    assert curve(1e9, 1024.0, "L3") == pytest.approx(0.9 * 1024 / 1064, rel=0.05)
+    too_fast = fit.fit_curve(flops, intensity, np.full(12, 1.7))
     assert too_fast.e_max <= 1.0
 
 
 def test_a_constant_curve_from_too_few_points() -> None:
-    fit = calibrate.fit_curve(np.array([1e6, 1e7]), np.array([1.0, 10.0]), np.array([0.2, 0.4]))
-    assert fit.f_half == fit.i_half == 0.0
-    assert fit.e_max == pytest.approx(math.sqrt(0.2 * 0.4))
+    curve = fit.fit_curve(np.array([1e6, 1e7]), np.array([1.0, 10.0]), np.array([0.2, 0.4]))
+    assert curve.f_half == curve.i_half == 0.0
+    assert curve.e_max == pytest.approx(math.sqrt(0.2 * 0.4))
 
 
 def test_run_calibration_fits_a_fake_machine() -> None:
@@ -101,18 +101,18 @@ def test_run_calibration_fits_a_fake_machine() -> None:
     costs: the fit finds the overhead and bandwidths, and efficiencies near 40%."""
     peak = host_profile(1).peak_flops("fp32")
 
-    def prepare(model: onnx.ModelProto, threads: int) -> calibrate.Timer:
+    def prepare(model: onnx.ModelProto, threads: int) -> measure.Timer:
         if model.graph.node[0].op_type == "Relu" and model.graph.input[0].type.tensor_type \
                 .shape.dim[-1].dim_value == 16:  # the overhead chain
             return lambda min_time_s: 5e-6 + 1e-6 * len(model.graph.node)
-        result = calibrate.analyze(model)
+        result = measure.analyze(model)
         cost = result.group_costs[0].cost
         assert cost is not None
         work = max(cost.flops() / (0.4 * peak), (cost.bytes_read + cost.bytes_written) / 20e9)
         return lambda min_time_s: 5e-6 + 1e-6 + work
 
     # 0.3 s: the coarse tier always runs; analyzing the rest alone takes longer than that.
-    cal = calibrate.run_calibration(1, budget_s=0.3, progress=False, prepare=prepare)
+    cal = measure.run_calibration(1, budget_s=0.3, progress=False, prepare=prepare)
     assert cal.kernel_overhead_us == pytest.approx(1.0, rel=1e-6)
     assert cal.points and "skipped to stay within 0.3 s" in cal.notes[0]
     assert all(bw == pytest.approx(20.0, rel=0.05) for bw in cal.bandwidth_gbps.values())
@@ -125,7 +125,7 @@ def test_run_calibration_fits_a_fake_machine() -> None:
 
 
 def test_a_real_mini_calibration() -> None:
-    cal = calibrate.run_calibration(1, budget_s=4.0, progress=False)
+    cal = measure.run_calibration(1, budget_s=4.0, progress=False)
     assert cal.bandwidth_gbps and all(bw > 0 for bw in cal.bandwidth_gbps.values())
     assert cal.kernel_overhead_us >= 0 and cal.peak_fp32_tflops > 0
     assert all(0 < c.e_max <= 1 for c in cal.curves.values())
@@ -138,22 +138,22 @@ def test_a_real_mini_calibration() -> None:
 
 def test_a_real_mini_calibration_of_the_native_executor() -> None:
     pytest.importorskip("onnxlens.backends._native")
-    cal = calibrate.run_calibration(1, budget_s=3.0, progress=False, backend="native-cpu")
+    cal = measure.run_calibration(1, budget_s=3.0, progress=False, backend="native-cpu")
     assert cal.backend == "native-cpu" and cal.points
     assert all(0 < c.e_max <= 1 for c in cal.curves.values())
     assert {"elementwise", "conv", "gemm"} <= set(cal.curves)
 
 
 def test_the_layout_kernels_are_cut_off() -> None:
-    bench = calibrate.conv(32, 32, 28)
+    bench = catalogue.conv(32, 32, 28)
     model = bench.build()
-    assert calibrate.prepare_ort(model, 1)(0.0) > 0
+    assert measure.prepare_ort(model, 1)(0.0) > 0
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "opt.onnx")
         kernels = profile_model(model, 1, runs=1, warmup=0, optimized_model_path=path)[0]
-        cut = calibrate.without_layout(onnx.load(path), kernels)
+        cut = measure.without_layout(onnx.load(path), kernels)
     assert {k.op_type for k in kernels} >= {"ReorderInput", "ReorderOutput"}
     assert [n.op_type for n in cut.graph.node] == ["Conv"]
 
@@ -240,7 +240,7 @@ def test_own_curves_for_pools_normalizations_and_reductions() -> None:
     norm = [Point(f"n{i}", "normalization", 0, f, 4096, f / (0.05 * peak))
             for i, f in enumerate((1e6, 4e6, 1.6e7))]  # 200 us and more: not memory bound
     pools = [Point(f"p{i}", "pool", 0, 1e6, 4096, 1e-3) for i in range(2)]
-    curves = calibrate.fit_vector_classes(norm + pools, hw, peak, bandwidth)
+    curves = fit.fit_vector_classes(norm + pools, hw, peak, bandwidth)
     assert set(curves) == {"normalization"}
     assert curves["normalization"](1e6, 244.0) == pytest.approx(0.05, rel=1e-6)
 
@@ -256,7 +256,7 @@ def test_the_vector_fit_tells_bandwidth_from_transcendental_work() -> None:
     bandwidth (given a reuse factor, the curve fitted to the Sigmoids became a second,
     slower bandwidth and made a Relu several times too slow)."""
     hw = host_profile(1)
-    peak, gbps, tau = 1e11, 20.0, float(calibrate.TRANSCENDENTAL_GRID[9])  # tau ~ 3.98
+    peak, gbps, tau = 1e11, 20.0, float(fit.TRANSCENDENTAL_GRID[9])  # tau ~ 3.98
     points = []
     for n in (2 ** 12, 2 ** 14, 2 ** 16, 2 ** 19, 2 ** 21, 2 ** 24):
         for op, flops, transcendental in (("Relu", n, 0), ("Sigmoid", n, n),
@@ -265,7 +265,7 @@ def test_the_vector_fit_tells_bandwidth_from_transcendental_work() -> None:
             points.append(Point(f"{op} {n}", "elementwise", 0, flops, 8 * n,
                                 max(work / (0.05 * peak), 8 * n / (gbps * 1e9)),
                                 transcendental=transcendental))
-    bandwidth, curve, fitted_tau = calibrate.fit_vector(points, hw, peak)
+    bandwidth, curve, fitted_tau = fit.fit_vector(points, hw, peak)
     assert fitted_tau == pytest.approx(tau)
     assert set(bandwidth) == {lv.name for lv in hw.memory}
     assert all(bw == pytest.approx(gbps, rel=1e-6) for bw in bandwidth.values())
@@ -273,7 +273,7 @@ def test_the_vector_fit_tells_bandwidth_from_transcendental_work() -> None:
     cal = dataclasses.replace(_calibration(), peak_fp32_tflops=peak / 1e12,
                               bandwidth_gbps=bandwidth, curves={"elementwise": curve},
                               transcendental_flops=fitted_tau, points=tuple(points))
-    assert max(calibrate.fit_check(cal).values()) < 0.02  # every point within 2%
+    assert max(fit.fit_check(cal).values()) < 0.02  # every point within 2%
 
 
 @pytest.mark.parametrize(("ns_per_byte", "gbps"), [(1.0, 1.0), (0.0, 0.0)])
@@ -283,11 +283,11 @@ def test_the_cold_weight_rate_is_the_extra_time_of_distinct_weights(ns_per_byte:
     initializers: the chain with a weight per layer has (layers - 1) weights more than the
     shared one, so the rate is exactly 1 / ns_per_byte GB/s; with no such cost, 0 (not
     measured)."""
-    def prepare(model: onnx.ModelProto, threads: int) -> calibrate.Timer:
+    def prepare(model: onnx.ModelProto, threads: int) -> measure.Timer:
         nbytes = sum(onnx.numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
         return lambda min_time_s: 1e-3 + nbytes * ns_per_byte * 1e-9
 
-    assert calibrate.cold_weight_gbps(1, prepare) == pytest.approx(gbps)
+    assert measure.cold_weight_gbps(1, prepare) == pytest.approx(gbps)
 
 
 @pytest.mark.parametrize(("per_core", "threads", "main", "rate"),
@@ -296,7 +296,7 @@ def test_the_cold_weight_rate_is_the_extra_time_of_distinct_weights(ns_per_byte:
                           (17.5, 2, 28.8, 28.8)])  # ... up to main memory's bandwidth
 def test_the_cold_weight_rate_adds_over_threads_up_to_main_memory(
         per_core: float, threads: int, main: float, rate: float) -> None:
-    assert calibrate.cold_weight_rate(per_core, threads, main) == pytest.approx(rate)
+    assert fit.cold_weight_rate(per_core, threads, main) == pytest.approx(rate)
 
 
 def test_the_copy_run_cost_is_the_extra_time_over_all_runs() -> None:
@@ -308,8 +308,8 @@ def test_the_copy_run_cost_is_the_extra_time_over_all_runs() -> None:
                               bytes=10**5)
     points = [point("a", seconds=10e-6 + 100e-6, runs=10_000),
               point("b", seconds=10e-6, runs=128)]
-    assert calibrate.fit_copy_run(points, hw, bandwidth) == pytest.approx(100e3 / 10_128)
-    assert calibrate.fit_copy_run([], hw, bandwidth) == 0.0
+    assert fit.fit_copy_run(points, hw, bandwidth) == pytest.approx(100e3 / 10_128)
+    assert fit.fit_copy_run([], hw, bandwidth) == 0.0
 
 
 def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
@@ -332,7 +332,7 @@ def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
 
 
 def test_the_denormal_factor_is_measured() -> None:
-    assert calibrate.denormal_factor(1, min_time_s=0.01) >= 1.0
+    assert measure.denormal_factor(1, min_time_s=0.01) >= 1.0
 
 
 def test_the_calibrated_profile_names_its_runtime(cache: Path) -> None:
@@ -347,7 +347,7 @@ def test_the_calibrated_profile_names_its_runtime(cache: Path) -> None:
     assert find_calibration(1, "native-cpu") == native
     assert apply_calibration(host_profile(1), native).extra[RUNTIME_KEY] == "native-cpu"
     with pytest.raises(UsageError, match="backend"):
-        calibrate.run_calibration(1, backend="tpu", progress=False)
+        measure.run_calibration(1, backend="tpu", progress=False)
 
 
 # ---- ORT timing -----------------------------------------------------------------------------

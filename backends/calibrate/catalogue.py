@@ -1,0 +1,376 @@
+"""The micro-benchmark catalogue of `onnxlens calibrate`: small ONNX graphs built with
+onnx.helper, each one fused group (the package docstring says which and why).
+"""
+
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8  # what ORT 1.18+ reads
+CHAIN_LENGTHS = (1, 17, 33, 65)
+
+
+# ---- micro-benchmark graphs ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    build: Callable[[], onnx.ModelProto]
+    tier: int  # 0: the coarse set, 1: the full set, 2: slow (DRAM-sized, big GEMM)
+    work: float  # rough seconds per run, for the budget (FLOPs at 50 GFLOP/s, bytes at 10 GB/s)
+
+
+_RNG = np.random.default_rng(0)
+
+
+def value_info(name: str, shape: Sequence[int]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def _const(name: str, shape: Sequence[int], scale: float = 0.1) -> TensorProto:
+    return numpy_helper.from_array((_RNG.standard_normal(shape, dtype=np.float32) * scale), name)
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: list[tuple[str, Sequence[int]]],
+           output: tuple[str, Sequence[int]], consts: Iterable[TensorProto] = ()
+           ) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "bench", [value_info(n, s) for n, s in inputs],
+                              [value_info(*output)], list(consts))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             ir_version=IR_VERSION)
+
+
+def _work(flops: float, nbytes: float) -> float:
+    return flops / 50e9 + nbytes / 10e9
+
+
+def matmul(m: int, k: int, n: int, tier: int = 1, weight: bool = True) -> Bench:
+    """Y[m,n] = X[m,k] · W[k,n]; W a weight, or a second input (`weight` False)."""
+    def build() -> onnx.ModelProto:
+        node = helper.make_node("MatMul", ["X", "W"], ["Y"])
+        if weight:
+            return _model([node], [("X", (m, k))], ("Y", (m, n)), [_const("W", (k, n))])
+        return _model([node], [("X", (m, k)), ("W", (k, n))], ("Y", (m, n)))
+    return Bench(f"MatMul {m}x{k}x{n}" + ("" if weight else " of inputs"), build, tier,
+                 _work(2 * m * k * n, 4 * (m * k + k * n + m * n)))
+
+
+def gemm(m: int, k: int, n: int, tier: int = 1) -> Bench:
+    """nn.Linear as exported: Gemm(X, W, B, transB=1)."""
+    return Bench(f"Gemm {m}x{k}x{n}", lambda: _model(
+        [helper.make_node("Gemm", ["X", "W", "B"], ["Y"], transB=1)], [("X", (m, k))],
+        ("Y", (m, n)), [_const("W", (n, k)), _const("B", (n,))]), tier,
+        _work(2 * m * k * n, 4 * (m * k + k * n + m * n)))
+
+
+def linear(rows: int, k: int, n: int, gelu: bool = False, tier: int = 1) -> Bench:
+    """nn.Linear on a [1, rows, k] activation as torch exports it (MatMul, Add bias), then
+    GELU spelled out in erf (opset 17) if `gelu`: a transformer or ConvNeXt MLP's group."""
+    def build() -> onnx.ModelProto:
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["M"]),
+                 helper.make_node("Add", ["M", "B"], ["H" if gelu else "Y"])]
+        consts = [_const("W", (k, n)), _const("B", (n,))]
+        if gelu:  # 0.5 x (1 + erf(x / sqrt 2))
+            nodes += [helper.make_node("Div", ["H", "sqrt2"], ["D"]),
+                      helper.make_node("Erf", ["D"], ["E"]),
+                      helper.make_node("Add", ["E", "one"], ["A"]),
+                      helper.make_node("Mul", ["H", "A"], ["P"]),
+                      helper.make_node("Mul", ["P", "half"], ["Y"])]
+            consts += [numpy_helper.from_array(np.array(v, np.float32), name) for name, v in
+                       (("sqrt2", math.sqrt(2)), ("one", 1.0), ("half", 0.5))]
+        return _model(nodes, [("X", (1, rows, k))], ("Y", (1, rows, n)), consts)
+    return Bench(f"Linear {rows}x{k}x{n}" + (" +Gelu" if gelu else ""), build, tier,
+                 _work(2 * rows * k * n, 4 * (rows * k + k * n + rows * n)))
+
+
+def batched_matmul(b: int, m: int, k: int, n: int, tier: int = 1) -> Bench:
+    """Two activations: A[b,m,k] · B[b,k,n]."""
+    return Bench(f"MatMul {b}x({m}x{k}x{n})", lambda: _model(
+        [helper.make_node("MatMul", ["A", "B"], ["Y"])], [("A", (b, m, k)), ("B", (b, k, n))],
+        ("Y", (b, m, n))), tier, _work(2 * b * m * k * n, 4 * b * (m * k + k * n + m * n)))
+
+
+def conv(cin: int, cout: int, size: int, kernel: int = 3, stride: int = 1, group: int = 1,
+         act: str | None = None, tier: int = 1) -> Bench:
+    """Conv with bias on [1, cin, size, size], 'same' padding, then `act` (Relu, Clip as
+    ReLU6, HardSwish) if given: one group of ours and one NCHWc kernel of ORT's."""
+    out = (size + 2 * (kernel // 2) - kernel) // stride + 1
+    kind = "dw" if group == cin == cout else (f"g{cin // group}" if group > 1 else "")
+    name = f"Conv{kind} {kernel}x{kernel}/{stride} {cin}->{cout} @{size}" + (
+        f" +{act}" if act else "")
+
+    def build() -> onnx.ModelProto:
+        nodes = [helper.make_node("Conv", ["X", "W", "B"], ["C" if act else "Y"],
+                                  kernel_shape=[kernel, kernel], strides=[stride, stride],
+                                  pads=[kernel // 2] * 4, group=group)]
+        consts = [_const("W", (cout, cin // group, kernel, kernel)), _const("B", (cout,))]
+        if act == "Clip":
+            nodes.append(helper.make_node("Clip", ["C", "lo", "hi"], ["Y"]))
+            consts += [numpy_helper.from_array(np.array(v, np.float32), n)
+                       for n, v in (("lo", 0.0), ("hi", 6.0))]
+        elif act:
+            nodes.append(helper.make_node(act, ["C"], ["Y"]))
+        return _model(nodes, [("X", (1, cin, size, size))], ("Y", (1, cout, out, out)), consts)
+    return Bench(name, build, tier, _work(2 * out * out * cout * cin // group * kernel * kernel,
+                                          4 * (cin * size * size + cout * out * out)))
+
+
+def depthwise(channels: int, size: int, kernel: int = 3, stride: int = 1,
+              act: str | None = None, tier: int = 1) -> Bench:
+    return conv(channels, channels, size, kernel, stride, channels, act, tier)
+
+
+def _flat(n: int) -> tuple[int, ...]:
+    """`n` elements as [1, C, 32, 32]: onnx's shape inference is slow on long 1-D tensors."""
+    return (1, max(1, n // 1024), 32, 32) if n >= 1024 else (1, 1, 1, n)
+
+
+def unary(op: str, n: int, tier: int = 1) -> Bench:
+    return Bench(f"{op} {n}", lambda: _model(
+        [helper.make_node(op, ["X"], ["Y"])], [("X", _flat(n))], ("Y", _flat(n))), tier,
+        _work(n, 8 * n))
+
+
+def binary(op: str, n: int, tier: int = 1) -> Bench:
+    return Bench(f"{op} {n}", lambda: _model(
+        [helper.make_node(op, ["A", "B"], ["Y"])], [("A", _flat(n)), ("B", _flat(n))],
+        ("Y", _flat(n))), tier, _work(n, 12 * n))
+
+
+def silu(n: int, tier: int = 1) -> Bench:
+    """x·sigmoid(x): one group of ours, one QuickGelu kernel of ORT's."""
+    return Bench(f"SiLU {n}", lambda: _model(
+        [helper.make_node("Sigmoid", ["X"], ["S"]), helper.make_node("Mul", ["X", "S"], ["Y"])],
+        [("X", _flat(n))], ("Y", _flat(n))), tier, _work(4 * n, 8 * n))
+
+
+def channel_scale(channels: int, size: int, tier: int = 1) -> Bench:
+    """Mul of [1,C,H,W] by a per-channel [1,C,1,1] (squeeze-excite's gate)."""
+    shape = (1, channels, size, size)
+    return Bench(f"Mul {channels}x{size}x{size} by channel", lambda: _model(
+        [helper.make_node("Mul", ["X", "S"], ["Y"])], [("X", shape), ("S", (1, channels, 1, 1))],
+        ("Y", shape)), tier, _work(math.prod(shape), 8 * math.prod(shape)))
+
+
+def pool(op: str, channels: int, size: int, kernel: int = 3, stride: int = 2,
+         tier: int = 1) -> Bench:
+    glob = op.startswith("Global")
+    out = 1 if glob else (size + 2 * (kernel // 2) - kernel) // stride + 1
+    attrs = {} if glob else {"kernel_shape": [kernel, kernel], "strides": [stride, stride],
+                             "pads": [kernel // 2] * 4}
+    name = f"{op} {channels}x{size}x{size}" + ("" if glob else f" {kernel}x{kernel}/{stride}")
+    return Bench(name, lambda: _model(
+        [helper.make_node(op, ["X"], ["Y"], **attrs)], [("X", (1, channels, size, size))],
+        ("Y", (1, channels, out, out))), tier, _work(channels * size * size * 2,
+                                                     4 * channels * size * size))
+
+
+def row_op(op: str, rows: int, cols: int, tier: int = 1) -> Bench:
+    """LayerNormalization, Softmax or ReduceMean over the last axis of [rows, cols]."""
+    if op == "LayerNormalization":
+        node = helper.make_node(op, ["X", "G", "Bt"], ["Y"], axis=-1)
+        consts = [_const("G", (cols,)), _const("Bt", (cols,))]
+    elif op == "ReduceMean":
+        node = helper.make_node(op, ["X"], ["Y"], axes=[-1], keepdims=1)
+        consts = []
+    else:
+        node = helper.make_node(op, ["X"], ["Y"], axis=-1)
+        consts = []
+    out = (rows, 1) if op == "ReduceMean" else (rows, cols)
+    return Bench(f"{op} {rows}x{cols}", lambda: _model(
+        [node], [("X", (rows, cols))], ("Y", out), consts), tier,
+        _work(8 * rows * cols, 8 * rows * cols))
+
+
+def batch_norm(channels: int, size: int, tier: int = 1) -> Bench:
+    shape = (1, channels, size, size)
+    return Bench(f"BatchNormalization {channels}x{size}x{size}", lambda: _model(
+        [helper.make_node("BatchNormalization", ["X", "S", "Bb", "M", "V"], ["Y"])],
+        [("X", shape)], ("Y", shape),
+        [_const("S", (channels,)), _const("Bb", (channels,)), _const("M", (channels,)),
+         numpy_helper.from_array(np.ones(channels, np.float32), "V")]), tier,
+        _work(2 * math.prod(shape), 8 * math.prod(shape)))
+
+
+def transpose(shape: Sequence[int], perm: Sequence[int], tier: int = 1) -> Bench:
+    out = [shape[p] for p in perm]
+    return Bench(f"Transpose {'x'.join(map(str, shape))} {tuple(perm)}", lambda: _model(
+        [helper.make_node("Transpose", ["X"], ["Y"], perm=list(perm))], [("X", shape)],
+        ("Y", out)), tier, _work(0, 8 * math.prod(shape)))
+
+
+def concat(channels: int, size: int, tier: int = 1) -> Bench:
+    shape = (1, channels, size, size)
+    return Bench(f"Concat 2x{channels}x{size}x{size}", lambda: _model(
+        [helper.make_node("Concat", ["A", "B"], ["Y"], axis=1)], [("A", shape), ("B", shape)],
+        ("Y", (1, 2 * channels, size, size))), tier, _work(0, 16 * math.prod(shape)))
+
+
+def slice_half(channels: int, size: int, tier: int = 1) -> Bench:
+    """The second half of the channels (ShuffleNet's split)."""
+    def build() -> onnx.ModelProto:
+        starts = numpy_helper.from_array(np.array([channels // 2], np.int64), "s")
+        ends = numpy_helper.from_array(np.array([channels], np.int64), "e")
+        axes = numpy_helper.from_array(np.array([1], np.int64), "a")
+        return _model([helper.make_node("Slice", ["X", "s", "e", "a"], ["Y"])],
+                      [("X", (1, channels, size, size))],
+                      ("Y", (1, channels - channels // 2, size, size)), [starts, ends, axes])
+    return Bench(f"Slice half of {channels}x{size}x{size}", build, tier,
+                 _work(0, 4 * channels * size * size))
+
+
+def attention(heads: int, seq: int, dim: int, tier: int = 1) -> Bench:
+    """softmax(Q·Kᵀ·s)·V over `heads` heads: the estimator's `attention` class."""
+    def build() -> onnx.ModelProto:
+        nodes = [helper.make_node("MatMul", ["Q", "Kt"], ["S"]),
+                 helper.make_node("Mul", ["S", "scale"], ["Ss"]),
+                 helper.make_node("Softmax", ["Ss"], ["P"], axis=-1),
+                 helper.make_node("MatMul", ["P", "V"], ["Y"])]
+        scale = numpy_helper.from_array(np.array(dim ** -0.5, np.float32), "scale")
+        return _model(nodes, [("Q", (heads, seq, dim)), ("Kt", (heads, dim, seq)),
+                              ("V", (heads, seq, dim))], ("Y", (heads, seq, dim)), [scale])
+    return Bench(f"Attention {heads}x{seq}x{dim}", build, tier,
+                 _work(4 * heads * seq * seq * dim, 4 * heads * (4 * seq * dim + seq * seq)))
+
+
+def chain(length: int) -> Bench:
+    """`length` Relu kernels on 16 floats: almost nothing but per-kernel overhead."""
+    return Bench(f"Relu chain {length}", lambda: _model(
+        [helper.make_node("Relu", ["X" if i == 0 else f"t{i}"], [f"t{i + 1}"])
+         for i in range(length)], [("X", (16,))], (f"t{length}", (16,))), 0, 0.0)
+
+
+SQUARE_GEMM = matmul(1024, 1024, 1024, 2)
+
+
+def benchmarks() -> list[Bench]:
+    """The whole set, coarse tier first; names are unique."""
+    out = [chain(n) for n in CHAIN_LENGTHS]
+    # GEMM: square, skinny (one row: memory bound), wide and deep; Gemm as nn.Linear exports.
+    out += [matmul(64, 256, 256, 0), matmul(256, 512, 512, 0), matmul(1, 1024, 1024, 0),
+            matmul(32, 32, 32), matmul(128, 128, 128), matmul(512, 512, 512),
+            matmul(1, 256, 512), matmul(4, 512, 2048), matmul(16, 1024, 256),
+            matmul(64, 64, 1024), matmul(1024, 64, 64), matmul(256, 2048, 128),
+            matmul(2048, 256, 256), matmul(128, 1024, 2048), gemm(1, 1024, 512),
+            gemm(64, 512, 1024), gemm(1, 4096, 2048), batched_matmul(8, 64, 64, 64),
+            batched_matmul(16, 128, 32, 128), batched_matmul(4, 256, 256, 64),
+            linear(2048, 128, 512, gelu=True), linear(2048, 512, 128), linear(512, 256, 1024),
+            linear(512, 1024, 256), linear(256, 512, 2048, gelu=True), linear(256, 2048, 512),
+            SQUARE_GEMM, matmul(1, 8192, 4096, 2, weight=False)]
+    # Convolutions: 3x3 over channel counts and sizes, strided, 1x1 up and down, the stem,
+    # grouped (group widths 4, 8, 12, 24 on ORT's NCHW path, 16 and 32 whole NCHWc blocks on
+    # AVX-512); channel counts that are and are not multiples of 16
+    # (ORT's NCHWc block on AVX-512 pads the others); fused activations, from the free Relu to
+    # the costlier ReLU6 and HardSwish, as networks use them.
+    out += [conv(64, 64, 24, tier=0), conv(32, 128, 24, 1, tier=0),
+            conv(16, 16, 96, act="Relu"), conv(32, 32, 48), conv(64, 64, 48, act="Relu"),
+            conv(128, 128, 24), conv(256, 256, 12, act="Relu"), conv(512, 512, 6),
+            conv(32, 64, 48), conv(256, 128, 12), conv(24, 24, 48, act="Relu"),
+            conv(40, 40, 24, act="Clip"), conv(88, 88, 24, act="Relu"), conv(200, 200, 12),
+            conv(32, 64, 96, 3, 2), conv(64, 128, 48, 3, 2, act="Relu"),
+            conv(256, 512, 12, 3, 2), conv(3, 32, 208, 3, 2, act="Clip"),
+            conv(3, 64, 208, 7, 2, act="Relu"), conv(3, 16, 208, 3, 2, act="HardSwish"),
+            conv(16, 64, 96, 1), conv(64, 16, 96, 1), conv(32, 192, 48, 1, act="Clip"),
+            conv(192, 32, 48, 1), conv(64, 256, 24, 1, act="Relu"), conv(256, 64, 24, 1),
+            conv(128, 512, 12, 1, act="Relu"), conv(512, 128, 12, 1), conv(256, 1024, 6, 1),
+            conv(1024, 256, 6, 1), conv(128, 128, 24, 1), conv(512, 512, 6, 1),
+            conv(16, 16, 48, 1, act="Relu"), conv(256, 512, 24, 1, 2),
+            conv(24, 120, 48, 1, act="Clip"), conv(120, 24, 48, 1), conv(24, 88, 48, 1, act="Relu"),
+            conv(88, 24, 48, 1), conv(40, 200, 24, 1, act="HardSwish"), conv(200, 40, 24, 1),
+            conv(72, 432, 12, 1, act="Clip"), conv(432, 72, 12, 1),
+            conv(104, 624, 12, 1, act="HardSwish"), conv(624, 104, 12, 1),
+            conv(176, 1056, 6, 1, act="Clip"), conv(1056, 176, 6, 1),
+            conv(52, 52, 24, 1, act="Relu"), conv(100, 100, 12, 1, act="Relu"),
+            conv(204, 204, 6, 1, act="Relu"),
+            conv(64, 64, 48, 3, 1, 8), conv(128, 128, 24, 3, 1, 8),
+            conv(256, 256, 12, 3, 1, 16), conv(512, 512, 6, 3, 1, 16),
+            conv(128, 128, 48, 3, 2, 4), conv(256, 256, 24, 3, 1, 32),
+            conv(32, 32, 96, 3, 2, 4, act="Relu"), conv(96, 96, 48, 3, 2, 12, act="Relu"),
+            conv(192, 192, 24, 3, 1, 24, act="Relu"), conv(384, 384, 12, 3, 2, 48),
+            conv(768, 768, 6, 3, 1, 96, act="Relu"), conv(64, 64, 48, 3, 1, 16),
+            conv(96, 96, 24, 3, 1, 8, act="Relu"), conv(192, 192, 24, 3, 2, 8),
+            conv(128, 128, 48, 3, 2, 16, act="Relu"), conv(256, 256, 12, 3, 1, 64),
+            # Output channels off a multiple of 4: ORT's NCHW path.
+            conv(54, 54, 24, 1, act="Relu"), conv(90, 90, 48, 1), conv(30, 30, 96, 1, act="Relu"),
+            depthwise(54, 48), depthwise(90, 24, 3, 2)]
+    # Depthwise: 3x3 / 5x5 / 7x7, stride 1 and 2, small and large spatial sizes, channel counts
+    # on and off the NCHWc block, with and without a fused activation.
+    out += [depthwise(64, 48, tier=0), depthwise(32, 96, act="Clip"), depthwise(128, 48),
+            depthwise(128, 24, act="Relu"), depthwise(256, 12), depthwise(512, 12, act="Clip"),
+            depthwise(1024, 6), depthwise(64, 96, 3, 2), depthwise(128, 48, 3, 2),
+            depthwise(256, 24, 3, 2, act="Relu"), depthwise(128, 24, 5), depthwise(256, 12, 5),
+            depthwise(512, 6, 5, act="HardSwish"), depthwise(256, 24, 5, 2), depthwise(96, 48, 7),
+            depthwise(192, 24, 7), depthwise(384, 12, 7), depthwise(768, 6, 7),
+            depthwise(88, 48, act="Relu"), depthwise(120, 48, act="Clip"),
+            depthwise(120, 48, 3, 2, act="Clip"), depthwise(104, 24, 5, act="Relu"),
+            depthwise(200, 24, 5, 2, act="HardSwish"), depthwise(432, 12, act="HardSwish"),
+            depthwise(624, 12, 5), depthwise(52, 24), depthwise(100, 12), depthwise(204, 6)]
+    # Working sets past L2 (several MB at 96x96): depthwise and pointwise convolutions that
+    # stream from the last-level cache, so those classes get a level factor there.
+    out += [depthwise(96, 96), depthwise(144, 96, act="Clip"), depthwise(192, 96, 3, 2),
+            conv(16, 96, 96, 1, act="Clip"), conv(96, 24, 96, 1), conv(144, 24, 96, 1)]
+    # Elementwise at sizes in L1 (2^10), L2 (2^14, 2^16), the LLC (2^19, 2^21) and DRAM (2^24).
+    out += [unary("Relu", 1 << 16, 0), binary("Add", 1 << 16, 0), unary("Relu", 1 << 21, 0)]
+    for n in (1 << 10, 1 << 14, 1 << 19):
+        out += [unary("Relu", n), binary("Add", n), binary("Mul", n)]
+    out += [binary("Add", 1 << 21), binary("Mul", 1 << 16)]
+    for n in (1 << 12, 1 << 16, 1 << 19):
+        out += [unary("Sigmoid", n), unary("HardSwish", n), unary("Tanh", n), unary("Erf", n),
+                binary("Div", n)]
+    out += [channel_scale(256, 24), channel_scale(64, 96), channel_scale(1024, 6)]
+    out += [silu(1 << 14), silu(1 << 17), silu(1 << 20)]
+    out += [unary("Relu", 1 << 24, 2), binary("Add", 1 << 24, 2)]
+    # Pools, normalizations, reductions.
+    out += [pool("MaxPool", 64, 96), pool("MaxPool", 128, 48, 2, 2), pool("MaxPool", 256, 24),
+            pool("AveragePool", 128, 48, 2, 2), pool("AveragePool", 256, 24, 2, 2),
+            pool("GlobalAveragePool", 64, 48), pool("GlobalAveragePool", 1024, 6),
+            pool("GlobalAveragePool", 256, 24),
+            row_op("LayerNormalization", 256, 256), row_op("LayerNormalization", 1024, 128),
+            row_op("LayerNormalization", 64, 1024), row_op("LayerNormalization", 4096, 64),
+            row_op("Softmax", 512, 64), row_op("Softmax", 256, 256), row_op("Softmax", 64, 1024),
+            row_op("Softmax", 2048, 128), row_op("ReduceMean", 1024, 256),
+            row_op("ReduceMean", 64, 4096), row_op("ReduceMean", 4096, 32),
+            batch_norm(128, 24), batch_norm(256, 12)]
+    # Data movement: 4-D and 5-D (channel shuffle) transposes, concat, slice.
+    out += [transpose((1, 64, 48, 48), (0, 2, 3, 1)), transpose((1, 256, 12, 12), (0, 2, 3, 1)),
+            transpose((1, 48, 48, 64), (0, 3, 1, 2)),
+            transpose((1, 2, 64, 24, 24), (0, 2, 1, 3, 4)),
+            transpose((64, 36, 4, 32), (0, 2, 1, 3)), transpose((256, 16, 8, 8), (0, 2, 1, 3)),
+            transpose((96, 32, 16, 16), (0, 2, 1, 3)),
+            concat(64, 48), concat(128, 24), concat(256, 6), slice_half(128, 48),
+            slice_half(256, 12)]
+    # Attention blocks: heads x sequence x head dim.
+    out += [attention(4, 64, 32, 0), attention(8, 128, 64), attention(4, 256, 32),
+            attention(16, 64, 64), attention(2, 512, 64), attention(32, 36, 32)]
+    return sorted(out, key=lambda b: b.tier)
+
+
+# Conv+Relu chains (layers, channels, kernel, size) whose weights, one per layer, add up to
+# 17-19 MB, as a mid-sized network's do: what one inference reads that the caches did not keep
+# from the last. Size 12, as every calibration grid: no torchvision layer at 224x224.
+COLD_CHAINS = ((64, 256, 1, 12), (32, 128, 3, 12))
+
+
+def conv_chain(layers: int, channels: int, kernel: int, size: int, shared: bool
+               ) -> onnx.ModelProto:
+    """`layers` Conv+Relu of `channels` channels at `size`, each with a weight of its own, or
+    all reading one (`shared`: ORT prepacks it once, so every layer finds it in cache)."""
+    nodes, weights, x = [], [], "X"
+    for i in range(layers):
+        w = "W0" if shared else f"W{i}"
+        if not shared or i == 0:
+            weights.append(_const(w, (channels, channels, kernel, kernel)))
+        nodes += [helper.make_node("Conv", [x, w], [f"C{i}"], kernel_shape=[kernel, kernel],
+                                   pads=[kernel // 2] * 4),
+                  helper.make_node("Relu", [f"C{i}"], [f"R{i}"])]
+        x = f"R{i}"
+    shape = (1, channels, size, size)
+    return _model(nodes, [("X", shape)], (x, shape), weights)

@@ -1,0 +1,292 @@
+"""The fitting library of `onnxlens calibrate`: overhead, peak, bandwidth per level, τ and
+the efficiency curves from timed benchmarks, and how well they explain them (`fit_check`).
+"""
+
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+import numpy as np
+import onnxruntime as ort
+
+from ...analyzer.calibration import (
+    MAC_CLASSES,
+    OWN_VECTOR_CLASSES,
+    VECTOR_CLASS,
+    Calibration,
+    Curve,
+    Point,
+    apply_calibration,
+    host_name,
+)
+from ...analyzer.estimate import activation_pass, estimate_group, memory_level
+from ...analyzer.hardware import HardwareProfile
+from ...analyzer.host import detect_cpu, host_profile
+from .catalogue import SQUARE_GEMM
+
+# A benchmark is informative on efficiency only if memory takes less than this share of it.
+COMPUTE_BOUND_SHARE = 0.8
+FIT_ROUNDS = 4
+LEVEL_POINTS = 3  # benchmarks a memory level needs for an i_half factor of its own
+LEVEL_GRID = np.logspace(-1, 2, 31)  # the i_half factors a level may take (1 included)
+F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
+I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
+# Plain vector FLOPs one transcendental evaluation may cost (1: as cheap as an add).
+TRANSCENDENTAL_GRID = np.logspace(0, 2, 31)
+
+
+def cold_weight_rate(per_core_gbps: float, threads: int, main_memory_gbps: float) -> float:
+    """The cold-weight rate at `threads` threads, from the one measured at one thread: each
+    thread fetches the weights of its share of a kernel, so the rates add, up to what main
+    memory streams at that thread count,
+
+        rate(T) = min(T x rate(1), main memory GB/s at T threads).
+
+    Measured at one thread because the chains' extra time is a small difference of two
+    larger ones, and at two threads on two shared vCPUs it came out anywhere from 2.5 to 34
+    GB/s (at one: 14-18). At two threads on this host the chains' own 16 GB/s over-charged
+    the 15 models of benchmarks/estimate_accuracy.py (median error 4.7%, mobilenet_v3 +27%);
+    this rule's 28.8 GB/s gave 2.2% on the same measurements and 3.9% in a fresh run."""
+    return min(threads * per_core_gbps, main_memory_gbps)
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares intercept and slope (a single point: intercept only)."""
+    if len(xs) < 2:
+        return (ys[0] if ys else 0.0), 0.0
+    slope, intercept = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    return float(intercept), float(slope)
+
+
+# ---- fitting ----------------------------------------------------------------------------------
+
+def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
+        kernel_s: float) -> Calibration:
+    """Peak, bandwidths and curves from measured points (module docstring, Fitting)."""
+    mac_points = [p for p in points if p.macs]
+    gemm_rates = {p.name: 2 * p.macs / p.seconds for p in mac_points if p.op_class == "gemm"}
+    peak = max(hw.peak_flops("fp32"), *gemm_rates.values())
+    # The measured GEMM peak of the naive estimate: the largest square GEMM, as one would
+    # measure a peak (the best rate of any GEMM when that one was skipped).
+    square = gemm_rates.get(SQUARE_GEMM.name, max(gemm_rates.values(), default=peak))
+    # Transposes that copy run by run stay in the bandwidth fit: without them, at two threads
+    # it found a degenerate optimum (all levels 94 GB/s, τ 54; with them 53 GB/s, τ 1.8).
+    # `fit_copy_run` then rates their runs against the bandwidths fitted.
+    vector_points = [p for p in points if not p.macs]
+    bandwidth, vector, tau = fit_vector(vector_points, hw, peak)
+    curves = {VECTOR_CLASS: vector,
+              **fit_vector_classes(vector_points, hw, peak, bandwidth, tau)}
+    for cls in MAC_CLASSES:
+        eff_points = []
+        for p in (p for p in mac_points if p.op_class == cls):
+            flops = 2 * p.macs + p.other_flops
+            intensity = flops / p.bytes
+            memory_s = _stream_s(p.bytes, hw, bandwidth)
+            work = 2 * p.macs + p.cost().vector_flops(tau)  # MACs and epilogue
+            # An activation pass after the kernel, at the elementwise rate (`activation_pass`).
+            pass_work = p.pass_cost().vector_flops(tau)
+            run_s = p.seconds - (pass_work / (peak * vector(pass_work, math.inf))
+                                 if pass_work else 0.0)
+            # The curve reads one call's FLOPs (its GEMM's alone when a reuse is given), the
+            # reuse, and the level of their ratio, as the estimator asks it (`estimate_group`,
+            # `Calibration.efficiency`).
+            reuse = p.reuse or intensity
+            call_flops = (2 * p.macs if p.reuse else flops) / p.calls
+            if memory_s < COMPUTE_BOUND_SHARE * run_s and run_s > 0:
+                eff_points.append((call_flops, reuse, min(1.0, work / (peak * run_s)),
+                                   memory_level(hw, call_flops / reuse).name))
+        if eff_points:
+            f, i, e, lv = zip(*eff_points, strict=True)
+            curves[cls] = fit_curve(np.asarray(f), np.asarray(i), np.asarray(e), lv)
+    return Calibration(
+        host=host_name(), cpu=detect_cpu().model, threads=threads,
+        peak_fp32_tflops=peak / 1e12, gemm_tflops=square / 1e12,
+        kernel_overhead_us=kernel_s * 1e6, bandwidth_gbps=bandwidth, curves=curves,
+        levels=[(lv.name, lv.size_bytes) for lv in hw.memory],
+        points=tuple(points), ort_version=ort.__version__,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        transcendental_flops=tau,
+        copy_run_ns=fit_copy_run([p for p in points if p.runs], hw, bandwidth))
+
+
+def fit_copy_run(points: Sequence[Point], hw: HardwareProfile, bandwidth: dict[str, float]
+                 ) -> float:
+    """Nanoseconds per contiguous run a Transpose copies (`transpose_runs`), beyond the time
+    its bytes take at the fitted bandwidth of their level: all the points' extra time over
+    all their runs (a least-squares slope through the origin would let the point with most
+    runs decide alone; a median would let one with 128 runs, whose extra time is noise). 0
+    without such points. Measured here: 10.9 ns per run of 8 floats, 6.3 ns per run of 32."""
+    extra_s = sum(p.seconds - _stream_s(p.bytes, hw, bandwidth) for p in points)
+    runs = sum(p.runs for p in points)
+    return max(0.0, extra_s / runs * 1e9) if runs else 0.0
+
+
+def _stream_s(nbytes: float, hw: HardwareProfile, bandwidth: dict[str, float]) -> float:
+    """`nbytes` at the fitted bandwidth of the level they fit in (the profile's own where
+    that level was not fitted)."""
+    level = memory_level(hw, nbytes)
+    return nbytes / (bandwidth.get(level.name, level.bandwidth_gbps) * 1e9)
+
+
+def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
+               ) -> tuple[dict[str, float], Curve, float]:
+    """Bandwidth per memory level, the `elementwise` curve and τ, the plain vector FLOPs one
+    transcendental evaluation costs, from benchmarks without MACs: for each τ on
+    TRANSCENDENTAL_GRID, `_fit_vector_at` fits bandwidths and curve; the τ whose fit predicts
+    the times of the benchmarks they are for (all but the classes with curves of their own)
+    best, by mean |ln(max(compute, memory) / measured)|, wins. A Relu and a Sigmoid of the
+    same size do one FLOP per element each by our count, the Sigmoid's a transcendental: the
+    Relu streams at the bandwidth, the Sigmoid is slower by what τ says."""
+    levels = [memory_level(hw, p.bytes).name for p in points]
+    mine = [(p, lv) for p, lv in zip(points, levels, strict=True)
+            if p.op_class not in OWN_VECTOR_CLASSES]
+    best: tuple[float, dict[str, float], Curve, float] | None = None
+    for tau in map(float, TRANSCENDENTAL_GRID):
+        bandwidth, curve = _fit_vector_at(points, levels, hw, peak, tau)
+        error = statistics.fmean(
+            abs(math.log(_vector_time(p, bandwidth[lv], curve, peak, tau) / p.seconds))
+            for p, lv in mine)
+        if best is None or error < best[0]:
+            best = (error, bandwidth, curve, tau)
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def _vector_time(p: Point, gbps: float, curve: Curve, peak: float, tau: float) -> float:
+    """The estimator's time of a benchmark without MACs: max(compute, memory)."""
+    work = p.cost().vector_flops(tau)
+    compute_s = work / (peak * curve(work, work / p.bytes)) if work else 0.0
+    return max(compute_s, p.bytes / (gbps * 1e9))
+
+
+def _fit_vector_at(points: Sequence[Point], levels: Sequence[str], hw: HardwareProfile,
+                   peak: float, tau: float) -> tuple[dict[str, float], Curve]:
+    """Bandwidths and the `elementwise` curve at τ, fitted in turn: bandwidth on the
+    benchmarks the curve calls memory bound, the curve on those the bandwidths call compute
+    bound. The curve has no reuse factor and no level factors (an elementwise op's traffic is
+    the memory term's business); it costs kernels without MACs only (a kernel with MACs runs
+    its bias and activation at its own rate)."""
+    rates = [p.bytes / p.seconds / 1e9 for p in points]
+    bandwidth = {lv: max(r for r, lv2 in zip(rates, levels, strict=True) if lv2 == lv)
+                 for lv in set(levels)}
+    curve = Curve(1.0)
+
+    def compute_s(p: Point) -> float:
+        work = p.cost().vector_flops(tau)
+        return work / (peak * curve(work, work / p.bytes))
+
+    for _ in range(FIT_ROUNDS):
+        eff_points = _compute_bound(points, levels, bandwidth, peak, tau)
+        if eff_points:
+            curve = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)), reuse=False)
+        for lv in bandwidth:
+            bound = [r for p, r, lv2 in zip(points, rates, levels, strict=True) if lv2 == lv
+                     and (not p.other_flops or compute_s(p) < COMPUTE_BOUND_SHARE * p.seconds)]
+            if bound:
+                bandwidth[lv] = statistics.median(bound)
+    # A faster level is never slower: its tiny benchmarks are mostly fixed cost.
+    slowest = 0.0
+    for level in reversed([lv.name for lv in hw.memory if lv.name in bandwidth]):
+        slowest = bandwidth[level] = max(bandwidth[level], slowest)
+    return bandwidth, curve
+
+
+def _compute_bound(points: Sequence[Point], levels: Sequence[str], bandwidth: dict[str, float],
+                   peak: float, tau: float) -> list[tuple[float, float, float]]:
+    """(work, work per byte, efficiency) of the benchmarks without MACs that `bandwidth` does
+    not call memory bound, their work in plain-FLOP equivalents at τ."""
+    out = []
+    for p, lv in zip(points, levels, strict=True):
+        work = p.cost().vector_flops(tau)
+        if work and p.bytes / (bandwidth[lv] * 1e9) < COMPUTE_BOUND_SHARE * p.seconds:
+            out.append((work, work / p.bytes, work / (peak * p.seconds)))
+    return out
+
+
+def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float,
+                       bandwidth: dict[str, float], tau: float = 1.0) -> dict[str, Curve]:
+    """A curve of its own for each class in OWN_VECTOR_CLASSES (pools, normalizations,
+    reductions) with at least LEVEL_POINTS benchmarks: their loops (a window, a row statistic,
+    exp) run at rates of their own, not an elementwise op's. Fitted on every benchmark of the
+    class, memory bound or not, its work in plain-FLOP equivalents at τ: the curve then gives
+    its measured time, and the memory term takes over only where the bandwidths say a level
+    is slower still (a pool streams its input faster than an elementwise op of the same
+    bytes, which writes as much as it reads: its benchmarks sit above the fitted bandwidths,
+    not on them)."""
+    curves = {}
+    for cls in OWN_VECTOR_CLASSES:
+        mine = [p for p in points if p.op_class == cls]
+        eff_points = _compute_bound(mine, [memory_level(hw, p.bytes).name for p in mine],
+                                    {lv: math.inf for lv in bandwidth}, peak, tau)
+        if len(eff_points) >= LEVEL_POINTS:
+            curves[cls] = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)))
+    return curves
+
+
+def fit_check(cal: Calibration) -> dict[str, float]:
+    """Per op class, the median |estimate / measured - 1| of the calibration's own benchmarks:
+    each costed by the estimator (`estimate_group`, one kernel on the calibrated profile, no
+    overhead: a point's time has it taken out) against the time measured. How well the fitted
+    model explains what it was fitted on; a curve's own `log_error` covers only the points
+    that curve was fitted on."""
+    hw = apply_calibration(host_profile(cal.threads), cal)
+    errors: dict[str, list[float]] = {}
+    for p in cal.points:
+        seconds = estimate_group(p.cost(), p.op_class, hw, "fp32", cal.efficiency, 0, p.reuse,
+                                 p.calls, p.runs).latency_s
+        if p.pass_flops:
+            seconds += activation_pass(p.pass_cost(), hw, "fp32", cal.efficiency).latency_s
+        errors.setdefault(p.op_class, []).append(abs(seconds / p.seconds - 1))
+    return {cls: statistics.median(errs) for cls, errs in errors.items()}
+
+
+def describe_fit_check(cal: Calibration) -> str:
+    """`fit_check` in one line, worst class first."""
+    check = sorted(fit_check(cal).items(), key=lambda kv: -kv[1])
+    return ("fit check, median |estimate / measured - 1| on its own benchmarks: "
+            + ", ".join(f"{cls} {err:.0%}" for cls, err in check))
+
+
+def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
+              levels: Sequence[str] = (), reuse: bool = True) -> Curve:
+    """Least absolute deviations on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half · level
+    factor), with e_max <= 1. The shape is fitted on the most common level's points (the
+    reference, factor 1; all points when no levels are given): a grid over (f_half, i_half)
+    with e_max closed-form (the median log residual). Each other level with LEVEL_POINTS
+    points or more then takes the factor from LEVEL_GRID that fits its points best, and e_max
+    is refitted on all. Intensities past the largest fitted one are read as it (no
+    extrapolation). Absolute, not squared, deviations: one odd benchmark (a channel count ORT
+    runs on a slow path) must not drag a whole class. Fewer than 3 points fit e_max alone;
+    `reuse` False fits no reuse factor (i_half 0)."""
+    y = np.log(eff)
+    names = np.asarray(levels if len(levels) else [""] * len(y))
+    counts = {lv: int((names == lv).sum()) for lv in dict.fromkeys(names.tolist())}
+    reference, *others = sorted(counts, key=lambda lv: -counts[lv])
+    ref = names == reference
+    f_grid = np.asarray(F_HALF_GRID if ref.sum() >= 3 else (0.0,))
+    i_grid = np.asarray(I_HALF_GRID if reuse and ref.sum() >= 3 else (0.0,))
+    g = (np.log(flops[ref] / (flops[ref] + f_grid[:, None]))[:, None, :]
+         + np.log(intensity[ref] / (intensity[ref] + i_grid[:, None]))[None, :, :])
+    r = y[ref] - g  # ln e_max each reference point asks for
+    log_e = np.minimum(np.median(r, axis=-1), 0.0)  # e_max <= 1
+    fi, ii = np.unravel_index(int(np.argmin(np.abs(r - log_e[..., None]).mean(axis=-1))),
+                              log_e.shape)
+    f_half, i_half = float(f_grid[fi]), float(i_grid[ii])
+    size = np.log(flops / (flops + f_half))
+    scale = np.ones_like(y)  # each point's i_half factor
+    factors: dict[str, float] = {}
+    for level in others if i_half else ():
+        mask = names == level
+        if mask.sum() >= LEVEL_POINTS:
+            reuse = np.log(intensity[mask] / (intensity[mask] + i_half * LEVEL_GRID[:, None]))
+            level_err = np.abs(y[mask] - log_e[fi, ii] - size[mask] - reuse).mean(axis=-1)
+            factors[level] = float(LEVEL_GRID[int(np.argmin(level_err))])
+            scale[mask] = factors[level]
+    shape = size + np.log(intensity / (intensity + i_half * scale))
+    e_max = min(float(np.median(y - shape)), 0.0)
+    return Curve(float(math.exp(e_max)), f_half, i_half, float(intensity.max()), factors,
+                 len(y), float(np.abs(y - shape - e_max).mean()))

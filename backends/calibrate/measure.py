@@ -1,0 +1,292 @@
+"""The measuring harness of `onnxlens calibrate`: a timer per benchmark graph and backend,
+the calibration run (timing passes, then the fit), the cold-weight and denormal probes.
+"""
+
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ...analyzer.analysis import analyze
+from ...analyzer.calibration import (
+    DEFAULT_BACKEND,
+    Calibration,
+    Point,
+)
+from ...analyzer.errors import UsageError
+from ...analyzer.hardware import ORT_CPU
+from ...analyzer.host import host_profile
+from ...analyzer.runtimes import op_class
+from ...analyzer.runtimes.ort_cpu import ort_kernels
+from ..base import BackendError, input_specs, random_inputs
+from ..ort_timing import NodeTime, make_session, profile_model, random_feeds, time_session
+from .catalogue import COLD_CHAINS, benchmarks, conv_chain, value_info
+from .fit import cold_weight_rate, fit, fit_line
+
+# ORT's NCHWc layout changes around a lone Conv or pool: not part of the op's own time.
+LAYOUT_KERNELS = ("ReorderInput", "ReorderOutput")
+NCHWC = "com.microsoft.nchwc"
+NCHWC_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+PASSES = 5  # timings of each benchmark, spread over the run; the fastest median is kept
+
+
+# ---- measuring ---------------------------------------------------------------------------------
+
+Timer = Callable[[float], float]  # min_time_s -> the median run (seconds) over that long
+Prepare = Callable[[onnx.ModelProto, int], Timer]
+
+
+def prepare_ort(model: onnx.ModelProto, threads: int) -> Timer:
+    """A timer of `model` on ORT's CPU provider: each call gives the median run over at least
+    its `min_time_s` (3 runs at least), on the CPU clock at one thread, wall time otherwise
+    (the statistic models are measured with: a minimum over hundreds of runs of a tiny kernel
+    would flatter it).
+
+    A lone Conv or pool is run by ORT in NCHWc layout between a ReorderInput and a
+    ReorderOutput, which in a network sit only at the ends of a run of convolutions: such a
+    graph is timed as ORT optimized it, less those layout kernels.
+    """
+    if any(node.op_type in NCHWC_OPS for node in model.graph.node):
+        with tempfile.TemporaryDirectory(prefix="onnxlens-calibrate-") as tmp:
+            path = str(Path(tmp) / "optimized.onnx")
+            kernels = profile_model(model, threads, runs=1, warmup=0, optimized_model_path=path)
+            if any(k.op_type in LAYOUT_KERNELS for k in kernels[0]):
+                model = without_layout(onnx.load(path), kernels[0])
+    session = make_session(model, threads)
+    feeds = random_feeds(session)
+    clock = "cpu" if threads == 1 else "wall"
+    return lambda min_time_s: time_session(session, feeds, runs=3, warmup=1,
+                                           min_time_s=min_time_s, clock=clock).median_s
+
+
+def prepare_native(model: onnx.ModelProto, threads: int) -> Timer:
+    """A timer of `model` on the native executor (`native-cpu`), as `prepare_ort` times ORT:
+    one step per fused group, so nothing is cut off. BackendError if it cannot run the graph."""
+    from ..native_cpu import NativeCpuBackend
+
+    backend = NativeCpuBackend(threads)
+    backend.prepare(model)
+    feeds = random_inputs(input_specs(model), count=1, batch=1)[0]
+    clock = "cpu" if threads == 1 else "wall"
+    session = BackendSession(backend.run)
+    return lambda min_time_s: time_session(session, feeds, runs=3, warmup=1,
+                                           min_time_s=min_time_s, clock=clock).median_s
+
+
+class BackendSession:
+    """A backend's `run` seen as an ORT session's, for `time_session`."""
+
+    def __init__(self, run: Callable[[dict[str, np.ndarray]], object]) -> None:
+        self._run = run
+
+    def run(self, _names: None, feeds: dict[str, np.ndarray]) -> object:
+        return self._run(feeds)
+
+
+PREPARE: dict[str, Prepare] = {ORT_CPU: prepare_ort, "native-cpu": prepare_native}
+
+
+def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime]) -> onnx.ModelProto:
+    """ORT's optimized graph with its ReorderInput / ReorderOutput nodes cut off: a reorder's
+    NCHWc side becomes a graph input or output, of the shape ORT's profiler reports."""
+    by_name = {k.name: k for k in kernels}
+    graph = optimized.graph
+    nodes = [n for n in graph.node if n.op_type not in LAYOUT_KERNELS]
+    used = {name for n in nodes for name in n.input}
+    made = {name for n in nodes for name in n.output}
+    inputs = [*(v for v in graph.input if v.name in used),
+              *(value_info(n.output[0], by_name[n.name].output_shapes[0]) for n in graph.node
+                if n.op_type == "ReorderInput")]
+    outputs = [*(v for v in graph.output if v.name in made),
+               *(value_info(n.input[0], by_name[n.name].input_shapes[0]) for n in graph.node
+                 if n.op_type == "ReorderOutput")]
+    cut = helper.make_graph(nodes, graph.name, inputs, outputs,
+                            [t for t in graph.initializer if t.name in used])
+    return helper.make_model(cut, ir_version=optimized.ir_version,
+                             opset_imports=list(optimized.opset_import))
+
+
+# ---- the calibration run -----------------------------------------------------------------------
+
+def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = True,
+                    backend: str = DEFAULT_BACKEND, prepare: Prepare | None = None
+                    ) -> Calibration:
+    """Measure this host at `threads` through `backend` (`ort-cpu` or `native-cpu`) within
+    about `budget_s` seconds and fit a Calibration (not saved: `Calibration.save()` puts it in
+    the cache dir). `progress` shows a rich progress bar on stderr. `prepare` makes a
+    benchmark graph's timer (default: the backend's; tests give a fake). A benchmark the
+    backend cannot run is left out.
+
+    Every benchmark is timed in PASSES passes, alternately forwards and backwards through the
+    list, and its fastest median kept: on a shared machine other processes slow it down in
+    bursts, which rarely hit one benchmark every time.
+    """
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    if backend not in PREPARE:
+        raise UsageError(f"backend {backend!r}: expected one of {', '.join(PREPARE)}")
+    prepare = prepare or PREPARE[backend]
+    start = time.perf_counter()
+    hw = host_profile(threads)
+    benches = benchmarks()
+    min_time_s = max(0.01, 0.15 * budget_s / len(benches))
+    models: dict[str, onnx.ModelProto] = {}
+    timers: dict[str, Timer] = {}
+    samples: dict[str, float] = {}
+    refused: set[str] = set()
+    order = [b for i in range(PASSES) for b in (benches if i % 2 == 0 else benches[::-1])]
+    with _progress_bar(progress, len(order)) as advance:
+        for i, bench in enumerate(order):
+            advance(bench.name)
+            if bench.name in refused:
+                continue
+            new = bench.name not in timers
+            expected = (0.1 if new else 0.0) + max(min_time_s, 4 * bench.work)
+            if time.perf_counter() - start + expected > budget_s and (
+                    bench.tier > 0 or i >= len(benches)):
+                continue
+            if new:
+                models[bench.name] = bench.build()
+                try:
+                    timers[bench.name] = prepare(models[bench.name], threads)
+                except BackendError:
+                    refused.add(bench.name)
+                    continue
+            seconds = timers[bench.name](min_time_s)
+            samples[bench.name] = min(seconds, samples.get(bench.name, seconds))
+    timers.clear()  # the sessions and their buffers
+    chain = {len(models[b.name].graph.node): samples[b.name]
+             for b in benches if b.name.startswith("Relu chain") and b.name in samples}
+    fixed_s, kernel_s = fit_line(list(chain), list(chain.values()))
+    kernel_s = max(kernel_s, 0.0)
+    block = max(1, int(hw.extra.get("simd_bits", 256)) // 32)
+    points = [p for b in benches if b.name in samples and not b.name.startswith("Relu chain")
+              for p in [_point(b.name, models[b.name], samples[b.name], fixed_s, kernel_s,
+                               block if backend == ORT_CPU else 0)]
+              if p is not None]
+    cal = fit(points, hw, threads, kernel_s)
+    skipped = len(benches) - len(samples) - len(refused)
+    notes = [f"{skipped} benchmark(s) skipped to stay within {budget_s:g} s"] if skipped else []
+    if refused:
+        notes.append(f"{len(refused)} benchmark(s) {backend} cannot run: "
+                     + ", ".join(sorted(refused)))
+    factor = denormal_factor(threads) if backend == ORT_CPU and prepare is PREPARE[ORT_CPU] \
+        else 1.0
+    cold = cold_weight_rate(cold_weight_gbps(1, prepare), threads,
+                            cal.bandwidth_gbps.get(hw.main_memory.name, math.inf))
+    return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes,
+                               backend=backend, denormal_factor=factor, cold_weight_gbps=cold)
+
+
+def cold_weight_gbps(threads: int, prepare: Prepare = prepare_ort,
+                     min_time_s: float = 0.05) -> float:
+    """The rate at which a network's kernels fetch weights that are cold (last read one
+    inference ago): over COLD_CHAINS, the weight bytes of the chain with a weight per layer
+    over the time it takes beyond the same chain sharing one weight (each the fastest of
+    three medians, the two alternating). Measured on this host (AMD EPYC, one thread):
+    14-18 GB/s in every calibration and trial, below the L3's 42 and the DRAM's 19 GB/s streaming
+    rates: the fetch does not hide behind the convolutions' MACs. 0 when no extra time shows
+    (not measured; the estimator then charges nothing)."""
+    extra_s = extra_bytes = 0.0
+    for layers, channels, kernel, size in COLD_CHAINS:
+        timers = {shared: prepare(conv_chain(layers, channels, kernel, size, shared), threads)
+                  for shared in (True, False)}
+        best = {shared: math.inf for shared in timers}
+        for _ in range(3):
+            for shared, timer in timers.items():
+                best[shared] = min(best[shared], timer(min_time_s))
+        extra_s += best[False] - best[True]
+        extra_bytes += (layers - 1) * channels * channels * kernel * kernel * 4
+    return extra_bytes / extra_s / 1e9 if extra_s > 0 else 0.0
+
+
+def denormal_factor(threads: int, min_time_s: float = 0.05) -> float:
+    """How much slower ORT's MatMul runs on a left operand of float32 denormals (1e-40) than on
+    normal numbers, on the shape of a shifted-window attention's P x V ([48, 49, 49] x
+    [48, 49, 32], Swin-T's third stage): time_denormal / time_normal, each the median run over
+    `min_time_s` (well under a second in all). x86 cores take a microcode assist on each
+    denormal operand unless flush-to-zero is set, which ORT's CPU provider leaves off."""
+    a, b = helper.make_tensor_value_info, TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["Y"])], "denormal",
+                              [a("A", b, [48, 49, 49]), a("B", b, [48, 49, 32])],
+                              [a("Y", b, [48, 49, 32])])
+    session = make_session(helper.make_model(graph, ir_version=8, opset_imports=[
+        helper.make_opsetid("", 17)]), threads)
+    rng = np.random.default_rng(0)
+    rhs = rng.random((48, 49, 32), dtype=np.float32)
+    clock = "cpu" if threads == 1 else "wall"
+
+    def median(lhs: np.ndarray) -> float:
+        return time_session(session, {"A": lhs, "B": rhs}, runs=3, warmup=1,
+                            min_time_s=min_time_s, clock=clock).median_s
+
+    normal = median(rng.random((48, 49, 49), dtype=np.float32))
+    return max(1.0, median(np.full((48, 49, 49), 1e-40, np.float32)) / normal)
+
+
+def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
+           kernel_s: float, block: int = 0) -> Point | None:
+    """The benchmark's group cost (onnxlens's analysis) and the time the estimator's
+    max(compute, memory) term should give it: its fastest run less the fixed cost of a run
+    call and one kernel overhead (the estimator adds its own). Its class is that of its
+    largest ORT kernel when `block` (the NCHWc block) is given: the estimator's class on a
+    profile calibrated through ORT (a Conv off ORT's NCHWc path is `grouped_conv`)."""
+    result = analyze(model)
+    if len(result.groups) != 1:
+        return None
+    group = result.groups[0]
+    cost = result.group_costs[group.id].cost
+    seconds = run_s - fixed_s - kernel_s
+    if cost is None or seconds <= 0:
+        return None
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    nbytes = cost.bytes_read + cost.bytes_written
+    if not block:
+        return Point(name, op_class(result.graph, group, costs), cost.macs, cost.other_flops,
+                     nbytes, seconds, transcendental=cost.transcendental)
+    main = max(ort_kernels(result.graph, group, costs, block), key=lambda k: k.cost.flops())
+    return Point(name, main.cls, cost.macs, cost.other_flops, nbytes, seconds, main.reuse,
+                 main.calls, cost.transcendental, main.epilogue.other_flops,
+                 main.epilogue.transcendental, main.runs)
+
+
+class _progress_bar:
+    """A context giving `advance(label)`; a rich progress bar on stderr, or nothing."""
+
+    def __init__(self, show: bool, total: int) -> None:
+        self.show, self.total = show, total
+
+    def __enter__(self) -> Callable[[str], None]:
+        if not self.show:
+            return lambda label: None
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.bar = Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("{task.description}"),
+                            console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task("", total=self.total)
+
+        def advance(label: str) -> None:
+            self.bar.update(task, advance=1, description=label)
+        return advance
+
+    def __exit__(self, *exc: object) -> None:
+        if self.show:
+            self.bar.stop()
