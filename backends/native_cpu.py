@@ -154,7 +154,7 @@ class _Prepared:
 
         self.result = result
         self.backend = backend
-        self.plan = build_plan(result)
+        self.plan = build_plan(result, backend)
         self.executor = make_executor(native, self.plan.native_args(), threads, isa, backend)
         self._run_error = native.RunError
         self._producers = self.executor.producer_steps()

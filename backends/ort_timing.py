@@ -122,7 +122,7 @@ def _bind(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]
     binding = session.io_binding()
     buffers = []
     for name, value in feeds.items():
-        binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        binding.bind_cpu_input(name, np.asarray(value, order="C"))  # 0-d stays 0-d
     for arg in session.get_outputs():
         dtype = _NUMPY_OF_ORT.get(arg.type)
         if dtype is not None and all(isinstance(d, int) and d >= 0 for d in arg.shape):

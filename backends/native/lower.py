@@ -554,6 +554,20 @@ def _gather(node: NodeInfo, low: Lowering) -> list[Kernel]:
     return [Kernel("Gather", [x, node.inputs[1].name], [y], {"axis": [axis]})]
 
 
+@lowering("GatherElements")
+def _gather_elements(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    axis = _axis(int(node.attr("axis", 0)), len(low.shape(x)))
+    return [Kernel("GatherElements", [x, node.inputs[1].name], [y], {"axis": [axis]})]
+
+
+@lowering("GatherND")
+def _gather_nd(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    return [Kernel("GatherND", [x, node.inputs[1].name], [y],
+                   {"batch_dims": [int(node.attr("batch_dims", 0))]})]
+
+
 @lowering("Cast")
 def _cast(node: NodeInfo, low: Lowering) -> list[Kernel]:
     x, y = _io(node)
@@ -561,7 +575,7 @@ def _cast(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 
 @lowering("Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
-          "Xor", "Not")
+          "Xor", "Not", "IsNaN")
 def _logic(node: NodeInfo, low: Lowering) -> list[Kernel]:
     return [Kernel(node.op_type, [t.name for t in node.inputs], [node.outputs[0].name])]
 

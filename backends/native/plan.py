@@ -24,12 +24,12 @@ import numpy as np
 import onnx
 
 from ...analyzer.analysis import AnalysisResult
-from ...analyzer.errors import OnnxLensError
 from ...analyzer.fusion import Group
 from ...analyzer.graph import ModelGraph
 from ...analyzer.ir import NodeInfo, dtype_bytes
 from ...analyzer.loader import LoadedModel
 from ...analyzer.memory import boundary_lifetimes
+from ..base import BackendError
 from .fold import static_values
 from .lower import (
     ELEMENTWISE,
@@ -50,8 +50,9 @@ _MAX_REGISTERS = 60
 _SCRATCH_ALIGN = 64
 
 
-class UnsupportedModel(OnnxLensError):
-    """The native executor has no kernel for some nodes (listed, with the reason)."""
+class UnsupportedModel(BackendError):
+    """The native executor has no kernel for some nodes (listed, with the reason): a backend
+    error of the backend planning (`compare` then measures the others)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +111,15 @@ class Plan:
 
 # ---- building -----------------------------------------------------------------------------------
 
-def build_plan(result: AnalysisResult) -> Plan:
+def build_plan(result: AnalysisResult, backend: str = "native-cpu") -> Plan:
     """The plan of `result`'s groups; `UnsupportedModel` lists every node it cannot run."""
     lowered = lower_groups(result.model, result.graph, result.groups)
     if lowered.problems:
-        raise UnsupportedModel("native-cpu cannot run " + "; ".join(
+        raise UnsupportedModel("cannot run " + "; ".join(
             f"{what} (node {nodes[0]!r}" + (f" and {len(nodes) - 1} more)" if len(nodes) > 1
                                             else ")")
-            for what, nodes in lowered.problems.items()))
-    return _assemble(result, lowered.steps, lowered.values, lowered.lifetimes)
+            for what, nodes in lowered.problems.items()), backend)
+    return _assemble(result, lowered.steps, lowered.values, lowered.lifetimes, backend)
 
 
 @dataclass
@@ -330,7 +331,7 @@ def _broadcasts(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
 # ---- tensors, constants, arena ----------------------------------------------------------------
 
 def _assemble(result: AnalysisResult, steps: list[Step], values: dict[str, np.ndarray],
-              lifetimes: dict[str, tuple[int, int]]) -> Plan:
+              lifetimes: dict[str, tuple[int, int]], backend: str) -> Plan:
     model = result.model
     tensors: list[PlanTensor] = []
     constants: list[np.ndarray] = []
@@ -344,7 +345,8 @@ def _assemble(result: AnalysisResult, steps: list[Step], values: dict[str, np.nd
         if name in ids:
             continue
         if name.endswith(FOLDED) or (name in values and name not in lifetimes):
-            value = np.ascontiguousarray(values[name.removesuffix(FOLDED)])
+            # np.asarray keeps a 0-d constant 0-d (ascontiguousarray would make it 1-d)
+            value = np.asarray(values[name.removesuffix(FOLDED)], order="C")
             add(PlanTensor(name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype),
                            value.shape, CONST, len(constants)))
             constants.append(value)
@@ -367,7 +369,7 @@ def _assemble(result: AnalysisResult, steps: list[Step], values: dict[str, np.nd
         scratch = max(scratch, at)
     missing = [n for n in _referenced(steps) if n not in ids]
     if missing:
-        raise UnsupportedModel(f"native-cpu: tensors with no storage: {', '.join(missing[:5])}")
+        raise UnsupportedModel(f"tensors with no storage: {', '.join(missing[:5])}", backend)
     return Plan(tensors, constants, steps, list(result.graph.graph_inputs),
                 list(result.graph.graph_outputs), arena, scratch,
                 result.activation_peak_bytes, ids)

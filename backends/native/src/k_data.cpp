@@ -292,6 +292,121 @@ class GatherKernel : public Kernel {
   int64_t outer_ = 1, inner_ = 1, len_ = 1, size_ = 1;
 };
 
+// An index read from an int64 or int32 tensor, wrapped once if negative; RunError outside
+// [0, len).
+int64_t wrapped_index(const Tensor& idx, int64_t i, int64_t len, const char* op) {
+  int64_t v = idx.dtype == DType::i64 ? idx.as<int64_t>()[i] : idx.as<int32_t>()[i];
+  if (v < 0) v += len;
+  if (v < 0 || v >= len) throw RunError(cat(op, ": index ", v, " out of range ", len));
+  return v;
+}
+
+// Row-major strides, in elements.
+std::vector<int64_t> strides_of(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
+  return s;
+}
+
+// y[i] = x[i with its `axis` coordinate replaced by indices[i]]; y has the indices' shape.
+class GatherElementsKernel : public Kernel {
+ public:
+  explicit GatherElementsKernel(const KernelContext& ctx)
+      : x_(ctx.input(0)), idx_(ctx.input(1)), y_(ctx.output(0)) {
+    ctx.expect_arity(2, 2, 1);
+    require(idx_.dtype == DType::i64 || idx_.dtype == DType::i32,
+            "GatherElements: indices must be int");
+    require(x_.dtype == y_.dtype, "GatherElements: element types differ");
+    require(idx_.rank() == x_.rank() && y_.shape == idx_.shape,
+            "GatherElements: indices and output must have the data's rank, and one shape");
+    axis_ = ctx.attr("axis", 0);
+    if (axis_ < 0) axis_ += x_.rank();
+    require(axis_ >= 0 && axis_ < x_.rank(), "GatherElements: axis out of range");
+    for (int d = 0; d < x_.rank(); ++d) {
+      require(d == axis_ || idx_.dim(d) <= x_.dim(d),
+              "GatherElements: indices larger than the data off the axis");
+    }
+    x_strides_ = strides_of(x_.shape);
+    y_strides_ = strides_of(y_.shape);
+    size_ = dtype_size(static_cast<int>(x_.dtype));
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    const int rank = x_.rank();
+    const int64_t len = x_.dim(static_cast<int>(axis_));
+    for (int64_t o = 0; o < y_.numel; ++o) {
+      int64_t at = 0, rest = o;
+      for (int d = 0; d < rank; ++d) {
+        const int64_t c = rest / y_strides_[d];
+        rest -= c * y_strides_[d];
+        at += (d == axis_ ? wrapped_index(idx_, o, len, "GatherElements") : c) * x_strides_[d];
+      }
+      std::memcpy(y_.as<char>() + o * size_, x_.as<const char>() + at * size_,
+                  static_cast<size_t>(size_));
+    }
+  }
+
+ private:
+  const Tensor& x_;
+  const Tensor& idx_;
+  const Tensor& y_;
+  int64_t axis_ = 0, size_ = 1;
+  std::vector<int64_t> x_strides_, y_strides_;
+};
+
+// GatherND: each row of the last indices dim (k long) picks a slice x[b, i_0 .. i_(k-1), ...]
+// of the data, `batch_dims` leading dims shared by data and indices;
+// y.shape = indices.shape[:-1] + x.shape[batch_dims + k:].
+class GatherNdKernel : public Kernel {
+ public:
+  explicit GatherNdKernel(const KernelContext& ctx)
+      : x_(ctx.input(0)), idx_(ctx.input(1)), y_(ctx.output(0)) {
+    ctx.expect_arity(2, 2, 1);
+    require(idx_.dtype == DType::i64 || idx_.dtype == DType::i32,
+            "GatherND: indices must be int");
+    require(x_.dtype == y_.dtype && idx_.rank() >= 1, "GatherND: element types differ");
+    batch_ = ctx.attr("batch_dims", 0);
+    k_ = idx_.dim(idx_.rank() - 1);
+    require(batch_ >= 0 && batch_ < idx_.rank() && batch_ + k_ <= x_.rank(),
+            "GatherND: batch_dims and the index length exceed the data's rank");
+    std::vector<int64_t> expect(idx_.shape.begin(), idx_.shape.end() - 1);
+    expect.insert(expect.end(), x_.shape.begin() + batch_ + k_, x_.shape.end());
+    require(y_.shape == expect, "GatherND: output ", show(y_.shape), ", expected ",
+            show(expect));
+    for (int64_t d = 0; d < batch_; ++d) {
+      require(idx_.dim(static_cast<int>(d)) == x_.dim(static_cast<int>(d)),
+              "GatherND: batch dims differ");
+    }
+    strides_ = strides_of(x_.shape);
+    for (int d = static_cast<int>(batch_ + k_); d < x_.rank(); ++d) slice_ *= x_.dim(d);
+    for (int d = 0; d < idx_.rank() - 1; ++d) rows_ *= idx_.dim(d);
+    for (int d = static_cast<int>(batch_); d < idx_.rank() - 1; ++d) per_batch_ *= idx_.dim(d);
+    batch_stride_ = batch_ > 0 ? strides_[batch_ - 1] : 0;
+    size_ = dtype_size(static_cast<int>(x_.dtype));
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    const int64_t bytes = slice_ * size_;
+    for (int64_t r = 0; r < rows_; ++r) {
+      int64_t at = per_batch_ ? (r / per_batch_) * batch_stride_ : 0;
+      for (int64_t j = 0; j < k_; ++j) {
+        const int d = static_cast<int>(batch_ + j);
+        at += wrapped_index(idx_, r * k_ + j, x_.dim(d), "GatherND") * strides_[d];
+      }
+      std::memcpy(y_.as<char>() + r * bytes, x_.as<const char>() + at * size_,
+                  static_cast<size_t>(bytes));
+    }
+  }
+
+ private:
+  const Tensor& x_;
+  const Tensor& idx_;
+  const Tensor& y_;
+  int64_t batch_ = 0, k_ = 0, slice_ = 1, rows_ = 1, per_batch_ = 1, batch_stride_ = 0;
+  int64_t size_ = 1;
+  std::vector<int64_t> strides_;
+};
+
 // Linear Resize: per output dim, the two input coordinates and the weight of the second.
 class LinearResizeKernel : public Kernel {
  public:
@@ -367,6 +482,8 @@ void register_data(KernelRegistry& r) {
   add_kernel(r, "Split", make_kernel<ConcatKernel>(true));
   add_kernel(r, "MapCopy", make_kernel<MapCopyKernel>());
   add_kernel(r, "Gather", make_kernel<GatherKernel>());
+  add_kernel(r, "GatherElements", make_kernel<GatherElementsKernel>());
+  add_kernel(r, "GatherND", make_kernel<GatherNdKernel>());
   add_kernel(r, "LinearResize", make_kernel<LinearResizeKernel>());
 }
 

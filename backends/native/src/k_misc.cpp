@@ -163,12 +163,12 @@ class WhereKernel : public Kernel {
   int64_t size_ = 1;
 };
 
-enum class Cmp { Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Not };
+enum class Cmp { Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Not, IsNaN };
 
 class CompareKernel : public Kernel {
  public:
   CompareKernel(const KernelContext& ctx, Cmp op) : y_(ctx.output(0)), op_(op) {
-    const int arity = op == Cmp::Not ? 1 : 2;
+    const int arity = op == Cmp::Not || op == Cmp::IsNaN ? 1 : 2;
     ctx.expect_arity(arity, arity, 1);
     require(y_.dtype == DType::boolean, ctx.spec.op, ": output must be bool");
     for (int i = 0; i < arity; ++i) {
@@ -205,6 +205,7 @@ class CompareKernel : public Kernel {
       case Cmp::Or: return a != 0 || b != 0;
       case Cmp::Xor: return (a != 0) != (b != 0);
       case Cmp::Not: return a == 0;
+      case Cmp::IsNaN: return a != a;  // NaN is the one value unequal to itself
     }
     return false;
   }
@@ -227,7 +228,8 @@ void register_misc(KernelRegistry& r) {
   const std::pair<const char*, Cmp> cmps[] = {
       {"Equal", Cmp::Equal}, {"Less", Cmp::Less}, {"Greater", Cmp::Greater},
       {"LessOrEqual", Cmp::LessOrEqual}, {"GreaterOrEqual", Cmp::GreaterOrEqual},
-      {"And", Cmp::And}, {"Or", Cmp::Or}, {"Xor", Cmp::Xor}, {"Not", Cmp::Not}};
+      {"And", Cmp::And}, {"Or", Cmp::Or}, {"Xor", Cmp::Xor}, {"Not", Cmp::Not},
+      {"IsNaN", Cmp::IsNaN}};
   for (const auto& [name, op] : cmps) add_kernel(r, name, make_kernel<CompareKernel>(op));
 }
 
