@@ -59,9 +59,11 @@ from .fusion import Group
 from .graph import ModelGraph
 from .hardware import (
     HOST_RUNTIMES,
+    NATIVE_CUDA,
     ORT_CPU,
     PRECISION_BYTES,
     RUNTIME_KEY,
+    RUNTIMES,
     HardwareProfile,
     MemoryLevel,
 )
@@ -301,17 +303,26 @@ def resolve_target(name: str, threads: int | None = None, runtime: str = ORT_CPU
     `host` is this machine: detected, and calibrated when `onnxlens calibrate --backend
     runtime` has been run for `threads`; its measured curves then replace the profile's
     constant efficiencies, and the estimate costs `runtime`'s kernels (`ort-cpu` or
-    `native-cpu`: HOST_RUNTIMES; other profiles are not calibrated and ignore it).
+    `native-cpu`: HOST_RUNTIMES). A GPU profile with `runtime` native-cuda costs the native
+    executor's CUDA launches at the profile's constant efficiencies; otherwise a profile runs
+    one kernel per group.
     """
+    from .errors import UsageError
     from .hardware import load_profile
 
-    if runtime not in HOST_RUNTIMES:
-        from .errors import UsageError
-
-        raise UsageError(f"runtime {runtime!r}: expected one of {', '.join(HOST_RUNTIMES)}")
+    if runtime not in RUNTIMES:
+        raise UsageError(f"runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
     if name == "host":
+        if runtime not in HOST_RUNTIMES:
+            raise UsageError(f"runtime {runtime!r} runs on a GPU; -H host is this CPU "
+                             f"({' or '.join(HOST_RUNTIMES)})")
         from .calibration import calibrated_host
 
         return calibrated_host(threads, runtime)
     hw = load_profile(name)
+    if runtime == NATIVE_CUDA:
+        if hw.kind != "gpu":
+            raise UsageError(f"runtime {runtime!r} estimates a GPU profile; {hw.key} is a "
+                             f"{hw.kind}")
+        hw = dataclasses.replace(hw, extra={**hw.extra, RUNTIME_KEY: runtime})
     return hw, constant_efficiency(hw)

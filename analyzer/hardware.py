@@ -77,6 +77,10 @@ RUNTIME_KEY = "runtime"
 ORT_CPU = "ort-cpu"
 NATIVE_CPU = "native-cpu"
 HOST_RUNTIMES = (ORT_CPU, NATIVE_CPU)
+# The native executor's CUDA kernels: a GPU profile estimated as their launches (not
+# calibrated: no GPU has measured them).
+NATIVE_CUDA = "native-cuda"
+RUNTIMES = (*HOST_RUNTIMES, NATIVE_CUDA)
 PROFILES_DIR = Path(__file__).parent / "profiles"
 KINDS = ("cpu", "gpu", "tpu", "npu")
 

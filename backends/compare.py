@@ -348,14 +348,14 @@ def _add_estimates(results: dict[str, BackendRun], analysis: AnalysisResult,
     a host runtime (ort-cpu, native-cpu) is estimated on `host` by its own calibration and
     kernel model, beside its own measurement; others (torch) by ORT CPU's."""
     from ..analyzer.estimate import resolve_target
-    from ..analyzer.hardware import HOST_RUNTIMES, ORT_CPU
+    from ..analyzer.hardware import ORT_CPU, RUNTIMES
 
     for name, run in results.items():
         key = hardware.get(name)
         if key is None:
             continue
         try:
-            runtime = name if name in HOST_RUNTIMES else ORT_CPU
+            runtime = name if name in RUNTIMES else ORT_CPU
             hw, efficiency = resolve_target(key, threads, runtime)
             run.estimate = analysis.estimate(hw, "fp32", efficiency)
         except (OnnxLensError, ImportError) as e:

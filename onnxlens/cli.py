@@ -178,8 +178,9 @@ def analyze_command(
     threads: Annotated[int | None, typer.Option(
         min=1, help="Threads the host profile assumes (its calibration).")] = None,
     runtime: Annotated[str, typer.Option(
-        help="The runtime `-H host` estimates: ort-cpu or native-cpu (its calibration, "
-        "`onnxlens calibrate --backend`, and its kernels).")] = "ort-cpu",
+        help="The runtime whose kernels the estimates cost: ort-cpu or native-cpu on `-H host` "
+        "(with that runtime's calibration, `onnxlens calibrate --backend`), native-cuda on a "
+        "GPU profile (uncalibrated).")] = "ort-cpu",
     cached_until: Annotated[str | None, typer.Option(
         help="What if every node up to this one were cached (node, tensor or module path)?")
                             ] = None,

@@ -15,10 +15,14 @@ from onnxlens import analyze
 from onnxlens.analyzer.calibration import Calibration, Curve, host_name
 from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.estimate import resolve_target
-from onnxlens.analyzer.hardware import NATIVE_CPU, ORT_CPU, RUNTIME_KEY
+from onnxlens.analyzer.hardware import NATIVE_CPU, NATIVE_CUDA, ORT_CPU, RUNTIME_KEY
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.analyzer.runtimes import kernel_model
-from onnxlens.backends.native.kernel_model import MODEL, NativeCpu
+from onnxlens.backends.native.kernel_model import (
+    NATIVE_CPU_MODEL,
+    NATIVE_CUDA_MODEL,
+    cuda_kernel_ops,
+)
 from onnxlens.cli import app
 
 RNG = np.random.default_rng(0)
@@ -39,16 +43,17 @@ def _save(tmp_path: Path, nodes: list[onnx.NodeProto], inits: list[onnx.TensorPr
     return path
 
 
-def _kernels(path: Path) -> tuple[object, dict]:
+def _kernels(path: Path, model: object = NATIVE_CPU_MODEL) -> tuple[object, dict]:
     r = analyze(path)
     costs = {k: nc.cost for k, nc in r.node_costs.items()}
-    out = MODEL.kernels(r.graph, r.groups, costs,
+    out = model.kernels(r.graph, r.groups, costs,
                         {g: nc.cost for g, nc in r.group_costs.items()}, host_profile(1), r.model)
     return r, out
 
 
-def test_the_model_registers_with_the_backends() -> None:
-    assert kernel_model(NATIVE_CPU) is MODEL and isinstance(MODEL, NativeCpu)
+def test_the_models_register_with_the_backends() -> None:
+    assert kernel_model(NATIVE_CPU) is NATIVE_CPU_MODEL
+    assert kernel_model(NATIVE_CUDA) is NATIVE_CUDA_MODEL
 
 
 def test_a_conv_with_its_epilogue_is_one_kernel(tmp_path: Path) -> None:
@@ -156,3 +161,42 @@ def test_cli_runtime_flag(native_calibration: Calibration, tmp_path: Path) -> No
     bad = CliRunner().invoke(app, ["analyze", str(path), "-H", "host", "--runtime", "tpu"])
     assert bad.exit_code != 0 and "runtime 'tpu'" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_native_cuda_costs_the_plans_launches_on_a_gpu_profile(tmp_path: Path) -> None:
+    """native-cuda runs the same plan, one CUDA launch per plan kernel (the emulator's build of
+    the CUDA lowering says which kernels it has): a MatMul-Softmax-MatMul group is three
+    launches; a group with a kernel the CUDA executor lacks (Gather) is one kernel."""
+    assert {"MatMul", "Softmax", "Elementwise"} <= cuda_kernel_ops()
+    assert "Gather" not in cuda_kernel_ops()
+    s, d = 32, 16
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "xt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "x"], ["y"])]
+    path = _save(tmp_path, nodes, [], [s, d], [s, d])
+    r, cpu = _kernels(path)
+    _, cuda = _kernels(path, NATIVE_CUDA_MODEL)
+    assert [k.cls for k in cuda[r.groups[0].id]] == [k.cls for k in cpu[r.groups[0].id]]
+    est = analyze(path, hardware=["a100"], runtime=NATIVE_CUDA).estimates["a100"]
+    plain = analyze(path, hardware=["a100"]).estimates["a100"]
+    (group,) = est.groups.values()
+    (one,) = plain.groups.values()
+    assert est.profile.extra[RUNTIME_KEY] == NATIVE_CUDA and not est.calibrated
+    # four launches against the one kernel of the uncalibrated default
+    assert group.overhead_s == pytest.approx(4 * one.overhead_s)
+
+    gather = [helper.make_node("Gather", ["x", "i"], ["g"], axis=0),
+              helper.make_node("Relu", ["g"], ["y"])]
+    index = numpy_helper.from_array(np.array([0, 2], np.int64), "i")
+    path = _save(tmp_path, gather, [index], [4, 8], [2, 8])
+    r, cuda = _kernels(path, NATIVE_CUDA_MODEL)
+    gathered = next(g for g in r.groups if "Gather_0" in g.nodes)
+    assert [k.nodes for k in cuda[gathered.id]] == [tuple(gathered.nodes)]
+
+
+def test_native_cuda_needs_a_gpu_profile() -> None:
+    with pytest.raises(UsageError, match="runs on a GPU"):
+        resolve_target("host", 1, NATIVE_CUDA)
+    with pytest.raises(UsageError, match="estimates a GPU profile"):
+        resolve_target("xeon_8480", 1, NATIVE_CUDA)

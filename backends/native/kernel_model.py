@@ -1,4 +1,4 @@
-"""native-cpu's kernel model: the kernels the executor's own planner makes of each group.
+"""The native executor's kernel models: the kernels its own planner makes of each group.
 
 The estimate of a profile calibrated through native-cpu (`onnxlens calibrate --backend
 native-cpu`) costs what the executor runs, read from the planner itself
@@ -23,14 +23,22 @@ the tensors crossing the kernel's boundary), so its FLOPs are the analyzer's own
 executor cannot run is estimated as one kernel (what the analyzer would otherwise assume), so
 the estimate stays complete; `onnxlens compare` says the backend cannot run it. Not modelled:
 the GEMM micro-kernel's tile edges (a GEMM is one curve point per size, as calibrated).
+
+native-cuda (`-H a100 --runtime native-cuda`) costs the same plan on a GPU profile, each plan
+kernel one CUDA launch (`cuda/lower.cpp`; a group with a kernel the CUDA executor lacks is one
+kernel), at the profile's constant efficiencies: no GPU has calibrated it, and every output
+of such an estimate says `calibrated: false`.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from ...analyzer.cost.base import Cost
 from ...analyzer.fusion import Group
 from ...analyzer.graph import ModelGraph
-from ...analyzer.hardware import NATIVE_CPU, HardwareProfile
+from ...analyzer.hardware import NATIVE_CPU, NATIVE_CUDA, HardwareProfile
 from ...analyzer.loader import LoadedModel
 from ...analyzer.runtimes import (
     ANY,
@@ -45,10 +53,15 @@ from . import lower
 from .plan import FOLDED, lower_groups
 
 
-class NativeCpu:
-    """The native executor's plan, kernel by kernel."""
+class NativePlan:
+    """The native executor's plan, kernel by kernel, for one of its runtimes: native-cpu, or
+    native-cuda (the same plan, each kernel one CUDA launch: `cuda/lower.cpp`), where a group
+    with a kernel the CUDA executor lacks is one kernel, as a refused group."""
 
-    runtime = NATIVE_CPU
+    def __init__(self, runtime: str, runnable: Callable[[], frozenset[str]] | None = None
+                 ) -> None:
+        self.runtime = runtime
+        self._runnable = runnable  # the kernel ops this runtime has (None: all the plan makes)
 
     def kernels(self, mg: ModelGraph, groups: list[Group], node_costs: dict[str, Cost | None],
                 group_costs: dict[int, Cost | None], hw: HardwareProfile,
@@ -56,12 +69,15 @@ class NativeCpu:
         if model is None:  # no tensors to plan with: the analyzer's groups as they are
             return one_kernel_per_group.kernels(mg, groups, node_costs, group_costs, hw)
         lowered = lower_groups(model, mg, groups)
+        ops = self._runnable() if self._runnable else None
+        refused = lowered.refused | {
+            step.group for step in lowered.steps
+            if ops is not None and any(k.op not in ops for k in step.kernels)}
         fallback = one_kernel_per_group.kernels(
-            mg, [g for g in groups if g.id in lowered.refused], node_costs, group_costs, hw)
+            mg, [g for g in groups if g.id in refused], node_costs, group_costs, hw)
         out: GroupKernels = {}
         for group, step in zip(groups, lowered.steps, strict=True):
-            if group.id in lowered.refused or any(node_costs.get(k) is None
-                                                  for k in group.nodes):
+            if group.id in refused or any(node_costs.get(k) is None for k in group.nodes):
                 out[group.id] = fallback.get(group.id)
                 continue
             out[group.id] = [_kernel(mg, k, node_costs, model) for k in step.kernels]
@@ -79,5 +95,18 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
     return kernel_of(mg, k.nodes, costs, cls, ANY, ANY)
 
 
-MODEL = NativeCpu()
-register_kernel_model(MODEL)
+@functools.cache
+def cuda_kernel_ops() -> frozenset[str]:
+    """The plan kernels the CUDA executor lowers: its lowering table, read from the CPU
+    emulator's build of the same code (no GPU needed); none when it is not built."""
+    try:
+        from .. import _native_cuda_emu  # type: ignore[attr-defined]
+    except ImportError:
+        return frozenset()
+    return frozenset(_native_cuda_emu.kernel_ops())
+
+
+NATIVE_CPU_MODEL = NativePlan(NATIVE_CPU)
+NATIVE_CUDA_MODEL = NativePlan(NATIVE_CUDA, cuda_kernel_ops)
+register_kernel_model(NATIVE_CPU_MODEL)
+register_kernel_model(NATIVE_CUDA_MODEL)
