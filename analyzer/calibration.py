@@ -191,6 +191,7 @@ class Calibration:
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     backend: str = DEFAULT_BACKEND  # the runtime whose kernels were timed
+    profile: str = ""  # the GPU profile a GPU runtime's timings calibrate ("": this CPU)
     denormal_factor: float = 1.0  # MatMul time on denormal / normal operands; 1: not measured
     transcendental_flops: float = 1.0  # plain vector FLOPs per transcendental; 1: not fitted
     cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
@@ -245,8 +246,8 @@ class Calibration:
 
     def save(self, path: str | os.PathLike | None = None) -> Path:
         """Write the JSON (atomically) to `path`, by default this host's cache file."""
-        out = Path(path) if path is not None else calibration_path(self.threads, self.host,
-                                                                   self.backend)
+        out = Path(path) if path is not None else calibration_path(
+            self.threads, self.host, self.backend, self.profile)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")
         tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
@@ -277,16 +278,21 @@ def host_name() -> str:
 
 
 def calibration_path(threads: int, host: str | None = None,
-                     backend: str = DEFAULT_BACKEND) -> Path:
+                     backend: str = DEFAULT_BACKEND, profile: str = "") -> Path:
+    if profile:  # a GPU's: one per (machine, GPU profile, runtime), threads do not matter
+        return cache_dir() / f"calibration-{host or host_name()}-{profile}-{backend}.json"
     suffix = "" if backend == DEFAULT_BACKEND else f"-{backend}"
     return cache_dir() / f"calibration-{host or host_name()}-t{threads}{suffix}.json"
 
 
-def find_calibration(threads: int | None = None,
-                     backend: str = DEFAULT_BACKEND) -> Calibration | None:
+def find_calibration(threads: int | None = None, backend: str = DEFAULT_BACKEND,
+                     profile: str = "") -> Calibration | None:
     """This host's calibration of `backend` at `threads` (None: the newest at any thread
-    count), if one was saved on this CPU; an unreadable file counts as none."""
-    if threads is not None:
+    count), or of GPU `profile` through `backend`, if one was saved on this machine; an
+    unreadable file counts as none."""
+    if profile:
+        candidates = [calibration_path(1, backend=backend, profile=profile)]
+    elif threads is not None:
         candidates = [calibration_path(threads, backend=backend)]
     else:
         suffix = "" if backend == DEFAULT_BACKEND else f"-{backend}"
@@ -327,6 +333,18 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
                                     TRANSCENDENTAL_KEY: cal.transcendental_flops,
                                     COLD_WEIGHT_KEY: cal.cold_weight_gbps,
                                     COPY_RUN_KEY: cal.copy_run_ns})
+
+
+def calibrated_gpu(profile: HardwareProfile, runtime: str
+                   ) -> tuple[HardwareProfile, EfficiencyFn]:
+    """GPU `profile` estimated as `runtime`'s kernels: calibrated by this machine's calibration
+    of that profile through `runtime` when there is one (made on a machine with that GPU),
+    else at the profile's constant efficiencies."""
+    cal = find_calibration(backend=runtime, profile=profile.key)
+    if cal is None:
+        hw = replace(profile, extra={**profile.extra, RUNTIME_KEY: runtime})
+        return hw, lambda cls, flops, intensity: hw.efficiency[cls]
+    return apply_calibration(profile, cal), cal.efficiency
 
 
 def calibrated_host_profile(threads: int | None = None) -> HardwareProfile:

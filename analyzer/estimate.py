@@ -58,8 +58,8 @@ from .cost.base import Cost
 from .fusion import Group
 from .graph import ModelGraph
 from .hardware import (
+    GPU_RUNTIMES,
     HOST_RUNTIMES,
-    NATIVE_CUDA,
     ORT_CPU,
     PRECISION_BYTES,
     RUNTIME_KEY,
@@ -303,9 +303,11 @@ def resolve_target(name: str, threads: int | None = None, runtime: str = ORT_CPU
     `host` is this machine: detected, and calibrated when `onnxlens calibrate --backend
     runtime` has been run for `threads`; its measured curves then replace the profile's
     constant efficiencies, and the estimate costs `runtime`'s kernels (`ort-cpu` or
-    `native-cpu`: HOST_RUNTIMES). A GPU profile with `runtime` native-cuda costs the native
-    executor's CUDA launches at the profile's constant efficiencies; otherwise a profile runs
-    one kernel per group.
+    `native-cpu`: HOST_RUNTIMES). A GPU profile with a GPU runtime (ort-cuda, native-cuda)
+    is estimated as that runtime's kernels (native-cuda: the native executor's CUDA launches),
+    calibrated when `onnxlens calibrate --backend RUNTIME --profile NAME` was run on this
+    machine, else at the profile's constant efficiencies; otherwise a profile runs one kernel
+    per group.
     """
     from .errors import UsageError
     from .hardware import load_profile
@@ -320,9 +322,11 @@ def resolve_target(name: str, threads: int | None = None, runtime: str = ORT_CPU
 
         return calibrated_host(threads, runtime)
     hw = load_profile(name)
-    if runtime == NATIVE_CUDA:
+    if runtime in GPU_RUNTIMES:
         if hw.kind != "gpu":
             raise UsageError(f"runtime {runtime!r} estimates a GPU profile; {hw.key} is a "
                              f"{hw.kind}")
-        hw = dataclasses.replace(hw, extra={**hw.extra, RUNTIME_KEY: runtime})
+        from .calibration import calibrated_gpu
+
+        return calibrated_gpu(hw, runtime)
     return hw, constant_efficiency(hw)

@@ -77,10 +77,13 @@ RUNTIME_KEY = "runtime"
 ORT_CPU = "ort-cpu"
 NATIVE_CPU = "native-cpu"
 HOST_RUNTIMES = (ORT_CPU, NATIVE_CPU)
-# The native executor's CUDA kernels: a GPU profile estimated as their launches (not
-# calibrated: no GPU has measured them).
+# The runtimes of a GPU profile: ONNX Runtime's CUDA provider and the native executor's CUDA
+# kernels (a calibration of either, `onnxlens calibrate --backend ... --profile`, is made on a
+# machine with that GPU; none has been validated on one).
+ORT_CUDA = "ort-cuda"
 NATIVE_CUDA = "native-cuda"
-RUNTIMES = (*HOST_RUNTIMES, NATIVE_CUDA)
+GPU_RUNTIMES = (ORT_CUDA, NATIVE_CUDA)
+RUNTIMES = (*HOST_RUNTIMES, *GPU_RUNTIMES)
 PROFILES_DIR = Path(__file__).parent / "profiles"
 KINDS = ("cpu", "gpu", "tpu", "npu")
 

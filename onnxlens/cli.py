@@ -348,8 +348,11 @@ def calibrate_command(
                        ] = 1,
     budget: Annotated[float, typer.Option(min=5, help="Seconds to spend, about.")] = 100,
     backend: Annotated[str, typer.Option(
-        help="Runtime to measure: ort-cpu (what `--hardware host` uses) or native-cpu.")
-                       ] = "ort-cpu",
+        help="Runtime to measure: ort-cpu (what `--hardware host` uses), native-cpu, or on a "
+        "machine with a GPU ort-cuda or native-cuda (with --profile).")] = "ort-cpu",
+    profile: Annotated[str | None, typer.Option(
+        help="The GPU a GPU backend measures: its profile (a100, h100, ... or a .toml), "
+        "which `-H NAME --runtime BACKEND` then estimates calibrated.")] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Measure this host through ONNX Runtime (or the native executor) and save the
@@ -358,16 +361,21 @@ def calibrate_command(
     from .backends.calibrate.measure import run_calibration
 
     def calibrate() -> Path:
-        return run_calibration(threads, budget_s=budget, progress=True, backend=backend).save()
+        return run_calibration(threads, budget_s=budget, progress=True, backend=backend,
+                               profile=profile).save()
 
     path = _run(debug, calibrate)
     from .analyzer.calibration import Calibration, apply_calibration
+    from .analyzer.hardware import load_profile
     from .analyzer.host import host_profile
 
     cal = Calibration.load(path)
-    hw = apply_calibration(host_profile(threads), cal)
+    base = load_profile(cal.profile) if cal.profile else host_profile(threads)
+    hw = apply_calibration(base, cal)
+    what = f"{cal.profile} through {backend}" if cal.profile else f"host at {threads} thread(s)"
     Console(highlight=False).print(
-        f"wrote {path}\nhost at {threads} thread(s): fp32 peak "
+        "".join(f"note: {n}\n" for n in cal.notes) +
+        f"wrote {path}\n{what}: fp32 peak "
         f"{hw.peak_tflops['fp32'] * 1e3:.1f} GFLOP/s, main memory "
         f"{hw.main_memory.bandwidth_gbps:.1f} GB/s, kernel overhead {hw.kernel_launch_us:.1f} µs, "
         f"a transcendental {cal.transcendental_flops:.1f} FLOPs, cold weights "

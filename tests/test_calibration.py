@@ -31,7 +31,8 @@ from onnxlens.analyzer.calibration import (
     host_name,
 )
 from onnxlens.analyzer.errors import UsageError
-from onnxlens.analyzer.hardware import OP_CLASSES, ORT_CPU, RUNTIME_KEY
+from onnxlens.analyzer.estimate import resolve_target
+from onnxlens.analyzer.hardware import NATIVE_CUDA, OP_CLASSES, ORT_CPU, RUNTIME_KEY, load_profile
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.backends.calibrate import catalogue, fit, measure
 from onnxlens.backends.ort_timing import profile_model, time_model
@@ -122,6 +123,47 @@ def test_run_calibration_fits_a_fake_machine() -> None:
             if point.bytes / 20e9 < f / (0.4 * peak):
                 assert cal.efficiency(point.op_class, f, f / point.bytes) == pytest.approx(
                     0.4, rel=0.15)
+
+
+def test_a_gpu_calibration_fits_synthetic_gpu_timings(cache: Path) -> None:
+    """`calibrate --backend native-cuda --profile a100` on timings made up for an A100 (no GPU
+    has run it: every op max(FLOPs at 60% of the A100's fp32 peak, bytes at 1,500 GB/s) plus a
+    4 us launch): the fit starts from the GPU's profile, finds its launch cost and
+    bandwidth, says it is not validated on a GPU, and `-H a100 --runtime native-cuda` then
+    estimates with it."""
+    gpu = load_profile("a100")
+    peak = gpu.peak_flops("fp32")
+
+    def prepare(model: onnx.ModelProto, threads: int) -> measure.Timer:
+        if model.graph.node[0].op_type == "Relu" and model.graph.input[0].type.tensor_type \
+                .shape.dim[-1].dim_value == 16:  # the overhead chain
+            return lambda min_time_s: 10e-6 + 4e-6 * len(model.graph.node)
+        cost = measure.analyze(model).group_costs[0].cost
+        assert cost is not None
+        work = max(cost.flops() / (0.6 * peak), (cost.bytes_read + cost.bytes_written) / 1.5e12)
+        return lambda min_time_s: 10e-6 + 4e-6 + work
+
+    cal = measure.run_calibration(1, budget_s=0.3, progress=False, prepare=prepare,
+                                  backend=NATIVE_CUDA, profile="a100")
+    assert cal.profile == "a100" and cal.backend == NATIVE_CUDA
+    assert cal.notes[0] == measure.GPU_NOT_VALIDATED
+    assert cal.kernel_overhead_us == pytest.approx(4.0, rel=1e-6)
+    assert cal.levels == [(lv.name, lv.size_bytes) for lv in gpu.memory]
+    # the coarse tier (all a 0.3 s budget times) streams from the A100's 40 MB L2 at most
+    assert cal.bandwidth_gbps and all(bw == pytest.approx(1500.0, rel=0.05)
+                                      for bw in cal.bandwidth_gbps.values())
+    path = cal.save()
+    assert path.name == f"calibration-{host_name()}-a100-{NATIVE_CUDA}.json"
+    hw, eff = resolve_target("a100", 1, NATIVE_CUDA)
+    assert hw.calibrated and hw.extra[RUNTIME_KEY] == NATIVE_CUDA
+    assert hw.kernel_launch_us == pytest.approx(4.0)
+    assert eff("gemm", 1e9, 100.0) == cal.efficiency("gemm", 1e9, 100.0)
+    assert not resolve_target("a100", 1, "ort-cuda")[0].calibrated  # another runtime's
+    with pytest.raises(UsageError, match="--profile"):
+        measure.run_calibration(1, backend=NATIVE_CUDA, progress=False, prepare=prepare)
+    with pytest.raises(UsageError, match="not a GPU"):
+        measure.run_calibration(1, backend=NATIVE_CUDA, progress=False, prepare=prepare,
+                                profile="xeon_8480")
 
 
 def test_a_real_mini_calibration() -> None:

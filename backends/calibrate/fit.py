@@ -24,7 +24,7 @@ from ...analyzer.calibration import (
     host_name,
 )
 from ...analyzer.estimate import activation_pass, estimate_group, memory_level
-from ...analyzer.hardware import HardwareProfile
+from ...analyzer.hardware import HardwareProfile, load_profile
 from ...analyzer.host import detect_cpu, host_profile
 from .catalogue import SQUARE_GEMM
 
@@ -233,7 +233,8 @@ def fit_check(cal: Calibration) -> dict[str, float]:
     overhead: a point's time has it taken out) against the time measured. How well the fitted
     model explains what it was fitted on; a curve's own `log_error` covers only the points
     that curve was fitted on."""
-    hw = apply_calibration(host_profile(cal.threads), cal)
+    base = load_profile(cal.profile) if cal.profile else host_profile(cal.threads)
+    hw = apply_calibration(base, cal)
     errors: dict[str, list[float]] = {}
     for p in cal.points:
         seconds = estimate_group(p.cost(), p.op_class, hw, "fp32", cal.efficiency, 0, p.reuse,

@@ -23,7 +23,13 @@ from ...analyzer.calibration import (
     Point,
 )
 from ...analyzer.errors import UsageError
-from ...analyzer.hardware import ORT_CPU
+from ...analyzer.hardware import (
+    GPU_RUNTIMES,
+    NATIVE_CPU,
+    ORT_CPU,
+    HardwareProfile,
+    load_profile,
+)
 from ...analyzer.host import host_profile
 from ...analyzer.runtimes import op_class
 from ...analyzer.runtimes.ort_cpu import ort_kernels
@@ -92,7 +98,30 @@ class BackendSession:
         return self._run(feeds)
 
 
-PREPARE: dict[str, Prepare] = {ORT_CPU: prepare_ort, "native-cpu": prepare_native}
+def prepare_gpu(backend: str) -> Prepare:
+    """A timer of a graph on GPU backend `backend` (ort-cuda, native-cuda), through its own
+    `time` (a synchronized run, wall clock): each call times enough runs to fill `min_time_s`
+    (3 at least) and gives their median. BackendUnavailable where there is no GPU."""
+    def prepare(model: onnx.ModelProto, threads: int) -> Timer:
+        from ..registry import create
+
+        gpu = create(backend, threads=threads)
+        gpu.prepare(model)
+        feeds = random_inputs(input_specs(model), count=1, batch=1)[0]
+        first = gpu.time(feeds, warmup=2, runs=3).median_s
+
+        def timer(min_time_s: float) -> float:
+            runs = max(3, math.ceil(min_time_s / max(first, 1e-7)))
+            return gpu.time(feeds, warmup=1, runs=runs).median_s
+        return timer
+    return prepare
+
+
+PREPARE: dict[str, Prepare] = {ORT_CPU: prepare_ort, NATIVE_CPU: prepare_native,
+                               **{b: prepare_gpu(b) for b in GPU_RUNTIMES}}
+# What every calibration of a GPU runtime says: its fitting is tested on synthetic timings only.
+GPU_NOT_VALIDATED = ("not validated on a GPU: this fit of GPU timings has been tested only "
+                     "on synthetic timings; read its fit check before trusting it")
 
 
 def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime]) -> onnx.ModelProto:
@@ -118,13 +147,14 @@ def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime]) -> o
 # ---- the calibration run -----------------------------------------------------------------------
 
 def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = True,
-                    backend: str = DEFAULT_BACKEND, prepare: Prepare | None = None
-                    ) -> Calibration:
-    """Measure this host at `threads` through `backend` (`ort-cpu` or `native-cpu`) within
-    about `budget_s` seconds and fit a Calibration (not saved: `Calibration.save()` puts it in
-    the cache dir). `progress` shows a rich progress bar on stderr. `prepare` makes a
-    benchmark graph's timer (default: the backend's; tests give a fake). A benchmark the
-    backend cannot run is left out.
+                    backend: str = DEFAULT_BACKEND, prepare: Prepare | None = None,
+                    profile: str | None = None) -> Calibration:
+    """Measure this host at `threads` through `backend` (`ort-cpu` or `native-cpu`), or the GPU
+    of profile `profile` (a100, h100, a .toml) through a GPU backend (`ort-cuda`,
+    `native-cuda`), within about `budget_s` seconds and fit a Calibration (not saved:
+    `Calibration.save()` puts it in the cache dir). `progress` shows a rich progress bar on
+    stderr. `prepare` makes a benchmark graph's timer (default: the backend's; tests give a
+    fake). A benchmark the backend cannot run is left out.
 
     Every benchmark is timed in PASSES passes, alternately forwards and backwards through the
     list, and its fastest median kept: on a shared machine other processes slow it down in
@@ -136,7 +166,7 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
         raise UsageError(f"backend {backend!r}: expected one of {', '.join(PREPARE)}")
     prepare = prepare or PREPARE[backend]
     start = time.perf_counter()
-    hw = host_profile(threads)
+    hw = _base_profile(backend, profile, threads)
     benches = benchmarks()
     min_time_s = max(0.01, 0.15 * budget_s / len(benches))
     models: dict[str, onnx.ModelProto] = {}
@@ -175,7 +205,9 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
               if p is not None]
     cal = fit(points, hw, threads, kernel_s)
     skipped = len(benches) - len(samples) - len(refused)
-    notes = [f"{skipped} benchmark(s) skipped to stay within {budget_s:g} s"] if skipped else []
+    notes = [GPU_NOT_VALIDATED] if backend in GPU_RUNTIMES else []
+    if skipped:
+        notes.append(f"{skipped} benchmark(s) skipped to stay within {budget_s:g} s")
     if refused:
         notes.append(f"{len(refused)} benchmark(s) {backend} cannot run: "
                      + ", ".join(sorted(refused)))
@@ -184,7 +216,24 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     cold = cold_weight_rate(cold_weight_gbps(1, prepare), threads,
                             cal.bandwidth_gbps.get(hw.main_memory.name, math.inf))
     return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes,
-                               backend=backend, denormal_factor=factor, cold_weight_gbps=cold)
+                               backend=backend, denormal_factor=factor, cold_weight_gbps=cold,
+                               profile=hw.key if backend in GPU_RUNTIMES else "")
+
+
+def _base_profile(backend: str, profile: str | None, threads: int) -> HardwareProfile:
+    """What the fit starts from: this host's CPU, or the GPU profile a GPU backend measures."""
+    if backend not in GPU_RUNTIMES:
+        if profile is not None:
+            raise UsageError(f"--profile names the GPU a GPU backend measures; {backend} "
+                             "measures this host's CPU")
+        return host_profile(threads)
+    if profile is None:
+        raise UsageError(f"{backend} measures a GPU: name its profile with --profile "
+                         "(a100, h100, ... or a .toml)")
+    hw = load_profile(profile)
+    if hw.kind != "gpu":
+        raise UsageError(f"--profile {profile}: a {hw.kind} profile, not a GPU")
+    return hw
 
 
 def cold_weight_gbps(threads: int, prepare: Prepare = prepare_ort,
