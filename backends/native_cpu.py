@@ -167,9 +167,11 @@ class _Prepared:
                    for name in plan.outputs}
         captures = []
         if capture:
+            from .native.plan import ARENA
+
             for t in plan.tensors:
                 step = self._producers[plan.ids[t.name]]
-                if t.storage == 0 and step >= 0 and t.name not in outputs:
+                if t.storage == ARENA and step >= 0 and t.name not in outputs:
                     captures.append((step, plan.ids[t.name],
                                      np.empty(t.shape, _dtype(t.elem_type))))
             captures.sort(key=lambda c: c[0])

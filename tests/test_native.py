@@ -416,6 +416,35 @@ def test_malformed_plans_are_rejected(change: dict, message: str) -> None:
         make_executor(native, _mutated(args, **change), 1, "")
 
 
+def test_catalogue_is_the_cores() -> None:
+    """ops.def is read by the planner (catalogue.py) and compiled into the core: both sides list
+    the same elementwise operations with the same operand counts, the same reductions and
+    storage codes."""
+    from onnxlens.backends.native.catalogue import EW_OPS, REDUCE_OPS, STORAGE
+
+    assert dict(native.ew_ops()) == {name: op.arity for name, op in EW_OPS.items()}
+    assert set(REDUCE_OPS) <= set(native.kernel_ops())
+    assert STORAGE == {"arena": 0, "scratch": 1, "constant": 2}
+
+
+@pytest.mark.parametrize(("op", "srcs", "params"), [
+    ("Frobnicate", (0,), ()), ("Relu", (0, 1), ()), ("Clip", (0,), (0.0,)), ("MulAdd", (0, 1), ())])
+def test_an_operation_outside_the_catalogue_is_refused(op: str, srcs: tuple, params: tuple) -> None:
+    from onnxlens.backends.native.lower import Instr
+
+    with pytest.raises(ValueError, match=r"not an operation of ops\.def"):
+        Instr(op, 0, srcs, params)
+
+
+@pytest.mark.parametrize("storage", [3, -1])
+def test_unknown_storage_code_is_rejected(storage: int) -> None:
+    backend, _ = _small_plan()
+    args = backend.prepared.plan.native_args()
+    tensors = [list(t) for t in args[0]]
+    tensors[0][3] = storage
+    with pytest.raises(OnnxLensError, match="unknown storage"):
+        make_executor(native, ([tuple(t) for t in tensors], *args[1:]), 1, "")
+
 def test_overlapping_live_tensors_are_rejected() -> None:
     backend, _ = _small_plan()
     args = backend.prepared.plan.native_args()

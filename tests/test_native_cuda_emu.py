@@ -430,6 +430,7 @@ def test_cuda_sources_compile_with_nvcc(tmp_path):
     assert sources
     for source in sources:
         cmd = ["nvcc", "-std=c++17", "-arch=sm_80", "-O2", f"-I{include}", f"-I{CUDA_DIR}",
+               f"-I{CUDA_DIR.parent}",  # ops.def, the operation catalogue
                "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", "-c",
                str(source), "-o", str(tmp_path / (source.stem + ".o"))]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -5,10 +5,12 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "ewprog.h"
 #include "executor.h"
 #include "plan_args.h"
 
@@ -95,6 +97,7 @@ NB_MODULE(_native, m) {
   m.def("available_isas", &available_isas, "Instruction sets this CPU and build can run, best first");
   m.def("default_isa", [] { return std::string(simd().name); });
   m.def("kernel_ops", &kernel_ops, "The kernel names a plan may use");
+  m.def("ew_ops", &ew_ops, "The elementwise operations (ops.def) and their operand counts");
   nb::class_<PyExecutor>(m, "Executor")
       .def(nb::init<const std::vector<TensorT>&, const std::vector<ConstArray>&,
                     const std::vector<int>&, const std::vector<int>&, const std::vector<StepT>&,

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 
 from ...analyzer.ir import NodeInfo, TensorInfo
+from .catalogue import EW_OPS, REDUCE_OPS
 
 FLOAT = onnx.TensorProto.FLOAT
 
@@ -32,12 +33,20 @@ class Unsupported(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Instr:
-    """dst = op(srcs): a source >= 0 is a register, < 0 is operand -1 - src."""
+    """dst = op(srcs): a source >= 0 is a register, < 0 is operand -1 - src. `op` is one of
+    the catalogue's (`catalogue.EW_OPS`, from ops.def), with its operand and parameter counts:
+    anything else is refused here, before it reaches the core."""
 
     op: str
     dst: int
     srcs: tuple[int, ...]
     params: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        spec = EW_OPS.get(self.op)
+        if spec is None or (len(self.srcs), len(self.params)) != (spec.arity, spec.params):
+            raise ValueError(f"elementwise {self.op}{self.srcs} with {len(self.params)} "
+                             "parameter(s) is not an operation of ops.def")
 
 
 @dataclass
@@ -397,11 +406,7 @@ def _instance_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
                    [node.outputs[0].name], {}, {"epsilon": [float(node.attr("epsilon", 1e-5))]})]
 
 
-_REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
-           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
-
-
-@lowering(*_REDUCE)
+@lowering(*REDUCE_OPS)
 def _reduce(node: NodeInfo, low: Lowering) -> list[Kernel]:
     _require_float(node, node.inputs[0])
     x, y = _io(node)

@@ -30,6 +30,7 @@ from ...analyzer.ir import NodeInfo, dtype_bytes
 from ...analyzer.loader import LoadedModel
 from ...analyzer.memory import boundary_lifetimes
 from ..base import BackendError
+from .catalogue import STORAGE
 from .fold import static_values
 from .lower import (
     ELEMENTWISE,
@@ -45,7 +46,7 @@ from .lower import (
     main_kernel,
 )
 
-ARENA, SCRATCH, CONST = 0, 1, 2
+ARENA, SCRATCH, CONST = STORAGE["arena"], STORAGE["scratch"], STORAGE["constant"]
 _MAX_REGISTERS = 60
 _SCRATCH_ALIGN = 64
 

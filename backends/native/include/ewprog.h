@@ -11,6 +11,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "plan.h"
@@ -80,5 +82,7 @@ class EwProgram {
 
 // EwOp by ONNX-like name ("Relu", "Add", "MulAdd", ...) and its operand count.
 EwOp ew_op(const std::string& name, int& arity);
+// Every operation of the catalogue (ops.def) this build knows: name and operand count.
+std::vector<std::pair<std::string, int>> ew_ops();
 
 }  // namespace onnxlens

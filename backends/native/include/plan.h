@@ -23,7 +23,10 @@ enum class DType : int {
 int64_t dtype_size(int code);  // bytes per element; PlanError for an unknown code
 const char* dtype_name(DType t);
 
-enum class Storage : int { arena = 0, scratch = 1, constant = 2 };
+enum class Storage : int {
+#define STORAGE(name, code) name = code,
+#include "ops.def"
+};
 
 struct TensorSpec {
   std::string name;

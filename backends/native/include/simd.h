@@ -7,24 +7,13 @@
 
 namespace onnxlens {
 
-// Elementwise operations of the fused epilogues and elementwise kernels (ewprog.h).
+// Elementwise operations of the fused epilogues and elementwise kernels (ewprog.h): the
+// catalogue's (ops.def), unary, then binary, then ternary.
 enum class EwOp : uint8_t {
-  // unary: dst = f(a) [p0, p1 as documented]
-  Identity, Neg, Abs, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Reciprocal, Erf, Floor, Ceil, Round,
-  Sign, Sin, Cos, Gelu, GeluTanh, SiLU, HardSwish, Softplus, Softsign, Mish,
-  LeakyRelu,        // p0 = alpha
-  Clip,             // p0 = min, p1 = max
-  HardSigmoid,      // p0 = alpha, p1 = beta
-  Elu,              // p0 = alpha
-  Selu,             // p0 = alpha, p1 = gamma
-  Celu,             // p0 = alpha
-  ThresholdedRelu,  // p0 = alpha
-  Shrink,           // p0 = bias, p1 = lambd
-  Affine,           // p0 * a + p1
-  // binary: dst = f(a, b)
-  Add, Sub, Mul, Div, Pow, Max, Min, Mod, PRelu,
-  // ternary: dst = a * b + c
-  MulAdd,
+#define EW_UNARY(name, params, expr) name,
+#define EW_BINARY(name, expr) name,
+#define EW_TERNARY(name) name,
+#include "ops.def"
 };
 
 // An operand of an elementwise loop: element i is p[i * stride], stride 0 (broadcast) or 1.

@@ -18,23 +18,10 @@ struct OpInfo {
 
 const std::map<std::string, OpInfo>& op_table() {
   static const std::map<std::string, OpInfo> table = {
-      {"Identity", {EwOp::Identity, 1}}, {"Neg", {EwOp::Neg, 1}}, {"Abs", {EwOp::Abs, 1}},
-      {"Relu", {EwOp::Relu, 1}}, {"Sigmoid", {EwOp::Sigmoid, 1}}, {"Tanh", {EwOp::Tanh, 1}},
-      {"Exp", {EwOp::Exp, 1}}, {"Log", {EwOp::Log, 1}}, {"Sqrt", {EwOp::Sqrt, 1}},
-      {"Reciprocal", {EwOp::Reciprocal, 1}}, {"Erf", {EwOp::Erf, 1}},
-      {"Floor", {EwOp::Floor, 1}}, {"Ceil", {EwOp::Ceil, 1}}, {"Round", {EwOp::Round, 1}},
-      {"Sign", {EwOp::Sign, 1}}, {"Sin", {EwOp::Sin, 1}}, {"Cos", {EwOp::Cos, 1}},
-      {"Gelu", {EwOp::Gelu, 1}}, {"GeluTanh", {EwOp::GeluTanh, 1}}, {"SiLU", {EwOp::SiLU, 1}},
-      {"HardSwish", {EwOp::HardSwish, 1}}, {"Softplus", {EwOp::Softplus, 1}},
-      {"Softsign", {EwOp::Softsign, 1}}, {"Mish", {EwOp::Mish, 1}},
-      {"LeakyRelu", {EwOp::LeakyRelu, 1}}, {"Clip", {EwOp::Clip, 1}},
-      {"HardSigmoid", {EwOp::HardSigmoid, 1}}, {"Elu", {EwOp::Elu, 1}},
-      {"Selu", {EwOp::Selu, 1}}, {"Celu", {EwOp::Celu, 1}},
-      {"ThresholdedRelu", {EwOp::ThresholdedRelu, 1}}, {"Shrink", {EwOp::Shrink, 1}},
-      {"Affine", {EwOp::Affine, 1}}, {"Add", {EwOp::Add, 2}}, {"Sub", {EwOp::Sub, 2}},
-      {"Mul", {EwOp::Mul, 2}}, {"Div", {EwOp::Div, 2}}, {"Pow", {EwOp::Pow, 2}},
-      {"Max", {EwOp::Max, 2}}, {"Min", {EwOp::Min, 2}}, {"Mod", {EwOp::Mod, 2}},
-      {"PRelu", {EwOp::PRelu, 2}}, {"MulAdd", {EwOp::MulAdd, 3}},
+#define EW_UNARY(name, params, expr) {#name, {EwOp::name, 1}},
+#define EW_BINARY(name, expr) {#name, {EwOp::name, 2}},
+#define EW_TERNARY(name) {#name, {EwOp::name, 3}},
+#include "ops.def"
   };
   return table;
 }
@@ -74,6 +61,12 @@ void suffix_block(const std::vector<int64_t>& out, const std::vector<int64_t>& s
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, int>> ew_ops() {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& [name, info] : op_table()) out.emplace_back(name, info.arity);
+  return out;
+}
 
 EwOp ew_op(const std::string& name, int& arity) {
   const auto& table = op_table();

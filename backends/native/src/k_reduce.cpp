@@ -11,14 +11,16 @@ namespace onnxlens {
 
 namespace {
 
-enum class Red { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+enum class Red {
+#define REDUCE_OP(name, red) red,
+#include "ops.def"
+};
 
 Red parse(const std::string& op) {
   static const std::map<std::string, Red> names = {
-      {"ReduceSum", Red::Sum}, {"ReduceMean", Red::Mean}, {"ReduceMax", Red::Max},
-      {"ReduceMin", Red::Min}, {"ReduceProd", Red::Prod}, {"ReduceSumSquare", Red::SumSquare},
-      {"ReduceL1", Red::L1}, {"ReduceL2", Red::L2}, {"ReduceLogSum", Red::LogSum},
-      {"ReduceLogSumExp", Red::LogSumExp}};
+#define REDUCE_OP(name, red) {#name, Red::red},
+#include "ops.def"
+  };
   return names.at(op);
 }
 
@@ -192,11 +194,8 @@ class ArgKernel : public Kernel {
 }  // namespace
 
 void register_reduce(KernelRegistry& r) {
-  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                         "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
-                         "ReduceLogSumExp"}) {
-    add_kernel(r, op, make_kernel<ReduceKernel>());
-  }
+#define REDUCE_OP(name, red) add_kernel(r, #name, make_kernel<ReduceKernel>());
+#include "ops.def"
   add_kernel(r, "ArgMax", make_kernel<ArgKernel>(true));
   add_kernel(r, "ArgMin", make_kernel<ArgKernel>(false));
 }

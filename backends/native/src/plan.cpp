@@ -27,7 +27,12 @@ void resolve_one(const TensorSpec& s, const PlanSpec& plan, char* arena, char* s
   t.numel = checked_product(s.shape);
   t.nbytes = checked_mul(t.numel, size);
   require(t.nbytes <= kMaxBytes, "tensor ", s.name, ": ", t.nbytes, " bytes is too large");
-  require(s.storage >= 0 && s.storage <= 2, "tensor ", s.name, ": unknown storage ", s.storage);
+  static const std::vector<int> storages = {
+#define STORAGE(name, code) code,
+#include "ops.def"
+  };
+  require(std::find(storages.begin(), storages.end(), s.storage) != storages.end(), "tensor ",
+          s.name, ": unknown storage ", s.storage);
   t.storage = static_cast<Storage>(s.storage);
   t.offset = s.offset;
   if (t.storage == Storage::constant) {

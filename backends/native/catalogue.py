@@ -1,0 +1,35 @@
+"""The native executor's operation catalogue, read from `ops.def`, the one file the C++ core
+and the CUDA kernels include as X-macros: the elementwise operations of the fused programs
+(name, operand count, scalar parameters), the reduction kernels, and the storage codes of plan
+tensors. The planner builds its instructions and tensors from these, so Python and C++ cannot
+disagree on a name or a code; an operation the catalogue lacks is refused when it is emitted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_ENTRY = re.compile(r"^(EW_UNARY|EW_BINARY|EW_TERNARY|REDUCE_OP|STORAGE)\((\w+)(?:,\s*(\w+))?")
+_ARITY = {"EW_UNARY": 1, "EW_BINARY": 2, "EW_TERNARY": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class EwOp:
+    name: str
+    arity: int  # operands
+    params: int  # scalar parameters (p0, p1) it reads
+
+
+def _entries(path: Path) -> list[tuple[str, str, str | None]]:
+    return [(m[1], m[2], m[3]) for line in path.read_text(encoding="utf-8").splitlines()
+            if (m := _ENTRY.match(line))]
+
+
+_ALL = _entries(Path(__file__).with_name("ops.def"))
+EW_OPS: dict[str, EwOp] = {
+    name: EwOp(name, _ARITY[kind], int(extra or 0) if kind == "EW_UNARY" else 0)
+    for kind, name, extra in _ALL if kind in _ARITY}
+REDUCE_OPS: tuple[str, ...] = tuple(name for kind, name, _ in _ALL if kind == "REDUCE_OP")
+STORAGE: dict[str, int] = {name: int(code or 0) for kind, name, code in _ALL if kind == "STORAGE"}
