@@ -242,7 +242,8 @@ def _analyze_symbolic(model: LoadedModel, symbols: list[str], load: Callable[...
     analyses = (len(fit) + 1) * len(model.nodes)
     if analyses > SYMBOLIC_MAX_NODE_ANALYSES:
         shapes = pinned_shapes(model.graph_inputs, dict.fromkeys(symbols, 1))
-        result = _analyze_model(load(model.proto, input_shapes=shapes), strict, flops_per_mac)
+        result = _analyze_model(load(model.proto, input_shapes=shapes,
+                                     base_dir=model.base_dir), strict, flops_per_mac)
         result.model.path, result.model.name = model.path, model.name
         result.symbols = dict.fromkeys(symbols, 1)
         result.warnings.append(
@@ -251,13 +252,14 @@ def _analyze_symbolic(model: LoadedModel, symbols: list[str], load: Callable[...
             f"{SYMBOLIC_MAX_NODE_ANALYSES:,} node analyses; pin them with --batch or "
             "--input-shape")
         return result
-    data = model.proto.SerializeToString()  # external data is already inline
+    data = model.proto.SerializeToString()  # weights left in their files stay there
     results: dict[tuple[int, ...], AnalysisResult] = {}
 
     def evaluate(point: tuple[int, ...]) -> dict[str, int | None]:
         values = dict(zip(fitted, point, strict=True)) | dict.fromkeys(pinned_at_one, 1)
         shapes = pinned_shapes(model.graph_inputs, values)
-        results[point] = _analyze_model(load(data, input_shapes=shapes), strict, flops_per_mac)
+        results[point] = _analyze_model(load(data, input_shapes=shapes, base_dir=model.base_dir),
+                                        strict, flops_per_mac)
         totals = results[point].totals
         return {k: v for k, v in totals.items() if k in _FORMULA_KEYS}
 

@@ -1,12 +1,14 @@
 """Load an ONNX model safely, pin its dynamic dims and infer every shape.
 
-Order of work: parse (without following external data) -> read external data ourselves, only
-from inside the model's folder -> structure (dangling tensors, tensors produced twice, cycles),
-named in our words -> pin input dims from the caller -> sizes of inputs -> the validation layer
-(`validate`: opsets, nesting, op attributes, constant inputs) -> ``onnx.checker`` and onnx
-shape inference (with data propagation) on a light copy that leaves the weights out -> ONNX
-Runtime's symbolic shape inference only if some tensor is still unknown -> the validation
-layer's checks on inferred shapes -> one table of tensor types, every size checked.
+Order of work: parse (without following external data) -> check external data ourselves, only
+from inside the model's folder, by `stat` (offset and length against the file); read only the
+small tensors whose values folding and validation use, never the weights -> structure
+(dangling tensors, tensors produced twice, cycles), named in our words -> pin input dims from
+the caller -> sizes of inputs -> the validation layer (`validate`: opsets, nesting, op
+attributes, constant inputs) -> ``onnx.checker`` and onnx shape inference (with data
+propagation) on a light copy that leaves the weights out -> ONNX Runtime's symbolic shape
+inference only if some tensor is still unknown -> the validation layer's checks on inferred
+shapes -> one table of tensor types, every size checked.
 
 Every problem is an `OnnxLensError` with a one-line message naming the node, tensor or field.
 """
@@ -33,7 +35,18 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from .errors import ExternalDataError, InvalidModelError, ModelLoadError, ShapeError, UsageError
-from .ir import DEFERRED, Dim, NodeFields, Shape, TensorInfo, dtype_bytes, read_nodes
+from .fold import MAX_ELEMENTS as MAX_FOLDED_ELEMENTS
+from .ir import (
+    DEFERRED,
+    Dim,
+    NodeFields,
+    Shape,
+    TensorInfo,
+    dtype_bytes,
+    dtype_name,
+    packed_bytes,
+    read_nodes,
+)
 from .validate import DEFAULT_LIMITS, Limits, check_text, validate_model
 
 _EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
@@ -60,6 +73,19 @@ _INFERENCE_ERROR = re.compile(r"\(op_type:([^,)]*)(?:, node name: (.*?))?\): (?:
 _CHECKER_NODE = re.compile(r"==> Context: Bad node spec for node\. Name: (.*) OpType: (\S*)")
 
 
+@dataclass(frozen=True)
+class ExternalTensor:
+    """Where an initializer's bytes lie in its data file, checked against the file by `stat`
+    and left there: `LoadedModel.initializer_array` reads them when a value is needed."""
+
+    file: Path  # resolved, inside the model's folder
+    location: str
+    offset: int
+    length: int
+    device: int  # the file checked (st_dev, st_ino): reading it again must find the same file
+    inode: int
+
+
 @dataclass
 class LoadedModel:
     proto: onnx.ModelProto
@@ -70,6 +96,23 @@ class LoadedModel:
     opset: int
     nodes: list[NodeFields]  # the main graph's nodes as loaded, their fields read once
     warnings: list[str] = field(default_factory=list)
+    # Initializers whose data stays in their file (the proto keeps their external_data), and
+    # the folder their locations are relative to.
+    external: dict[str, ExternalTensor] = field(default_factory=dict)
+    base_dir: Path | None = None
+
+    def initializer_array(self, name: str) -> np.ndarray:
+        """An initializer's value; one whose data stayed in its file is read from it now."""
+        tensor = self.initializers[name]
+        ref = self.external.get(name)
+        if ref is None:
+            return numpy_helper.to_array(tensor)
+        inline = onnx.TensorProto()
+        inline.CopyFrom(tensor)
+        del inline.external_data[:]
+        inline.data_location = onnx.TensorProto.DEFAULT
+        inline.raw_data = _read_again(ref, name)
+        return numpy_helper.to_array(inline)
 
     @property
     def graph_inputs(self) -> list[TensorInfo]:
@@ -118,7 +161,7 @@ def load_model(
     base = Path(base_dir) if base_dir is not None else (path.parent if path else None)
     graph = proto.graph
     nodes = read_nodes(graph.node)
-    _load_external_data(proto, nodes, base)
+    external = _load_external_data(proto, nodes, base)
     initializers, weights = _initializers(graph)
     produced = _check_structure(graph, nodes, initializers)
     warnings: list[str] = []
@@ -128,7 +171,7 @@ def load_model(
         _check_value_dims(value, max_tensor_bytes)
     validation = validate_model(proto, limits=limits, nodes=nodes)
     warnings += validation.warnings
-    light = _light_copy(proto, initializers, weights, max_tensor_bytes)
+    light = _light_copy(proto, initializers, weights, external, max_tensor_bytes)
     validation.make_inference_safe(light)
     serialized = light.SerializeToString()  # once, for both the checker and inference
     _check(serialized, light.graph)
@@ -144,7 +187,8 @@ def load_model(
         out.type.CopyFrom(typed.type)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     name = path.stem if path else (graph.name or "model")
-    return LoadedModel(proto, path, name, tensors, initializers, opset, nodes, warnings)
+    return LoadedModel(proto, path, name, tensors, initializers, opset, nodes, warnings,
+                       external, base)
 
 
 # ---- the request ------------------------------------------------------------------------------
@@ -227,6 +271,12 @@ def _all_tensors(graph: onnx.GraphProto, nodes: Iterable[NodeFields]
                  ) -> Iterator[onnx.TensorProto]:
     """Every TensorProto of a graph: initializers, Constant values, and those of subgraphs."""
     yield from graph.initializer
+    yield from _tensors_beside_initializers(graph, nodes)
+
+
+def _tensors_beside_initializers(graph: onnx.GraphProto, nodes: Iterable[NodeFields]
+                                 ) -> Iterator[onnx.TensorProto]:
+    """A graph's sparse initializers and Constant values, and every tensor of its subgraphs."""
     for sparse in graph.sparse_initializer:
         yield sparse.values
         yield sparse.indices
@@ -246,26 +296,54 @@ def _all_tensors(graph: onnx.GraphProto, nodes: Iterable[NodeFields]
 @dataclass
 class _DataFile:
     file: BinaryIO
-    size: int
+    path: Path
+    stat: os.stat_result
 
 
 def _load_external_data(proto: onnx.ModelProto, nodes: list[NodeFields], base: Path | None
-                        ) -> None:
-    """Read external tensor data ourselves, refusing anything outside the model's folder."""
+                        ) -> dict[str, ExternalTensor]:
+    """Check every tensor's external data against its file, refusing anything outside the
+    model's folder; read the small main-graph initializers whose values folding and
+    validation use (and any other tensor: Constant values, subgraphs), leave the rest there.
+
+    Returns the initializers left in their files, by name.
+    """
     files: dict[str, _DataFile] = {}
+    left: dict[str, ExternalTensor] = {}
     try:
-        for tensor in _all_tensors(proto.graph, nodes):
+        for tensor in proto.graph.initializer:
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                tensor.raw_data = _read_external(tensor, base, files)
-                del tensor.external_data[:]
-                tensor.data_location = onnx.TensorProto.DEFAULT
+                ref = _check_external(tensor, base, files)
+                if _values_needed(tensor):
+                    _inline(tensor, _read(files[ref.location], ref, tensor.name))
+                else:
+                    left[tensor.name] = ref
+        for tensor in _tensors_beside_initializers(proto.graph, nodes):
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                ref = _check_external(tensor, base, files)
+                _inline(tensor, _read(files[ref.location], ref, tensor.name))
     finally:
         for f in files.values():
             f.file.close()
+    return left
 
 
-def _read_external(tensor: onnx.TensorProto, base: Path | None,
-                   files: dict[str, _DataFile]) -> bytes:
+def _values_needed(tensor: onnx.TensorProto) -> bool:
+    """Small tensors are read: shape constants, indices, scales, the values that constant
+    folding (`fold.MAX_ELEMENTS`) and the validation layer look at. Weights are not."""
+    return math.prod(tensor.dims) <= MAX_FOLDED_ELEMENTS
+
+
+def _inline(tensor: onnx.TensorProto, data: bytes) -> None:
+    tensor.raw_data = data
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def _check_external(tensor: onnx.TensorProto, base: Path | None,
+                    files: dict[str, _DataFile]) -> ExternalTensor:
+    """Where the tensor's bytes lie, checked by `stat`: a file inside `base`, offset and length
+    within it, and the length its dims and type need. Nothing is read."""
     where = f"tensor {tensor.name!r}: external data"
     info: dict[str, str] = {}
     for entry in tensor.external_data:
@@ -283,21 +361,59 @@ def _read_external(tensor: onnx.TensorProto, base: Path | None,
     if location not in files:
         files[location] = _open_inside(base, location, where)
     data_file = files[location]
+    size = data_file.stat.st_size
     offset = _int_field(info, "offset", where) or 0
     length = _int_field(info, "length", where)
-    if offset > data_file.size:
+    if offset > size:
         raise ExternalDataError(f"{where}: offset {offset} is past the end of {location!r} "
-                                f"({data_file.size} bytes)")
+                                f"({size} bytes)")
     if length is None:
-        length = data_file.size - offset
-    elif offset + length > data_file.size:
+        length = size - offset
+    elif offset + length > size:
         raise ExternalDataError(f"{where}: offset {offset} + length {length} runs past the end "
-                                f"of {location!r} ({data_file.size} bytes)")
-    data_file.file.seek(offset)
-    data = data_file.file.read(length)
-    if len(data) != length:
-        raise ExternalDataError(f"{where}: {location!r} changed while being read")
+                                f"of {location!r} ({size} bytes)")
+    needed = _stored_bytes(tensor)
+    if needed is not None and length != needed:
+        raise ExternalDataError(f"{where}: {length:,} bytes at offset {offset} of {location!r} "
+                                f"({size:,} bytes), but its shape {_show(tensor.dims)} of "
+                                f"{dtype_name(tensor.data_type)} needs {needed:,} (a truncated "
+                                "or mismatched file)")
+    return ExternalTensor(data_file.path, location, offset, length, data_file.stat.st_dev,
+                          data_file.stat.st_ino)
+
+
+def _stored_bytes(tensor: onnx.TensorProto) -> int | None:
+    """Bytes of the tensor's data as ONNX stores it (sub-byte types packed); None when its
+    type or dims are invalid (the checks after this name those)."""
+    if (tensor.data_type not in _DATA_TYPES or tensor.data_type == onnx.TensorProto.STRING
+            or any(d < 0 for d in tensor.dims)):
+        return None
+    return packed_bytes(tensor.data_type, math.prod(tensor.dims))
+
+
+def _read(data_file: _DataFile, ref: ExternalTensor, name: str) -> bytes:
+    data_file.file.seek(ref.offset)
+    data = data_file.file.read(ref.length)
+    if len(data) != ref.length:
+        raise ExternalDataError(f"tensor {name!r}: external data {ref.location!r} changed while "
+                                "being read")
     return data
+
+
+def _read_again(ref: ExternalTensor, name: str) -> bytes:
+    """A tensor's bytes, read when its value is needed: from the file that was checked (the
+    same device and inode, opened without following a symlink), still long enough."""
+    where = f"tensor {name!r}: external data {ref.location!r}"
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(ref.file, flags)
+    except OSError as e:
+        raise ExternalDataError(f"{where}: cannot read ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (ref.device, ref.inode) or st.st_nlink > 1:
+            raise ExternalDataError(f"{where}: the file changed since the model was loaded")
+        return _read(_DataFile(f, ref.file, st), ref, name)
 
 
 def _open_inside(base: Path, location: str, where: str) -> _DataFile:
@@ -337,7 +453,7 @@ def _open_inside(base: Path, location: str, where: str) -> _DataFile:
     if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) or opened.st_nlink > 1:
         os.close(fd)
         raise ExternalDataError(f"{where} file {location!r} changed while being opened")
-    return _DataFile(os.fdopen(fd, "rb"), opened.st_size)
+    return _DataFile(os.fdopen(fd, "rb"), file, opened)
 
 
 def _int_field(info: dict[str, str], key: str, where: str) -> int | None:
@@ -529,11 +645,13 @@ def _check_dims(what: str, shape: Sequence[Dim], elem_type: int, max_tensor_byte
 
 
 def _light_copy(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto],
-                weights: Mapping[str, TensorInfo], max_tensor_bytes: int) -> onnx.ModelProto:
+                weights: Mapping[str, TensorInfo], external: Mapping[str, ExternalTensor],
+                max_tensor_bytes: int) -> onnx.ModelProto:
     """The model with its weights replaced by typed inputs: same shapes, far fewer bytes.
 
     Every initializer is checked here (the checker sees only those kept in the copy; the others
-    get its tensor checks one by one).
+    get its tensor checks one by one, but those left in their files, whose length was checked
+    against their shape when loading: onnx would look for the file itself).
     """
     light = onnx.ModelProto(ir_version=proto.ir_version)
     light.opset_import.extend(proto.opset_import)
@@ -555,10 +673,11 @@ def _light_copy(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto
                                           and weight.elem_type in _INTEGER_TYPES):
             kept.append(t)
             continue
-        try:
-            onnx.checker.check_tensor(t)
-        except onnx.checker.ValidationError as e:
-            raise InvalidModelError(f"initializer {name!r}: {_first_line(e)}") from None
+        if name not in external:
+            try:
+                onnx.checker.check_tensor(t)
+            except onnx.checker.ValidationError as e:
+                raise InvalidModelError(f"initializer {name!r}: {_first_line(e)}") from None
         if name not in declared:
             value = light_graph.input.add()
             value.name = name

@@ -13,6 +13,7 @@ group boundaries); tensors inside a fused kernel never exist.
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,11 +59,15 @@ class NativeCpuBackend(Backend):
                                f"(have {', '.join(self._native.available_isas())})", PROVIDER)
         self.isa = isa
         self._model: onnx.ModelProto | None = None
+        self._base_dir: Path | None = None
         self._parameters: frozenset[str] = frozenset()
         self._prepared: dict[tuple[tuple[int, ...], ...], _Prepared] = {}
 
     def prepare(self, model: ModelSource) -> None:
-        self._model = load_proto(model)
+        # The graph only: the plan reads the weights from their files (`initializer_array`).
+        self._model = load_proto(model, weights=False)
+        self._base_dir = (None if isinstance(model, bytes | onnx.ModelProto)
+                          else Path(model).parent)
         self._prepared.clear()
         self._parameters = parameter_inputs(self._model)
         if not _symbolic(self._model) and not self._parameters:
@@ -82,7 +87,7 @@ class NativeCpuBackend(Backend):
         model = with_constants(self._model, params) if params else self._model
         shapes = None if inputs is None else {k: tuple(np.shape(v)) for k, v in inputs.items()
                                                if k not in params}
-        result = analyze(model, input_shapes=shapes, symbolic=False)
+        result = analyze(model, input_shapes=shapes, symbolic=False, base_dir=self._base_dir)
         prepared = _Prepared(result, self._native, self.threads, self.isa, self.name)
         self._prepared[key] = prepared
         return prepared

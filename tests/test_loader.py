@@ -121,6 +121,80 @@ def test_bytes_and_proto_with_external_data_need_base_dir(tmp_path: Path) -> Non
     assert proto.graph.initializer[0].data_location == TensorProto.EXTERNAL  # not changed
 
 
+def matmul_model(k: int, n: int) -> onnx.ModelProto:
+    """x[1,K] -> MatMul(w[K,N]) -> Add(b[N]) -> y[1,N]."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["y"], name="bias")]
+    graph = helper.make_graph(nodes, "mm", [vi("x", TensorProto.FLOAT, [1, k])],
+                              [vi("y", TensorProto.FLOAT, [1, n])],
+                              [_init("w", (k, n)), _init("b", (n,))])
+    return helper.make_model(graph, ir_version=8, opset_imports=OPSET)  # ir 8: ORT runs it
+
+
+def test_weights_stay_in_their_file_and_are_read_when_asked(tmp_path: Path) -> None:
+    model = matmul_model(64, 128)  # w: 8,192 values, over what folding reads; b: 128
+    onnx.save(matmul_model(64, 128), tmp_path / "model.onnx", save_as_external_data=True,
+              size_threshold=0, location="weights.bin")
+    loaded = load_model(tmp_path / "model.onnx")
+    w, b = loaded.initializers["w"], loaded.initializers["b"]
+    assert w.data_location == TensorProto.EXTERNAL and not w.HasField("raw_data")
+    assert set(loaded.external) == {"w"}
+    assert (loaded.external["w"].offset, loaded.external["w"].length) == (0, 64 * 128 * 4)
+    assert b.data_location == TensorProto.DEFAULT  # small: read, for folding and validation
+    for name in ("w", "b"):
+        expected = numpy_helper.to_array(next(t for t in model.graph.initializer
+                                              if t.name == name))
+        np.testing.assert_array_equal(loaded.initializer_array(name), expected)
+    result = onnxlens.analyze(tmp_path / "model.onnx")
+    assert result.totals == onnxlens.analyze(model).totals
+    assert result.totals["macs"] == 64 * 128
+    assert result.totals["param_bytes"] == (64 * 128 + 128) * 4
+
+
+def test_a_weight_file_replaced_after_loading_is_not_read(tmp_path: Path) -> None:
+    onnx.save(matmul_model(64, 128), tmp_path / "model.onnx", save_as_external_data=True,
+              size_threshold=0, location="weights.bin")
+    loaded = load_model(tmp_path / "model.onnx")
+    # Another file of the same bytes put in its place (made while the first exists: a new inode).
+    (tmp_path / "other.bin").write_bytes((tmp_path / "weights.bin").read_bytes())
+    (tmp_path / "other.bin").replace(tmp_path / "weights.bin")
+    with pytest.raises(ExternalDataError, match=r"tensor 'w': external data 'weights\.bin': the "
+                       "file changed since the model was loaded"):
+        loaded.initializer_array("w")
+
+
+def test_analysis_never_reads_the_weights(tmp_path: Path) -> None:
+    """A 64 MiB weight whose file is garbage (random bytes, then a hole): the analysis is right
+    and its Python allocations stay far below the weight's size, so it was never read."""
+    import tracemalloc
+
+    k = n = 4096
+    model = matmul_model(8, 8)
+    graph = model.graph
+    graph.input[0].CopyFrom(vi("x", TensorProto.FLOAT, [1, k]))
+    graph.output[0].CopyFrom(vi("y", TensorProto.FLOAT, [1, n]))
+    w = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[k, n],
+                         data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "weights.bin"), ("offset", "0"), ("length", str(k * n * 4))):
+        w.external_data.add(key=key, value=value)
+    graph.initializer[0].CopyFrom(w)
+    graph.initializer[1].CopyFrom(_init("b", (n,)))
+    onnx.save(model, tmp_path / "model.onnx")
+    with (tmp_path / "weights.bin").open("wb") as f:
+        f.write(np.random.default_rng(1).bytes(4096))
+        f.truncate(k * n * 4)  # sparse: the rest is a hole
+
+    tracemalloc.start()
+    try:
+        result = onnxlens.analyze(tmp_path / "model.onnx")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.totals["macs"] == k * n
+    assert result.totals["param_bytes"] == (k * n + n) * 4
+    assert peak < (k * n * 4) // 8, f"peak {peak:,} bytes: the weight was read"
+
+
 # ---- pinned dims ------------------------------------------------------------------------------
 
 
@@ -295,3 +369,21 @@ def test_incomplete_symbolic_inference_writes_nothing(tmp_path: Path,
     assert list(tmp_path.iterdir()) == []
     assert "ONNX Runtime's symbolic shape inference gave up: some shapes stay unknown" \
         in result.warnings
+
+
+def test_backends_read_the_weights_from_their_file(tmp_path: Path) -> None:
+    """ORT (given the path) and native-cpu (through `initializer_array`) run a model whose
+    weights stayed in their file, and agree with numpy on the saved values."""
+    pytest.importorskip("onnxlens.backends._native")
+    from onnxlens.backends.native_cpu import NativeCpuBackend
+    from onnxlens.backends.ort import OrtBackend
+
+    model = matmul_model(64, 128)
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    onnx.save(model, tmp_path / "model.onnx", save_as_external_data=True, size_threshold=0,
+              location="weights.bin")
+    x = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
+    expected = x @ weights["w"] + weights["b"]
+    for backend in (OrtBackend("cpu"), NativeCpuBackend(1)):
+        backend.prepare(tmp_path / "model.onnx")
+        np.testing.assert_allclose(backend.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-5)

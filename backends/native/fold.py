@@ -12,7 +12,6 @@ crosses a group boundary still has its step: it copies the value into the arena.
 from __future__ import annotations
 
 import numpy as np
-from onnx import numpy_helper
 
 from ...analyzer.fold import fold_nodes
 from ...analyzer.graph import ModelGraph
@@ -21,7 +20,7 @@ from ...analyzer.loader import LoadedModel
 
 def static_values(model: LoadedModel, mg: ModelGraph) -> tuple[dict[str, np.ndarray], set[str]]:
     """The value of every initializer and static node output, and the static node keys."""
-    values = {name: numpy_helper.to_array(t) for name, t in model.initializers.items()}
+    values = {name: model.initializer_array(name) for name in model.initializers}
     tensors = model.tensors
 
     def shape_of(name: str) -> tuple[int, ...] | None:

@@ -277,6 +277,10 @@ def _ext(entries: dict[str, str | int], setup: Callable[[Folders], None] | None 
     return build
 
 
+def _truncated_weights(f: Folders) -> None:
+    (f.model / "weights.bin").write_bytes(_weights().raw_data[:-8])
+
+
 def _symlink_file(f: Folders) -> None:
     (f.model / "weights.bin").symlink_to(f.sentinel)
 
@@ -611,6 +615,14 @@ CASES = [
     Case("external length past the end",
          _ext({"location": "weights.bin", "offset": 8, "length": W_BYTES}), ExternalDataError,
          f"offset 8 + length {W_BYTES} runs past the end of 'weights.bin'"),
+    Case("external data file truncated",
+         _ext({"location": "weights.bin"}, _truncated_weights), ExternalDataError,
+         f"tensor 'w': external data: {W_BYTES - 8} bytes at offset 0 of 'weights.bin' "
+         f"({W_BYTES - 8} bytes), but its shape 4x3x3x3 of float needs {W_BYTES}"),
+    Case("external length shorter than the shape",
+         _ext({"location": "weights.bin", "offset": 0, "length": 100}), ExternalDataError,
+         f"tensor 'w': external data: 100 bytes at offset 0 of 'weights.bin' ({W_BYTES} "
+         f"bytes), but its shape 4x3x3x3 of float needs {W_BYTES}"),
     Case("external offset not a number", _ext({"location": "weights.bin", "offset": "1e3"}),
          ExternalDataError, "tensor 'w': external data offset '1e3' is not an integer"),
     Case("external unknown key", _ext({"location": "weights.bin", "url": "http://x"}),
