@@ -42,7 +42,7 @@ What it holds:
 - `transcendental_flops`: what one transcendental evaluation (exp, tanh, erf, a sigmoid)
   costs in plain vector FLOPs on this host (AVX2 here: about 5), fitted with the vector curve
   and the bandwidths (a Relu streams at the bandwidth, a Sigmoid of the same bytes and FLOP
-  count does not). The calibrated profile carries it as `extra["transcendental_flops"]`; the
+  count does not). The calibrated profile carries it as `runtime.transcendental_flops`; the
   estimator then costs a group's FLOPs without MACs as `Cost.vector_flops` of it. A file
   without it reads 1 (each transcendental one FLOP).
 - `cold_weight_gbps`: the rate at which a network's kernels read weights the caches did not keep
@@ -50,20 +50,20 @@ What it holds:
   a weight per layer against the same chain sharing one, timed at one thread; at T threads
   `cold_weight_rate`: T times that, up to main memory's bandwidth). Every micro-benchmark runs
   one kernel over and over, its weights hot; in a network each weight is read once per
-  inference. The calibrated profile carries it as `extra["cold_weight_gbps"]`, and
+  inference. The calibrated profile carries it as `runtime.cold_weight_gbps`, and
   `estimate_model` adds each kernel's weight fetch at that rate (`cold_weights`). A file without
   it reads 0 (not measured: nothing added).
 - `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, beyond the run's
   bytes at the bandwidth (`backends.calibrate.fit.fit_copy_run`, from the calibration's
   transposes; `analyzer.runtimes.ort_cpu.transpose_runs` counts a Transpose's runs). The calibrated
-  profile carries it as `extra["copy_run_ns"]`; a file without it reads 0 (nothing added).
+  profile carries it as `runtime.copy_run_ns`; a file without it reads 0 (nothing added).
 - `denormal_factor`: how much slower a MatMul runs when its left operand is all float32
   denormals (1e-40) than on normal numbers (time_denormal / time_normal, one micro-benchmark;
   x86 cores take a microcode assist per denormal operand). The calibrated profile carries it as
-  `extra["denormal_factor"]`; the estimator charges it to MatMuls that read a masked softmax's
+  `runtime.denormal_factor`; the estimator charges it to MatMuls that read a masked softmax's
   denormal probabilities (`analyzer.runtimes.ort_cpu.denormal_reads`). A file without it reads 1.
 - `backend`: the runtime measured (`ort-cpu`, or `native-cpu`, the project's executor); the
-  calibrated profile carries it as `extra["runtime"]`, and the estimator then costs groups as
+  calibrated profile carries it as `runtime.name`, and the estimator then costs groups as
   that runtime's kernels (`analyzer.estimate`). Non-ORT calibrations are saved under a name
   of their own, ``calibration-<host>-t<threads>-<backend>.json``.
 
@@ -89,10 +89,10 @@ from .errors import OnnxLensError
 from .hardware import (
     OP_CLASSES,
     ORT_CPU,
-    RUNTIME_KEY,
     SUBCLASS_OF,
     HardwareProfile,
     MemoryLevel,
+    Runtime,
 )
 from .host import detect_cpu, host_profile, replace_measured
 
@@ -103,13 +103,6 @@ VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
 OWN_VECTOR_CLASSES = ("pool", "normalization", "reduce")
 DEFAULT_BACKEND = ORT_CPU
-# `extra[DENORMAL_KEY]` of a calibrated profile: the measured denormal slowdown of a MatMul.
-DENORMAL_KEY = "denormal_factor"
-# `extra[TRANSCENDENTAL_KEY]`: plain vector FLOPs one transcendental evaluation costs.
-TRANSCENDENTAL_KEY = "transcendental_flops"
-# `extra[COLD_WEIGHT_KEY]`: GB/s at which a network's kernels fetch their cold weights.
-COLD_WEIGHT_KEY = "cold_weight_gbps"
-COPY_RUN_KEY = "copy_run_ns"
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4
 
@@ -317,8 +310,8 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
     """`profile` (this host, detected) with the calibration's measured numbers: fp32 peak,
     bandwidth of each measured level, kernel overhead, as the constant efficiency of each
     class its curve's e_max (estimates use the whole curve, `Calibration.efficiency`), the
-    runtime measured (`extra["runtime"]`: the estimator models that runtime's kernels), the
-    denormal factor and the cost of a transcendental (`extra`, see the module docstring)."""
+    runtime measured and what was measured of it (`HardwareProfile.runtime`, see the module
+    docstring): the estimator models that runtime's kernels."""
     where = f"onnxlens calibrate, {cal.created}, {cal.threads} thread(s)"
     levels = [MemoryLevel(lv.name, cal.bandwidth_gbps[lv.name], lv.size_bytes,
                           lv.energy_pj_per_byte, f"measured: {where}")
@@ -328,11 +321,9 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
         kernel_launch_us=cal.kernel_overhead_us,
         efficiency={c: min(1.0, cal.curve(c).e_max) for c in OP_CLASSES},
         source=f"measured: {where}")
-    return replace(measured, extra={**measured.extra, RUNTIME_KEY: cal.backend,
-                                    DENORMAL_KEY: cal.denormal_factor,
-                                    TRANSCENDENTAL_KEY: cal.transcendental_flops,
-                                    COLD_WEIGHT_KEY: cal.cold_weight_gbps,
-                                    COPY_RUN_KEY: cal.copy_run_ns})
+    return replace(measured, runtime=Runtime(cal.backend, cal.transcendental_flops,
+                                             cal.copy_run_ns, cal.cold_weight_gbps,
+                                             cal.denormal_factor))
 
 
 def calibrated_gpu(profile: HardwareProfile, runtime: str
@@ -342,7 +333,7 @@ def calibrated_gpu(profile: HardwareProfile, runtime: str
     else at the profile's constant efficiencies."""
     cal = find_calibration(backend=runtime, profile=profile.key)
     if cal is None:
-        hw = replace(profile, extra={**profile.extra, RUNTIME_KEY: runtime})
+        hw = replace(profile, runtime=replace(profile.runtime, name=runtime))
         return hw, lambda cls, flops, intensity: hw.efficiency[cls]
     return apply_calibration(profile, cal), cal.efficiency
 

@@ -16,7 +16,7 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
 
 where `vector` is the group's own class for a pool, normalization or reduction and
 `elementwise` otherwise, and τ what one transcendental evaluation
-(exp, tanh, erf) costs in plain vector FLOPs (`extra["transcendental_flops"]`, measured by a
+(exp, tanh, erf) costs in plain vector FLOPs (`runtime.transcendental_flops`, measured by a
 calibration; 1 otherwise). A kernel with MACs runs its other work (bias, activation, a sum
 folded into it) in its epilogue, on values still in registers, at the kernel's own rate:
 measured, a residual sum of 803 KB folded into a 1x1 Conv costs nothing measurable, where
@@ -26,7 +26,7 @@ every transcendental function (measured here, erf costs about twice a sigmoid); 
 working-set rule ignores what the previous group left in cache; the
 model's latency is the sum over kernels in execution order (no overlap between kernels).
 
-Kernels of a runtime. A profile calibrated through a runtime (`extra["runtime"]`, set by
+Kernels of a runtime. A profile calibrated through a runtime (`runtime.name`, set by
 `analyzer.calibration`) is estimated as that runtime's kernels, since those are what its
 curves measured: the runtime's `KernelModel` (`analyzer.runtimes`; ONNX Runtime's CPU
 provider in `runtimes.ort_cpu`) takes the groups to its kernels, and `cost_kernels` costs
@@ -44,7 +44,7 @@ float32 denormals (ORT's: a MatMul reading a softmax over Swin's shifted-window 
     latency_s · (1 + share · (factor - 1))
 
 with `factor` the calibration's measured MatMul slowdown on denormal operands
-(`extra["denormal_factor"]`; 1 when not measured: a GPU flushes denormals to zero).
+(`runtime.denormal_factor`; 1 when not measured: a GPU flushes denormals to zero).
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .calibration import COLD_WEIGHT_KEY, COPY_RUN_KEY, DENORMAL_KEY, TRANSCENDENTAL_KEY
 from .cost.base import Cost
 from .fusion import Group
 from .graph import ModelGraph
@@ -62,7 +61,6 @@ from .hardware import (
     HOST_RUNTIMES,
     ORT_CPU,
     PRECISION_BYTES,
-    RUNTIME_KEY,
     RUNTIMES,
     HardwareProfile,
     MemoryLevel,
@@ -80,10 +78,24 @@ VECTOR_CLASSES = ("elementwise", "normalization", "pool", "reduce", "data_moveme
 
 
 @dataclass(frozen=True, slots=True)
+class Bound:
+    """The largest term of a roofline: `compute`, `memory` (of `level`) or `overhead`."""
+
+    kind: str
+    level: str | None = None
+
+    def __str__(self) -> str:  # the JSON form: "compute", "memory:L2", "overhead"
+        return self.kind if self.level is None else f"{self.kind}:{self.level}"
+
+
+COMPUTE, OVERHEAD = Bound("compute"), Bound("overhead")
+
+
+@dataclass(frozen=True, slots=True)
 class GroupEstimate:
     latency_s: float
     energy_j: float
-    bound: str
+    bound: Bound
     intensity: float  # FLOPs per byte of boundary traffic (at the estimate's precision)
     compute_s: float
     memory_s: float
@@ -118,15 +130,11 @@ def memory_level(hw: HardwareProfile, working_set_bytes: float) -> MemoryLevel:
     return hw.main_memory
 
 
-def _tau(hw: HardwareProfile) -> float:
-    return float(hw.extra.get(TRANSCENDENTAL_KEY, 1.0))
-
-
 def peak_seconds(cost: Cost, hw: HardwareProfile, precision: str) -> float:
     """A kernel's arithmetic at peak: its MACs at the precision's, its vector work V at
     fp32's (module docstring); a class's efficiency divides it."""
     return (2 * cost.macs / hw.peak_flops(precision)
-            + cost.vector_flops(_tau(hw)) / hw.peak_flops("fp32"))
+            + cost.vector_flops(hw.runtime.transcendental_flops) / hw.peak_flops("fp32"))
 
 
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
@@ -142,12 +150,12 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
     FLOPs had pushed ShuffleNet's 58-channel depthwise calls, 31.4 KB of operands, past a
     32 KB L1 and doubled their estimate). A kernel that copies `runs` contiguous runs one at
     a time (a Transpose: `transpose_runs`) pays, on a profile whose calibration fitted it,
-    `extra["copy_run_ns"]` per run on top of its bytes, in its memory term."""
+    `runtime.copy_run_ns` per run on top of its bytes, in its memory term."""
     scale = PRECISION_BYTES[precision] / 4
     nbytes = (cost.bytes_read + cost.bytes_written) * scale
     flops = cost.flops(2)
     intensity = flops / nbytes if nbytes else float("inf")
-    vector_flops = cost.vector_flops(_tau(hw))
+    vector_flops = cost.vector_flops(hw.runtime.transcendental_flops)
     if cost.macs:  # the epilogue at the kernel's rate (module docstring)
         call_flops = (2 * cost.macs if reuse else flops) / calls
         eff = efficiency(cls, call_flops, reuse or intensity)
@@ -158,16 +166,15 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
         eff = 1.0  # no arithmetic
     compute_s = peak_seconds(cost, hw, precision) / eff
     level = memory_level(hw, nbytes)
-    memory_s = nbytes / (level.bandwidth_gbps * 1e9) + runs * float(
-        hw.extra.get(COPY_RUN_KEY, 0.0)) * 1e-9
+    memory_s = nbytes / (level.bandwidth_gbps * 1e9) + runs * hw.runtime.copy_run_ns * 1e-9
     overhead_s = launches * hw.kernel_launch_us * 1e-6
     latency_s = max(compute_s, memory_s) + overhead_s
     if overhead_s >= max(compute_s, memory_s):
-        bound = "overhead"
+        bound = OVERHEAD
     elif compute_s >= memory_s:
-        bound = "compute"
+        bound = COMPUTE
     else:
-        bound = f"memory:{level.name}"
+        bound = Bound("memory", level.name)
     energy_j = (flops * hw.pj_per_flop(precision) + nbytes * level.energy_pj_per_byte) * 1e-12 \
         + hw.static_w * latency_s
     return GroupEstimate(latency_s, energy_j, bound, intensity, compute_s, memory_s, overhead_s,
@@ -224,7 +231,7 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
 def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile, precision: str
                  ) -> GroupEstimate:
     """A kernel of a network, whose weights were last read one inference ago: on a profile
-    whose calibration measured the rate of that fetch (`extra["cold_weight_gbps"]`), the
+    whose calibration measured the rate of that fetch (`runtime.cold_weight_gbps`), the
     fetch of its W weight bytes serializes with the kernel's arithmetic but overlaps its
     stalls,
 
@@ -238,7 +245,7 @@ def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile, pr
     the chains measured). Calibration benchmarks, hot, are not changed. Approximation,
     signed: every weight counts as cold, which over-estimates a network small enough that
     the caches keep its weights between runs."""
-    gbps = float(hw.extra.get(COLD_WEIGHT_KEY, 0.0))
+    gbps = hw.runtime.cold_weight_gbps
     weights = cost.param_bytes * PRECISION_BYTES[precision] / 4
     if gbps <= 0 or not weights:
         return e
@@ -249,7 +256,7 @@ def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile, pr
     level = next(lv for lv in hw.memory if lv.name == e.level)
     energy_j = e.energy_j + (hw.static_w * (latency_s - e.latency_s) + weights * (
         hw.main_memory.energy_pj_per_byte - level.energy_pj_per_byte) * 1e-12)
-    bound = f"memory:{hw.main_memory.name}" if fetch_s > max(work_s, e.memory_s) else e.bound
+    bound = Bound("memory", hw.main_memory.name) if fetch_s > max(work_s, e.memory_s) else e.bound
     return dataclasses.replace(e, latency_s=latency_s, energy_j=energy_j, bound=bound,
                                memory_s=max(e.memory_s, fetch_s))
 
@@ -259,7 +266,7 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: str, eff
     """A group run as `kernels`, one after another: each kernel's roofline with its cold
     weight fetch (or, run inside another kernel, its marginal cost: `absorbed`), slowed by its
     denormal operands, then its epilogue's pass; `combine`d."""
-    factor = float(hw.extra.get(DENORMAL_KEY, 1.0))
+    factor = hw.runtime.denormal_factor
     parts, costs = [], []
     for k in kernels:
         costs.append(k.cost)
@@ -287,7 +294,7 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
 
         raise UsageError(f"precision {precision!r}: expected one of {', '.join(PRECISION_BYTES)}")
     eff = efficiency or constant_efficiency(hw)
-    runtime = kernel_model(hw.extra.get(RUNTIME_KEY))
+    runtime = kernel_model(hw.runtime.name)
     kernels = runtime.kernels(mg, groups, node_costs, group_costs, hw, model)
     out = {g: None if ks is None else cost_kernels(ks, hw, precision, eff)
            for g, ks in kernels.items()}

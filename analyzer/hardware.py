@@ -38,7 +38,17 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     ...
     source = "..."
 
+    [runtime]                          # optional: what a calibration measured of a runtime
+    name = "ort-cpu"                   # whose kernels the estimate models (RUNTIMES)
+    transcendental_flops = 5.0         # τ: plain vector FLOPs per exp / tanh / erf
+    copy_run_ns = 9.8                  # per contiguous run a Transpose copies
+    cold_weight_gbps = 16.0            # rate of a network's cold weight fetches; 0: not measured
+    denormal_factor = 1.0              # MatMul slowdown on float32 denormal operands
+
     [extra]                            # optional facts behind the numbers (cores, clocks, ...)
+
+A CPU's `[compute]` may give `simd_bits`, its fp32 vector width (ONNX Runtime's NCHWc block
+is one vector).
 
 Peaks are per precision; int8 is in TOP/s under `peak_int8_tops`. A memory level is listed
 only if data stays in it from one fused group to the next (a GPU's L1/shared memory does not
@@ -48,6 +58,7 @@ as YAML when PyYAML is installed. `profile_to_toml` writes a profile back in thi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -70,10 +81,9 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 # Finer classes a calibration may measure; a profile without them uses the class given here
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
 SUBCLASS_OF = {"grouped_conv": "conv"}
-# `extra[RUNTIME_KEY]` of a calibrated profile: the runtime whose kernels it was measured on
-# (the estimator then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU
-# provider, NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.
-RUNTIME_KEY = "runtime"
+# The runtime whose kernels a profile's calibration measured (`Runtime.name`; the estimator
+# then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU provider,
+# NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.
 ORT_CPU = "ort-cpu"
 NATIVE_CPU = "native-cpu"
 HOST_RUNTIMES = (ORT_CPU, NATIVE_CPU)
@@ -101,6 +111,20 @@ class MemoryLevel:
     source: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What a calibration measured of the runtime it ran on, beyond peaks, bandwidths and
+    efficiency curves (`analyzer.calibration` says how each is measured); the defaults are
+    a profile nobody measured: no runtime's kernels, each transcendental one FLOP, nothing
+    added per copied run, for cold weights or for denormals."""
+
+    name: str | None = None  # ORT_CPU, NATIVE_CPU, ...: whose kernels the estimate models
+    transcendental_flops: float = 1.0  # τ: plain vector FLOPs one exp / tanh / erf costs
+    copy_run_ns: float = 0.0  # per contiguous run a Transpose copies, beyond its bytes
+    cold_weight_gbps: float = 0.0  # rate of a network's cold weight fetches; 0: not measured
+    denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
+
+
 @dataclass(frozen=True)
 class HardwareProfile:
     key: str  # how users name it: the file stem, "h100"
@@ -116,7 +140,9 @@ class HardwareProfile:
     efficiency: dict[str, float]  # op class -> achievable fraction of peak
     calibrated: bool = False
     sources: dict[str, str] = field(default_factory=dict)  # section -> source
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. cores, simd_bits of a CPU
+    simd_bits: int | None = None  # a CPU's fp32 vector width ([compute] simd_bits)
+    runtime: Runtime = Runtime()
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. cores, clocks of a CPU
 
     def peak_flops(self, precision: str) -> float:
         """Peak in FLOP/s (or OP/s for int8); a precision the device lacks falls back to the
@@ -147,12 +173,14 @@ PEAK_FIELDS = {p: "peak_int8_tops" if p == "int8" else f"peak_{p}_tflops" for p 
 _SECTIONS = ("compute", "overhead", "power", "efficiency")
 # The fields each part of a file may hold: anything else is a typo, reported by name.
 _FIELDS = {
-    "": {"name", "kind", "source", "calibrated", "memory", "extra", *_SECTIONS},
-    "compute": {"source", *PEAK_FIELDS.values()},
+    "": {"name", "kind", "source", "calibrated", "memory", "extra", "runtime", *_SECTIONS},
+    "compute": {"source", "simd_bits", *PEAK_FIELDS.values()},
     "memory": {"name", "size_bytes", "bandwidth_gbps", "energy_pj_per_byte", "source"},
     "overhead": {"kernel_launch_us", "source"},
     "power": {"static_w", "tdp_w", "source", *(f"compute_pj_per_flop_{p}" for p in PRECISIONS)},
     "efficiency": {"source", *OP_CLASSES},
+    "runtime": {"name", "transcendental_flops", "copy_run_ns", "cold_weight_gbps",
+                "denormal_factor"},
 }
 
 
@@ -239,12 +267,32 @@ def profile_from_dict(data: dict[str, Any], *, key: str, where: str) -> Hardware
         raise HardwareProfileError(f"{where}: calibrated = {calibrated!r} must be true or false")
     return HardwareProfile(
         key=key, name=r.string(data, "name", ""), kind=r.choice(data, "kind", KINDS),
+        simd_bits=r.whole(compute, "simd_bits", "compute") if "simd_bits" in compute else None,
+        runtime=_runtime(r, data.get("runtime")),
         source=r.string(data, "source", ""), peak_tflops=peaks, memory=levels,
         kernel_launch_us=r.non_negative(overhead, "kernel_launch_us", "overhead"),
         static_w=static_w, tdp_w=tdp_w, compute_pj_per_flop=energy, efficiency=efficiency,
         calibrated=calibrated,
         sources={name: r.optional_string(data[name], "source", name) for name in _SECTIONS},
         extra=dict(extra))
+
+
+def _runtime(r: _Reader, table: Any) -> Runtime:
+    if table is None:
+        return Runtime()
+    if not isinstance(table, dict):
+        raise HardwareProfileError(f"{r.where}: runtime must be a table")
+    r.known(table, "runtime")
+    name = table.get("name")
+    if name is not None and name not in RUNTIMES:
+        raise HardwareProfileError(f"{r.where}: runtime.name = {name!r}: expected one of "
+                                   f"{', '.join(RUNTIMES)}")
+    default = Runtime()
+    return Runtime(name, r.positive(table, "transcendental_flops", "runtime",
+                                    default.transcendental_flops),
+                   r.non_negative(table, "copy_run_ns", "runtime", default.copy_run_ns),
+                   r.non_negative(table, "cold_weight_gbps", "runtime", default.cold_weight_gbps),
+                   r.positive(table, "denormal_factor", "runtime", default.denormal_factor))
 
 
 def _memory_levels(r: _Reader, memory: Any) -> tuple[MemoryLevel, ...]:
@@ -284,7 +332,8 @@ def profile_to_dict(hw: HardwareProfile) -> dict[str, Any]:
     power.update({f"compute_pj_per_flop_{p}": v for p, v in hw.compute_pj_per_flop.items()})
     data: dict[str, Any] = {
         "name": hw.name, "kind": hw.kind, "source": hw.source, "calibrated": hw.calibrated,
-        "compute": {PEAK_FIELDS[p]: v for p, v in hw.peak_tflops.items()},
+        "compute": {PEAK_FIELDS[p]: v for p, v in hw.peak_tflops.items()}
+        | ({} if hw.simd_bits is None else {"simd_bits": hw.simd_bits}),
         "memory": levels,
         "overhead": {"kernel_launch_us": hw.kernel_launch_us},
         "power": power,
@@ -292,6 +341,9 @@ def profile_to_dict(hw: HardwareProfile) -> dict[str, Any]:
     }
     for name in _SECTIONS:
         data[name]["source"] = hw.sources.get(name, "")
+    if hw.runtime != Runtime():
+        data["runtime"] = {k: v for k, v in dataclasses.asdict(hw.runtime).items()
+                           if v is not None}
     if hw.extra:
         data["extra"] = dict(hw.extra)
     return data
@@ -306,8 +358,9 @@ def profile_to_toml(hw: HardwareProfile) -> str:
         lines += ["", f"[{name}]", *_toml_pairs(data[name])]
     for level in data["memory"]:
         lines += ["", "[[memory]]", *_toml_pairs(level)]
-    if "extra" in data:
-        lines += ["", "[extra]", *_toml_pairs(data["extra"])]
+    for name in ("runtime", "extra"):
+        if name in data:
+            lines += ["", f"[{name}]", *_toml_pairs(data[name])]
     return "\n".join(lines) + "\n"
 
 
@@ -409,8 +462,9 @@ class _Reader:
                                        "is not a finite number")
         return float(value)
 
-    def positive(self, table: dict[str, Any], key: str, section: str) -> float:
-        value = self._number(table, key, section, None)
+    def positive(self, table: dict[str, Any], key: str, section: str,
+                 default: float | None = None) -> float:
+        value = self._number(table, key, section, default)
         if value <= 0:
             raise HardwareProfileError(f"{self.where}: {self._name(section, key)} = {value} "
                                        "must be positive")

@@ -155,7 +155,7 @@ def host_profile(threads: int | None = None) -> HardwareProfile:
                    f"{cpu.freq_ghz:.4g} GHz ({cpu.freq_source}), {cpu.simd} "
                    f"({cpu.simd_bits}-bit); the assumptions are listed in analyzer/host.py"),
         "compute": {
-            **{PEAK_FIELDS[p]: v for p, v in peaks.items()},
+            **{PEAK_FIELDS[p]: v for p, v in peaks.items()}, "simd_bits": cpu.simd_bits,
             "source": (f"detected: {used} cores x {cpu.freq_ghz:.4g} GHz x FLOPs per clock per "
                        f"core ({units}); fp32 = {cpu.simd_bits // 32} lanes x 2 (FMA) x "
                        f"{cpu.fma_units} FMA units (assumed: {FMA_UNITS} FMA ports per core)")},
@@ -177,7 +177,7 @@ def host_profile(threads: int | None = None) -> HardwareProfile:
                        "xeon_8480.toml); `onnxlens calibrate` measures them")},
         "extra": {"cores": used, "cores_available": cpu.cores, "logical_cpus": cpu.logical_cpus,
                   "threads": run_threads, "model": cpu.model, "simd": cpu.simd,
-                  "simd_bits": cpu.simd_bits, "fma_units": cpu.fma_units,
+                  "fma_units": cpu.fma_units,
                   "freq_ghz": cpu.freq_ghz, "freq_source": cpu.freq_source, "caches": caches,
                   "caches_detected": bool(cpu.caches),
                   "flags": sorted(cpu.flags & _RELEVANT_FLAGS)},

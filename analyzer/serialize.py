@@ -123,7 +123,8 @@ def _profile_summary(est: Any) -> dict[str, Any]:
 def _group_estimate(e: Any) -> dict[str, Any] | None:
     if e is None:
         return None
-    return {"latency_s": e.latency_s, "energy_j": e.energy_j, "bound": e.bound,
+    return {"latency_s": e.latency_s, "energy_j": e.energy_j, "bound": str(e.bound),
+            "bound_kind": e.bound.kind,
             "intensity": e.intensity if e.intensity != float("inf") else None,
             "level": e.level}
 

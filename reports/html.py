@@ -43,14 +43,20 @@ def render_html(d: dict[str, Any]) -> str:
         _warnings_section(d),
     ]
     body = "\n".join(s for s in sections if s)
-    title = f"onnxlens: {esc(d['model']['name'])}"
+    return page(f"onnxlens: {d['model']['name']}", body, _nav(body), _JS)
+
+
+def page(title: str, body: str, nav: str, script: str) -> str:
+    """The self-contained page around report sections: styles inline, a policy that lets
+    nothing load from anywhere, `script` inline. `title` is escaped here."""
+    title = esc(title)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
             f"style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
             f"<title>{title}</title><style>{_CSS}</style></head>\n<body>\n"
-            f"<header><h1>{title}</h1><nav>{_nav(body)}</nav></header>\n<main>{body}</main>\n"
-            f"<script>{_JS}</script>\n</body></html>\n")
+            f"<header><h1>{title}</h1><nav>{nav}</nav></header>\n<main>{body}</main>\n"
+            f"<script>{script}</script>\n</body></html>\n")
 
 
 def load_analysis_json(path: str | Path) -> dict[str, Any]:
@@ -124,7 +130,7 @@ def bottleneck_sentence(d: dict[str, Any]) -> str:
         bounds: dict[str, float] = {}
         for g in groups:
             by_pattern[g["pattern"]] = by_pattern.get(g["pattern"], 0) + time[g["id"]]
-            bound = (g["estimates"][hw] or {}).get("bound", "?").split(":")[0]
+            bound = (g["estimates"][hw] or {}).get("bound_kind", "?")
             bounds[bound] = bounds.get(bound, 0) + time[g["id"]]
         pattern, share = max(by_pattern.items(), key=lambda kv: kv[1])
         bound, bshare = max(bounds.items(), key=lambda kv: kv[1])
@@ -338,16 +344,22 @@ def tick(value: float) -> str:
 
 def _loglog_chart(points: list[tuple[float, float, str, int]],
                   ceilings: list[tuple[str, float, float]], xlabel: str, ylabel: str,
-                  legend: list[str], lines: bool = False) -> str:
-    """Points (x, y, hover text, series), roofline ceilings, optionally joined per series.
+                  legend: list[str], lines: bool = False, diagonal: bool = False) -> str:
+    """Points (x, y, hover text, series), roofline ceilings, optionally joined per series;
+    with `diagonal`, both axes span the same decades and carry y = x with ±10% and ±25%
+    bands (estimated against measured).
 
     Series 0 are circles, the others squares, each in its own colour."""
     if not points:
         return '<p class="dim">No group has both a cost and an estimate.</p>'
     xs = [p[0] for p in points]
     ys = [p[1] for p in points] + [c[1] for c in ceilings]
+    if diagonal:
+        xs = ys = xs + ys
     f = _LogLogFrame(*_decades(min(xs), max(xs)), *_decades(min(ys), max(ys)))
     parts = [f.axes(xlabel, ylabel)]
+    if diagonal:
+        parts.append(_bands(f))
     lo, hi = 10.0**f.y0, 10.0**f.y1
     for i, (label, peak, bw) in enumerate(ceilings):
         knee, xa, xb = peak / bw, 10.0**f.x0, 10.0**f.x1
@@ -379,6 +391,21 @@ def _loglog_chart(points: list[tuple[float, float, str, int]],
     return (f'<svg class="chart" viewBox="0 0 {f.width} {f.height}" role="img" '
             f'aria-label="{esc(ylabel)} against {esc(xlabel)}">{"".join(parts)}</svg>'
             f'<div class="legend">{keys}</div>')
+
+
+def _bands(f: _LogLogFrame) -> str:
+    """y = x, and the bands where y is within 10% and 25% of x, across a square frame."""
+    lo, hi = 10.0**f.x0, 10.0**f.x1
+    parts = []
+    for share, cls in ((0.25, "band25"), (0.10, "band10")):
+        pts = [(lo, lo * (1 + share)), (hi, hi * (1 + share)), (hi, hi * (1 - share)),
+               (lo, lo * (1 - share))]
+        path = " ".join(f"{f.px(x):.1f},{f.py(min(max(y, lo), hi)):.1f}" for x, y in pts)
+        parts.append(f'<polygon class="{cls}" points="{path}"><title>within '
+                     f"±{share:.0%}</title></polygon>")
+    parts.append(f'<line class="diagonal" x1="{f.px(lo):.1f}" y1="{f.py(lo):.1f}" '
+                 f'x2="{f.px(hi):.1f}" y2="{f.py(hi):.1f}"><title>y = x</title></line>')
+    return "".join(parts)
 
 
 def _decades(lo: float, hi: float) -> tuple[float, float]:
@@ -568,7 +595,8 @@ th[aria-sort=ascending]::after{content:" ▲"}th[aria-sort=descending]::after{co
 svg.chart{width:100%;max-width:720px;height:auto}
 .grid{stroke:#edf2f7}.tick{font-size:10px;fill:var(--dim)}.label{font-size:11px}
 .ceiling{fill:none;stroke-width:2}.pt{opacity:.8}.pt:hover{opacity:1;stroke:#000;stroke-width:2}
-.series{fill:none;stroke-width:1.5;opacity:.6}h3{font-size:14px;margin:16px 0 4px}
+.series{fill:none;stroke-width:1.5;opacity:.6}.diagonal{stroke:#4a5568;stroke-dasharray:4 3}
+.band25{fill:#fefcbf;opacity:.6}.band10{fill:#c6f6d5;opacity:.8}h3{font-size:14px;margin:16px 0 4px}
 .bar-row1{display:grid;grid-template-columns:220px 1fr;gap:2px 8px;align-items:center;
 margin:3px 0}div.scroll{margin:8px 0}
 .legend{font-size:12px;margin:4px 0}.key{margin-right:14px}

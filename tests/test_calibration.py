@@ -14,10 +14,6 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxlens.analyzer.calibration import (
-    COLD_WEIGHT_KEY,
-    COPY_RUN_KEY,
-    DENORMAL_KEY,
-    TRANSCENDENTAL_KEY,
     Calibration,
     CalibrationError,
     Curve,
@@ -32,7 +28,7 @@ from onnxlens.analyzer.calibration import (
 )
 from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.estimate import resolve_target
-from onnxlens.analyzer.hardware import NATIVE_CUDA, OP_CLASSES, ORT_CPU, RUNTIME_KEY, load_profile
+from onnxlens.analyzer.hardware import NATIVE_CUDA, OP_CLASSES, ORT_CPU, Runtime, load_profile
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.backends.calibrate import catalogue, fit, measure
 from onnxlens.backends.ort_timing import profile_model, time_model
@@ -155,7 +151,7 @@ def test_a_gpu_calibration_fits_synthetic_gpu_timings(cache: Path) -> None:
     path = cal.save()
     assert path.name == f"calibration-{host_name()}-a100-{NATIVE_CUDA}.json"
     hw, eff = resolve_target("a100", 1, NATIVE_CUDA)
-    assert hw.calibrated and hw.extra[RUNTIME_KEY] == NATIVE_CUDA
+    assert hw.calibrated and hw.runtime.name == NATIVE_CUDA
     assert hw.kernel_launch_us == pytest.approx(4.0)
     assert eff("gemm", 1e9, 100.0) == cal.efficiency("gemm", 1e9, 100.0)
     assert not resolve_target("a100", 1, "ort-cuda")[0].calibrated  # another runtime's
@@ -357,9 +353,9 @@ def test_the_copy_run_cost_is_the_extra_time_over_all_runs() -> None:
 def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
                         cold_weight_gbps=17.0, copy_run_ns=9.0).to_dict()
-    extra = apply_calibration(host_profile(1), Calibration.from_dict(data)).extra
-    keys = (DENORMAL_KEY, TRANSCENDENTAL_KEY, COLD_WEIGHT_KEY, COPY_RUN_KEY)
-    assert tuple(extra[k] for k in keys) == (120.0, 3.0, 17.0, 9.0)
+    runtime = apply_calibration(host_profile(1), Calibration.from_dict(data)).runtime
+    assert runtime == Runtime(ORT_CPU, transcendental_flops=3.0, copy_run_ns=9.0,
+                              cold_weight_gbps=17.0, denormal_factor=120.0)
     for key in ("denormal_factor", "transcendental_flops", "cold_weight_gbps", "copy_run_ns"):
         del data[key]
     for point in data["points"]:
@@ -369,8 +365,7 @@ def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     assert old.denormal_factor == old.transcendental_flops == 1.0
     assert old.cold_weight_gbps == old.copy_run_ns == 0.0  # the estimator adds nothing
     assert all(p.runs == 0 for p in old.points)
-    extra = apply_calibration(host_profile(1), old).extra
-    assert tuple(extra[k] for k in keys) == (1.0, 1.0, 0.0, 0.0)
+    assert apply_calibration(host_profile(1), old).runtime == Runtime(ORT_CPU)
 
 
 def test_the_denormal_factor_is_measured() -> None:
@@ -381,13 +376,13 @@ def test_the_calibrated_profile_names_its_runtime(cache: Path) -> None:
     """The estimator models the kernels of the runtime a calibration measured; a native-cpu
     calibration is a file of its own that the `host` target (ORT) does not pick up."""
     hw = apply_calibration(host_profile(1), _calibration())
-    assert hw.extra[RUNTIME_KEY] == ORT_CPU
+    assert hw.runtime.name == ORT_CPU
     native = _calibration(backend="native-cpu")
     path = native.save()
     assert path.name == f"calibration-{host_name()}-t1-native-cpu.json"
     assert find_calibration(1) is None and find_calibration(None) is None
     assert find_calibration(1, "native-cpu") == native
-    assert apply_calibration(host_profile(1), native).extra[RUNTIME_KEY] == "native-cpu"
+    assert apply_calibration(host_profile(1), native).runtime.name == "native-cpu"
     with pytest.raises(UsageError, match="backend"):
         measure.run_calibration(1, backend="tpu", progress=False)
 

@@ -9,14 +9,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxlens
-from onnxlens.analyzer.calibration import (
-    COLD_WEIGHT_KEY,
-    COPY_RUN_KEY,
-    DENORMAL_KEY,
-    TRANSCENDENTAL_KEY,
-)
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import (
+    Bound,
     cold_weights,
     constant_efficiency,
     denormal_slowed,
@@ -27,7 +22,7 @@ from onnxlens.analyzer.estimate import (
 from onnxlens.analyzer.hardware import (
     ORT_CPU,
     PRECISION_BYTES,
-    RUNTIME_KEY,
+    Runtime,
     available_profiles,
     load_profile,
     profile_from_dict,
@@ -74,7 +69,7 @@ def test_gemm_by_hand(gpu) -> None:
     assert e.level == "L2"  # 8 MB of traffic fits the 50 MB L2
     assert e.memory_s == pytest.approx(8e6 / 6000e9)
     assert e.latency_s == pytest.approx(compute + 3e-6)
-    assert e.bound == "compute"
+    assert e.bound == Bound("compute")
     assert e.intensity == pytest.approx(2e9 / 8e6)
     energy = (2e9 * 0.5 + 8e6 * 2.0) * 1e-12 + 100 * (compute + 3e-6)
     assert e.energy_j == pytest.approx(energy)
@@ -99,7 +94,7 @@ def test_a_transcendental_costs_the_calibrated_plain_flops(gpu) -> None:
     cost = Cost(other_flops=10**9, transcendental=4 * 10**8, bytes_read=4000, bytes_written=4000)
     plain = estimate_group(cost, "elementwise", gpu, "fp32", constant_efficiency(gpu))
     assert plain.compute_s == pytest.approx(1e9 / (60e12 * 0.5))
-    tau_hw = dataclasses.replace(gpu, extra={TRANSCENDENTAL_KEY: 5.0})
+    tau_hw = dataclasses.replace(gpu, runtime=Runtime(transcendental_flops=5.0))
     e = estimate_group(cost, "elementwise", tau_hw, "fp32", constant_efficiency(gpu))
     assert e.compute_s == pytest.approx(2.6e9 / (60e12 * 0.5))
 
@@ -109,13 +104,13 @@ def test_cold_weights_serialize_with_work_and_overlap_stalls(gpu) -> None:
     60 TFLOP/s, 3 us launch). A compute-bound GEMM (2·10^9 FLOPs: 47.6 us) pays the fetch on
     top: 47.6 + 3 + 400 us. A GEMV already streaming 8 GB from HBM (2.7 ms) hides it. A
     profile without the measured rate is unchanged."""
-    cold = dataclasses.replace(gpu, extra={COLD_WEIGHT_KEY: 10.0})
+    cold = dataclasses.replace(gpu, runtime=Runtime(cold_weight_gbps=10.0))
     eff = constant_efficiency(gpu)
     gemm = Cost(macs=10**9, bytes_read=4 * 10**6, bytes_written=4000, param_bytes=4 * 10**6)
     hot = estimate_group(gemm, "gemm", cold, "fp32", eff)
     e = cold_weights(hot, gemm, "gemm", cold, "fp32")
     assert e.latency_s == pytest.approx(2e9 / (60e12 * 0.7) + 3e-6 + 4e-4)
-    assert e.bound == "memory:HBM" and e.energy_j > hot.energy_j
+    assert e.bound == Bound("memory", "HBM") and e.energy_j > hot.energy_j
     stream = Cost(macs=10**6, bytes_read=8 * 10**9, param_bytes=4 * 10**6)
     hot = estimate_group(stream, "gemm", cold, "fp32", eff)
     assert cold_weights(hot, stream, "gemm", cold, "fp32").latency_s == hot.latency_s
@@ -126,7 +121,7 @@ def test_big_elementwise_is_memory_bound_in_main_memory(gpu) -> None:
     n = 100_000_000  # Add of two 400 MB tensors: 1 FLOP per 12 bytes
     cost = Cost(other_flops=n, bytes_read=8 * n, bytes_written=4 * n)
     e = estimate_group(cost, "elementwise", gpu, "fp32", constant_efficiency(gpu))
-    assert e.bound == "memory:HBM"
+    assert e.bound == Bound("memory", "HBM")
     assert e.memory_s == pytest.approx(12 * n / 3000e9)
 
 
@@ -142,7 +137,7 @@ def test_fp16_halves_bytes_and_int8_quarters_them(gpu) -> None:
 def test_tiny_kernel_is_overhead_bound(gpu) -> None:
     e = estimate_group(Cost(other_flops=64, bytes_read=256, bytes_written=256), "elementwise",
                        gpu, "fp32", constant_efficiency(gpu))
-    assert e.bound == "overhead"
+    assert e.bound == Bound("overhead")
 
 
 def test_working_set_picks_the_level(gpu) -> None:
@@ -159,10 +154,10 @@ def test_roofline_sanity_on_every_profile(key: str) -> None:
     eff = constant_efficiency(hw)
     n = 8192  # square fp32 GEMM: 2*n^3 FLOPs over 12*n^2 bytes, intensity ~1365 FLOP/B
     gemm = Cost(macs=n**3, bytes_read=8 * n * n, bytes_written=4 * n * n)
-    assert estimate_group(gemm, "gemm", hw, "fp32", eff).bound == "compute"
+    assert estimate_group(gemm, "gemm", hw, "fp32", eff).bound == Bound("compute")
     m = 1 << 28  # elementwise Add of 1 GiB tensors
     add = Cost(other_flops=m, bytes_read=8 * m, bytes_written=4 * m)
-    assert estimate_group(add, "elementwise", hw, "fp32", eff).bound.startswith("memory:")
+    assert estimate_group(add, "elementwise", hw, "fp32", eff).bound.kind == "memory"
     if hw.kind == "gpu" and hw.peak_tflops.get("fp16", 0) > hw.peak_tflops["fp32"]:
         fp32 = estimate_group(gemm, "gemm", hw, "fp32", eff).latency_s
         assert estimate_group(gemm, "gemm", hw, "fp16", eff).latency_s <= fp32
@@ -188,7 +183,8 @@ def test_estimates_in_the_json(tmp_path, gpu) -> None:
     assert est["calibrated"] is False and est["precision"] == "fp32"
     group = d["groups"][0]["estimates"]["gpu"]
     assert group["latency_s"] == pytest.approx(est["latency_s"])
-    assert group["bound"] in ("compute", "overhead") or group["bound"].startswith("memory:")
+    kind = group["bound_kind"]
+    assert group["bound"] == (f"memory:{group['level']}" if kind == "memory" else kind)
     assert {r["precision"] for r in d["sweep"]} == {"fp32", "fp16"}
 
 
@@ -222,7 +218,7 @@ def _analyzed(nodes: list, x_shape: list[int], y: tuple[str, list[int]], consts:
 
 def _ort(hw):
     """`hw` as a calibration through ORT leaves it: its runtime named."""
-    return dataclasses.replace(hw, extra={**hw.extra, RUNTIME_KEY: ORT_CPU})
+    return dataclasses.replace(hw, runtime=dataclasses.replace(hw.runtime, name=ORT_CPU))
 
 
 def _node_costs(result) -> dict:
@@ -308,7 +304,7 @@ def test_an_add_after_a_lone_conv_is_its_sum_input(gpu) -> None:
     alone = estimate_group(conv.cost, "conv", gpu, "fp32", eff, launches=0)
     both = estimate_group(conv.cost + Cost(other_flops=1024, bytes_read=4096), "conv", gpu,
                           "fp32", eff, launches=0)
-    assert alone.bound.startswith("memory") and both.level == alone.level
+    assert alone.bound.kind == "memory" and both.level == alone.level
     bandwidth = next(lv.bandwidth_gbps for lv in gpu.memory if lv.name == both.level)
     assert add.latency_s == pytest.approx(both.latency_s - alone.latency_s)
     assert add.latency_s == pytest.approx(4096 / (bandwidth * 1e9))
@@ -459,7 +455,7 @@ def test_a_transpose_copies_the_runs_its_permutation_leaves_whole(shape, perm, r
 def test_a_transposes_runs_cost_the_calibrated_time_each(gpu) -> None:
     cost = Cost(bytes_read=10**6, bytes_written=10**6)
     hot = estimate_group(cost, "data_movement", gpu, "fp32", constant_efficiency(gpu))
-    fitted = dataclasses.replace(gpu, extra={**gpu.extra, COPY_RUN_KEY: 8.0})
+    fitted = dataclasses.replace(gpu, runtime=Runtime(copy_run_ns=8.0))
     slow = estimate_group(cost, "data_movement", fitted, "fp32", constant_efficiency(gpu),
                           runs=1000)
     assert slow.memory_s - hot.memory_s == pytest.approx(1000 * 8e-9)
@@ -573,11 +569,11 @@ def test_only_a_calibrated_denormal_factor_slows_the_model(gpu) -> None:
     args = (result.graph, result.groups, {g: nc.cost for g, nc in result.group_costs.items()},
             _node_costs(result))
     base = estimate_model(*args, _ort(gpu), "fp32")
-    slow_hw = dataclasses.replace(gpu, extra={**_ort(gpu).extra, DENORMAL_KEY: 11.0})
+    slow_hw = dataclasses.replace(gpu, runtime=Runtime(ORT_CPU, denormal_factor=11.0))
     slow = estimate_model(*args, slow_hw, "fp32")
     pv = next(g.id for g in result.groups if "pv" in g.nodes)
     assert base.groups[pv] is not None and slow.groups[pv] is not None
     assert slow.latency_s > base.latency_s
     assert estimate_model(*args, gpu, "fp32").latency_s == pytest.approx(
-        estimate_model(*args, dataclasses.replace(gpu, extra={DENORMAL_KEY: 11.0}),
+        estimate_model(*args, dataclasses.replace(gpu, runtime=Runtime(denormal_factor=11.0)),
                        "fp32").latency_s)  # not ORT-calibrated: unchanged

@@ -192,7 +192,7 @@ def test_host_without_cache_or_frequency_info(tmp_path: Path,
     2.0 GHz, the assumed per-core L1 and L2."""
     _fake_machine(tmp_path, monkeypatch, ARM_CPUINFO, 4, {})
     hw = host.host_profile()
-    assert hw.extra["simd"] == "neon" and hw.extra["simd_bits"] == 128
+    assert hw.extra["simd"] == "neon" and hw.simd_bits == 128
     assert hw.extra["cores"] == 4 and hw.extra["freq_ghz"] == 2.0
     assert "assumed" in hw.extra["freq_source"] and not hw.extra["caches_detected"]
     assert "implementer 0x41" in hw.name

@@ -15,7 +15,7 @@ from onnxlens import analyze
 from onnxlens.analyzer.calibration import Calibration, Curve, host_name
 from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.estimate import resolve_target
-from onnxlens.analyzer.hardware import NATIVE_CPU, NATIVE_CUDA, ORT_CPU, RUNTIME_KEY
+from onnxlens.analyzer.hardware import NATIVE_CPU, NATIVE_CUDA, ORT_CPU
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.analyzer.runtimes import kernel_model
 from onnxlens.backends.native.kernel_model import (
@@ -138,7 +138,7 @@ def native_calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Calib
 def test_runtime_picks_that_runtimes_calibration(native_calibration: Calibration,
                                                  tmp_path: Path) -> None:
     native, _ = resolve_target("host", 1, NATIVE_CPU)
-    assert native.calibrated and native.extra[RUNTIME_KEY] == NATIVE_CPU
+    assert native.calibrated and native.runtime.name == NATIVE_CPU
     assert native.kernel_launch_us == 0.5
     ort_host, _ = resolve_target("host", 1, ORT_CPU)  # ORT has no calibration here
     assert not ort_host.calibrated
@@ -147,7 +147,7 @@ def test_runtime_picks_that_runtimes_calibration(native_calibration: Calibration
     nodes = [helper.make_node("Relu", ["x"], ["y"])]
     path = _save(tmp_path, nodes, [], [1, 1024], [1, 1024])
     est = analyze(path, hardware=["host"], threads=1, runtime=NATIVE_CPU).estimates["host"]
-    assert est.calibrated and est.profile.extra[RUNTIME_KEY] == NATIVE_CPU
+    assert est.calibrated and est.profile.runtime.name == NATIVE_CPU
     # one Relu kernel: 8 KB through the fastest level's 10·n GB/s, and the kernel's 0.5 us
     (group,) = est.groups.values()
     assert group is not None and group.overhead_s == pytest.approx(0.5e-6)
@@ -182,7 +182,7 @@ def test_native_cuda_costs_the_plans_launches_on_a_gpu_profile(tmp_path: Path) -
     plain = analyze(path, hardware=["a100"]).estimates["a100"]
     (group,) = est.groups.values()
     (one,) = plain.groups.values()
-    assert est.profile.extra[RUNTIME_KEY] == NATIVE_CUDA and not est.calibrated
+    assert est.profile.runtime.name == NATIVE_CUDA and not est.calibrated
     # four launches against the one kernel of the uncalibrated default
     assert group.overhead_s == pytest.approx(4 * one.overhead_s)
 

@@ -20,7 +20,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..calibration import DENORMAL_KEY
 from ..cost.base import ZERO, Cost
 from ..fold import fold_nodes
 from ..fusion import Group
@@ -405,6 +404,11 @@ def denormal_reads(mg: ModelGraph) -> dict[str, float]:
     return out
 
 
+def nchwc_block(hw: HardwareProfile) -> int:
+    """Channels per block of ORT's NCHWc layout: one fp32 vector of the CPU (8 with AVX2, 16
+    with AVX-512; 8 where the profile does not give its vector width)."""
+    return max(1, (hw.simd_bits or 256) // 32)
+
 class OrtCpu:
     """ORT's CPU provider: every group as ORT's kernels, in execution order."""
 
@@ -416,8 +420,8 @@ class OrtCpu:
         """Layout changes are charged to the group that needs them, before the kernel that
         reads them; a kernel ORT folds into a lone NCHWc kernel of an earlier group carries
         that kernel as its `host`."""
-        block = max(1, int(hw.extra.get("simd_bits", 256)) // 32)  # NCHWc: one fp32 vector
-        factor = float(hw.extra.get(DENORMAL_KEY, 1.0))
+        block = nchwc_block(hw)
+        factor = hw.runtime.denormal_factor
         denormal = denormal_reads(mg) if factor > 1 else {}
         have: dict[str, set[str]] = {t: {NCHW} for t in mg.graph_inputs}
         open_sums: dict[str, Kernel] = {}  # output of a lone NCHWc kernel -> that kernel

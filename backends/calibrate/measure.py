@@ -32,7 +32,7 @@ from ...analyzer.hardware import (
 )
 from ...analyzer.host import host_profile
 from ...analyzer.runtimes import op_class
-from ...analyzer.runtimes.ort_cpu import ort_kernels
+from ...analyzer.runtimes.ort_cpu import nchwc_block, ort_kernels
 from ..base import BackendError, input_specs, random_inputs
 from ..ort_timing import NodeTime, make_session, profile_model, random_feeds, time_session
 from .catalogue import COLD_CHAINS, benchmarks, conv_chain, value_info
@@ -198,7 +198,7 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
              for b in benches if b.name.startswith("Relu chain") and b.name in samples}
     fixed_s, kernel_s = fit_line(list(chain), list(chain.values()))
     kernel_s = max(kernel_s, 0.0)
-    block = max(1, int(hw.extra.get("simd_bits", 256)) // 32)
+    block = nchwc_block(hw)
     points = [p for b in benches if b.name in samples and not b.name.startswith("Relu chain")
               for p in [_point(b.name, models[b.name], samples[b.name], fixed_s, kernel_s,
                                block if backend == ORT_CPU else 0)]
