@@ -331,15 +331,54 @@ def backends_command(
 
 @app.command("report")
 def report_command(
-    analysis: Annotated[Path, typer.Argument(help="A JSON file written by `analyze --json`.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="The .html file to write.")],
+    analysis: Annotated[Path, typer.Argument(
+        help="A JSON file written by `analyze --json`, or a sweep's --out directory.")],
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="The .html file to write (a sweep: DIR/report.html).")] = None,
     debug: DebugOpt = False,
 ) -> None:
-    """Render the HTML report of a saved analysis."""
-    from .reports.html import load_analysis_json, write_html
+    """Render the HTML report of a saved analysis, or again that of a sweep."""
 
-    _run(debug, lambda: write_html(load_analysis_json(analysis), output))
-    Console(highlight=False).print(f"wrote {output}")
+    def render() -> Path:
+        if analysis.is_dir():
+            from .sweep.driver import rewrite_outputs
+
+            return rewrite_outputs(analysis, output)
+        from .reports.html import load_analysis_json, write_html
+
+        if output is None:
+            raise UsageError("--output: name the .html file to write")
+        return write_html(load_analysis_json(analysis), output)
+
+    Console(highlight=False).print(f"wrote {_run(debug, render)}")
+
+
+@app.command("sweep")
+def sweep_command(
+    spec_path: Annotated[Path, typer.Argument(
+        metavar="SPEC.toml", help="The sweep: models, batch, precision, hardware, measure ...")],
+    out: Annotated[Path, typer.Option("--out", help="Directory of results.jsonl, results.csv "
+                                      "and report.html; a re-run resumes it.")],
+    engine: Annotated[str, typer.Option(help="local (a process pool) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(
+        help="Ray cluster to join (default: RAY_ADDRESS, else a local Ray instance).")] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Sweep models x batches x precisions x hardware and backends; exit 1 if a row failed."""
+    from .sweep import load_spec, run_sweep
+    from .sweep.progress import sweep_progress
+
+    def sweep() -> object:
+        spec = load_spec(spec_path)
+        with sweep_progress(err_console) as progress:
+            return run_sweep(spec, out, engine=engine, address=address, progress=progress)
+
+    outcome = _run(debug, sweep)
+    Console(highlight=False).print(
+        f"{outcome.rows} rows, {outcome.failed} failed, {outcome.skipped} done before; wrote "
+        f"{out / 'results.jsonl'}, results.csv, report.html")
+    if outcome.exit_code:
+        raise typer.Exit(outcome.exit_code)
 
 
 @app.command("calibrate")

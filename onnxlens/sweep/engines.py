@@ -1,0 +1,154 @@
+"""The two engines that run a sweep's tasks (`driver.Sweep`).
+
+- local: a process pool. The analyses run in parallel, one worker per CPU; the measurements
+  then run one at a time, so that no two timings share the cores.
+- ray: Ray tasks. Model bytes go through the object store (`ray.put`, once per file), so
+  workers need no shared filesystem. A measurement asks for one `onnxlens_timing_slot` (each
+  node has one: no two timings overlap on a node) and for the resource its backend is pinned
+  to (`[resources]` in the spec). A task whose worker or node is lost is retried
+  (`max_retries`); once out of retries, or when no node left has the resource it needs, its
+  rows are errors that say so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from .driver import Sweep, Work
+from .tasks import analyze_task, measure_task, one_line
+
+TIMING_SLOT = "onnxlens_timing_slot"
+RETRIES = 3  # attempts after the first when a worker or node dies under a task
+POLL_S = 0.5  # how often a pending measurement checks that its resources still exist
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+
+
+def run_local(sweep: Sweep) -> None:
+    import multiprocessing
+
+    spec = sweep.spec
+    # spawn: the driver has threads (the progress bar) that a forked child would inherit
+    # mid-lock; each worker imports onnxlens once and serves many tasks.
+    with ProcessPoolExecutor(min(_cpus(), len(sweep.works)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures: dict[Future, Work] = {
+            pool.submit(analyze_task, w.rid, w.model.path, spec.precision, spec.hardware,
+                        spec.threads): w for w in sweep.works}
+        for future in as_completed(futures):
+            work = futures[future]
+            try:
+                sweep.analyzed(work, future.result())
+            except Exception as e:  # the worker process died (a crash in native code)
+                sweep.lost(work, f"worker lost: {one_line(e)}")
+        for work, backend in sweep.measurements():
+            try:
+                row = pool.submit(measure_task, work.rid, sweep.measure_source(work), backend,
+                                  work.stats, spec.threads, spec.runs, spec.warmup).result()
+            except Exception as e:
+                sweep.lost(work, f"worker lost: {one_line(e)}", backend=backend)
+                continue
+            sweep.emit(row)
+
+
+def run_ray(sweep: Sweep, address: str | None) -> None:
+    import ray
+
+    started = _connect(ray, address)
+    try:
+        _run_on_ray(ray, sweep)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _connect(ray: Any, address: str | None) -> bool:
+    """Join `address`, else RAY_ADDRESS, else an instance already joined, else start one here
+    with one timing slot. True when this call started or joined it (and so leaves it)."""
+    if ray.is_initialized():
+        return False
+    quiet = {"log_to_driver": False, "configure_logging": False}
+    if address or os.environ.get("RAY_ADDRESS"):
+        ray.init(address=address or os.environ["RAY_ADDRESS"], **quiet)
+    else:
+        ray.init(num_cpus=_cpus(), resources={TIMING_SLOT: 1}, include_dashboard=False,
+                 **quiet)
+    return True
+
+
+def _run_on_ray(ray: Any, sweep: Sweep) -> None:
+    spec = sweep.spec
+    blobs: dict[Path, Any] = {}
+
+    def blob(path: Path) -> Any:
+        if path not in blobs:
+            blobs[path] = ray.put(path.read_bytes())
+        return blobs[path]
+
+    analyze = ray.remote(analyze_task).options(num_cpus=1, max_retries=RETRIES)
+    pending = {analyze.remote(w.rid, blob(w.model.path), spec.precision, spec.hardware,
+                              spec.threads): (w, None, {}) for w in sweep.works}
+    _drain(ray, pending, lambda w, _b, result: sweep.analyzed(w, result), sweep.lost)
+    measure = ray.remote(_measure_on_node).options(max_retries=RETRIES)
+    pending = {}
+    for work, backend in sweep.measurements():
+        resources = {TIMING_SLOT: 1, **({spec.resources[backend]: 1}
+                                        if backend in spec.resources else {})}
+        missing = _missing(ray, resources)
+        if missing:
+            sweep.lost(work, _no_node(missing), backend=backend)
+            continue
+        ref = measure.options(num_cpus=spec.threads, resources=resources).remote(
+            work.rid, blob(sweep.measure_source(work)), backend, work.stats, spec.threads,
+            spec.runs, spec.warmup)
+        pending[ref] = (work, backend, resources)
+    _drain(ray, pending, lambda _w, _b, row: sweep.emit(row), sweep.lost)
+
+
+def _measure_on_node(*args: Any) -> dict[str, Any]:
+    """`measure_task`, its row's host naming the Ray node that ran it (pinning shows)."""
+    import ray
+
+    row = measure_task(*args)
+    row["host"]["node"] = ray.get_runtime_context().get_node_id()
+    return row
+
+
+def _drain(ray: Any, pending: dict[Any, tuple[Work, str | None, dict[str, float]]],
+           done: Callable[[Work, str | None, Any], None],
+           lost: Callable[..., None]) -> None:
+    """Wait for every task; a task Ray gave up on, or one no node can run any more (its
+    pinned node left the cluster), becomes error rows."""
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+        for ref in ready:
+            work, backend, _ = pending.pop(ref)
+            try:
+                done(work, backend, ray.get(ref))
+            except ray.exceptions.RayError as e:
+                lost(work, f"lost after {RETRIES} retries: {one_line(e)}", backend=backend)
+        if ready:
+            continue
+        for ref, (work, backend, resources) in list(pending.items()):
+            missing = _missing(ray, resources)
+            if missing:
+                ray.cancel(ref, force=True)
+                del pending[ref]
+                lost(work, _no_node(missing), backend=backend)
+
+
+def _missing(ray: Any, resources: dict[str, float]) -> list[str]:
+    available = ray.cluster_resources()
+    return [r for r in resources if available.get(r, 0) < 1]
+
+
+def _no_node(missing: list[str]) -> str:
+    return (f"no node of the Ray cluster has the resource {', '.join(missing)} (start a node "
+            f"with ray start --resources '{{\"{missing[0]}\": 1}}')")

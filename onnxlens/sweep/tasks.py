@@ -1,0 +1,184 @@
+"""What a sweep worker does, the same under both engines: module-level functions of plain
+values, so a process pool pickles them and Ray ships them.
+
+- `analyze_task`: one model at one batch, analyzed once; its estimate rows for every
+  (precision, hardware) through `analyzer.sweep.sweep_rows`, and the model's figures that
+  its measured rows carry too.
+- `measure_task`: one model at one batch timed on one backend, at the model's own precision.
+
+Neither raises for a bad model or a backend that cannot run: the row says `error` and why.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import socket
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The fields of a results.jsonl row, in order (README "Sweeps and clusters").
+ROW_FIELDS = ("model", "model_sha256", "batch", "precision", "target", "kind", "latency_s",
+              "throughput_per_s", "energy_j", "macs", "flops", "params",
+              "activation_peak_bytes", "peak_memory_bytes", "host", "onnxlens_version",
+              "status", "error")
+STAT_FIELDS = ("macs", "flops", "params", "activation_peak_bytes")
+# A measured row's precision: the element type doing most of the model's MACs, in the words of
+# the estimates' precisions, so that a measurement pairs with the estimate at its precision.
+_PRECISION_OF_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int8": "int8",
+                       "uint8": "int8"}
+
+Source = Path | bytes  # a path on the machine that runs the task, or the model's bytes
+
+
+@dataclass(frozen=True)
+class RowId:
+    """Which model at which batch a task is about (what every row it makes repeats)."""
+
+    model: str  # as the spec names it
+    model_sha256: str | None  # None when the model could not even be read
+    batch: int
+    dims: Mapping[str, int] = field(default_factory=dict)  # symbolic input dims pinned
+
+
+def model_sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes a row unique, for resuming. A measured row's precision is the model's own,
+    a function of its hash: it is left out so that the key is known before any analysis."""
+    precision = row["precision"] if row["kind"] == "estimate" else ""
+    return row["model_sha256"], row["batch"], precision, row["target"], row["kind"]
+
+
+def make_row(rid: RowId, precision: str, target: str, kind: str, **values: Any) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(ROW_FIELDS)
+    row.update(model=rid.model, model_sha256=rid.model_sha256, batch=rid.batch,
+               precision=precision, target=target, kind=kind, host=dict(host_facts()),
+               onnxlens_version=_version(), status="ok")
+    row.update(values)
+    return row
+
+
+def error_row(rid: RowId, precision: str, target: str, kind: str, why: str) -> dict[str, Any]:
+    return make_row(rid, precision, target, kind, status="error", error=why)
+
+
+def one_line(e: BaseException) -> str:
+    """An error as one line: onnxlens's own errors by their message, others by type too."""
+    from ..analyzer.errors import OnnxLensError
+
+    text = str(e) if isinstance(e, OnnxLensError) else f"{type(e).__name__}: {e}"
+    text = " ".join(text.split())
+    return text[:497] + "..." if len(text) > 500 else text
+
+
+@functools.cache
+def host_facts() -> dict[str, str]:
+    """The machine a row ran on: its name, CPU model and vector ISA."""
+    from ..analyzer.host import detect_cpu
+
+    cpu = detect_cpu()
+    return {"name": socket.gethostname(), "cpu": cpu.model, "isa": cpu.simd}
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def analyze_task(rid: RowId, source: Source, precisions: Sequence[str],
+                 hardware: Sequence[str], threads: int
+                 ) -> tuple[dict[str, Any] | None, str | None, list[dict[str, Any]]]:
+    """(the model's figures at this batch, or None and why when it failed; its estimate rows).
+
+    One analysis serves every (precision, hardware) row: `sweep_rows` estimates each from it."""
+    from ..analyzer.analysis import analyze
+    from ..analyzer.estimate import resolve_target
+    from ..analyzer.sweep import sweep_rows
+
+    grid = list(itertools.product(precisions, hardware))
+    try:
+        result = analyze(source, **_shape_options(source, rid))
+        stats = {k: result.totals[k] for k in STAT_FIELDS}
+        dtypes = result.macs_by_dtype
+        top = max(dtypes, key=dtypes.__getitem__) if dtypes else "float32"
+        stats["precision"] = _PRECISION_OF_DTYPE.get(top, top)
+    except Exception as e:  # a model that fails is an error row, never a failed sweep
+        why = one_line(e)
+        return None, why, [error_row(rid, p, hw, "estimate", why) for p, hw in grid]
+    try:
+        targets = [resolve_target(hw, threads) for hw in hardware]
+        estimates = sweep_rows(lambda _b: result, [rid.batch], precisions, targets)
+    except Exception as e:
+        return stats, None, [error_row(rid, p, hw, "estimate", one_line(e)) for p, hw in grid]
+    # sweep_rows orders its rows precision by precision, hardware by hardware: as `grid`.
+    return stats, None, [make_row(rid, p, hw, "estimate", latency_s=r["latency_s"],
+                            throughput_per_s=r["throughput_per_s"], energy_j=r["energy_j"],
+                            **{k: stats[k] for k in STAT_FIELDS})
+                   for (p, hw), r in zip(grid, estimates, strict=True)]
+
+
+def _shape_options(source: Source, rid: RowId) -> dict[str, Any]:
+    """`batch` alone, or with dims pinned by name, every input's full shape."""
+    if not rid.dims:
+        return {"batch": rid.batch}
+    from ..backends.base import concrete_shape, load_proto
+
+    specs = _pinned_specs(load_proto(source, weights=False), rid.dims)
+    return {"input_shapes": {s.name: concrete_shape(s, rid.batch) for s in specs}}
+
+
+def _pinned_specs(proto: Any, dims: Mapping[str, int]) -> list[Any]:
+    """The model's inputs with the dims named in `dims` replaced by their values."""
+    from dataclasses import replace
+
+    from ..backends.base import input_specs
+
+    return [replace(s, shape=tuple(dims.get(d, d) if isinstance(d, str) else d
+                                   for d in s.shape)) for s in input_specs(proto)]
+
+
+def measure_task(rid: RowId, source: Source, backend: str, stats: Mapping[str, Any],
+                 threads: int, runs: int, warmup: int) -> dict[str, Any]:
+    """One measured row: `warmup` untimed runs, then the median of `runs` timed runs of
+    random inputs at the batch, and the peak memory of one run in a fresh process (None
+    where it cannot be measured)."""
+    precision = stats["precision"]
+    try:
+        latency, peak = _measure(rid, source, backend, threads, runs, warmup)
+    except Exception as e:
+        return error_row(rid, precision, backend, "measured", one_line(e))
+    return make_row(rid, precision, backend, "measured", latency_s=latency,
+                    throughput_per_s=rid.batch / latency, peak_memory_bytes=peak,
+                    **{k: stats[k] for k in STAT_FIELDS})
+
+
+def _measure(rid: RowId, source: Source, name: str, threads: int, runs: int, warmup: int
+             ) -> tuple[float, int | None]:
+    from ..analyzer.errors import UsageError
+    from ..backends.base import fixed_batch, load_proto, random_inputs
+    from ..backends.memory import peak_memory
+    from ..backends.registry import create
+
+    specs = _pinned_specs(load_proto(source, weights=False), rid.dims)
+    fixed = fixed_batch(specs)
+    if fixed is not None and fixed != rid.batch:
+        raise UsageError(f"the model is fixed at batch {fixed}; batch {rid.batch} needs a model "
+                         "name (exported at each batch) or a symbolic batch dim")
+    backend = create(name, threads=threads)
+    backend.prepare(source)
+    feeds = random_inputs(specs, count=1, batch=rid.batch)[0]
+    latency = backend.time(feeds, warmup=warmup, runs=runs).median_s
+    with tempfile.TemporaryDirectory(prefix="onnxlens-sweep-") as tmp:
+        path = source if isinstance(source, Path) else Path(tmp) / "model.onnx"
+        if not isinstance(source, Path):
+            path.write_bytes(source)  # peak memory runs in a fresh process, from a file
+        peak, _why = peak_memory(name, threads, path, feeds)  # None: not measured
+    return latency, peak
