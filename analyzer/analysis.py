@@ -213,10 +213,12 @@ def analyze(
     max_tensor_bytes: int | None = None,
     limits: Limits = DEFAULT_LIMITS,
     symbolic: bool = True,
+    dims: Mapping[str, int] | None = None,
 ) -> AnalysisResult:
     """Analyze a model given as a path, serialized bytes or a ModelProto.
 
-    `input_shapes` and `batch` pin dynamic dims. Dims left symbolic are, with `symbolic`,
+    `dims` (named dims, ``{"sequence_length": 128}``, 0 allowed), `input_shapes` and `batch`
+    pin dynamic dims. Dims left symbolic are, with `symbolic`,
     analyzed at 1 and the totals also given as formulas of them (`result.formulas`); without
     it, costs that depend on them are unknown. `strict` makes an op with no cost formula an
     error instead of a warning; `limits` bounds what a model may ask for (`validate.Limits`;
@@ -226,7 +228,7 @@ def analyze(
     load = partial(load_model, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes,
                    limits=limits)
     with collector_paused():  # an analysis builds a large graph of objects and frees none
-        model = load(source, input_shapes=input_shapes, batch=batch)
+        model = load(source, input_shapes=input_shapes, batch=batch, dims=dims)
         symbols = symbolic_dims(model.graph_inputs) if symbolic else []
         result = (_analyze_symbolic(model, symbols, load, strict, flops_per_mac) if symbols
                   else _analyze_model(model, strict, flops_per_mac))

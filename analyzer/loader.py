@@ -124,6 +124,20 @@ class LoadedModel:
         return [self.tensors[o.name] for o in self.proto.graph.output]
 
 
+def parse_dim_spec(text: str) -> tuple[str, int]:
+    """``"past_sequence_length=0"`` -> ``("past_sequence_length", 0)`` (``--dim``)."""
+    name, sep, value = text.rpartition("=")
+    if not sep or not name:
+        raise UsageError(f"--dim {text!r}: expected NAME=VALUE, e.g. sequence_length=128")
+    try:
+        number = int(value)
+    except ValueError:
+        raise UsageError(f"--dim {text!r}: the value must be an integer") from None
+    if number < 0:
+        raise UsageError(f"--dim {text!r}: the value must be 0 or positive")
+    return name, number
+
+
 def parse_shape_spec(text: str) -> tuple[str, tuple[int, ...]]:
     """``"input=1x3x224x224"`` -> ``("input", (1, 3, 224, 224))``."""
     name, sep, dims = text.rpartition("=")
@@ -146,14 +160,19 @@ def load_model(
     batch: int | None = None,
     max_tensor_bytes: int | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    dims: Mapping[str, int] | None = None,
 ) -> LoadedModel:
     """Parse, validate and shape-infer a model given as a path, serialized bytes or a proto.
+
+    `dims` pins named symbolic dims wherever the inputs use them (ORT's free-dimension
+    overrides), 0 included; `batch` the first dims left symbolic; `input_shapes` whole inputs.
 
     A proto is copied, never changed. External data is read into the returned proto, from
     `base_dir` (default: the model file's folder) and never from outside it. `limits` bound
     what the model may ask for; `max_tensor_bytes`, when given, replaces its byte budget.
     """
     input_shapes = _check_request(input_shapes or {}, batch)
+    dims = _check_dims_request(dims or {})
     if max_tensor_bytes is not None:
         limits = replace(limits, max_tensor_bytes=max_tensor_bytes)
     max_tensor_bytes = limits.max_tensor_bytes
@@ -165,7 +184,7 @@ def load_model(
     initializers, weights = _initializers(graph)
     produced = _check_structure(graph, nodes, initializers)
     warnings: list[str] = []
-    pinned = _pin_input_dims(graph, initializers, input_shapes, batch, warnings)
+    pinned = _pin_input_dims(graph, initializers, input_shapes, batch, dims, warnings)
     inputs = [i for i in graph.input if i.name not in initializers]
     for value in inputs:
         _check_value_dims(value, max_tensor_bytes)
@@ -207,6 +226,15 @@ def _check_request(input_shapes: Mapping[str, Iterable[int]], batch: int | None
             raise UsageError(f"--input-shape {name}: dims must be integers >= 0, got {dims}")
         shapes[name] = tuple(int(d) for d in wanted)
     return shapes
+
+
+def _check_dims_request(dims: Mapping[str, int]) -> dict[str, int]:
+    """Named dims pinned to integers >= 0 (0: an empty tensor, costing nothing)."""
+    for name, value in dims.items():
+        if not (_is_positive(value) or (isinstance(value, numbers.Integral)
+                                        and not isinstance(value, bool) and value == 0)):
+            raise UsageError(f"--dim {name}={value}: the value must be an integer >= 0")
+    return {name: int(value) for name, value in dims.items()}
 
 
 def _is_positive(value: object) -> bool:
@@ -566,17 +594,20 @@ def _node_label(node: NodeFields | onnx.NodeProto, index: int) -> str:
 
 def _pin_input_dims(graph: onnx.GraphProto, initializers: Mapping[str, onnx.TensorProto],
                     input_shapes: Mapping[str, tuple[int, ...]], batch: int | None,
-                    warnings: list[str]) -> bool:
+                    dims: Mapping[str, int], warnings: list[str]) -> bool:
     """Fix input dims as asked; True if anything was asked (stale recorded shapes are dropped).
 
-    `batch` replaces each input's symbolic first dim, wherever that symbol appears; in a model
-    with no symbolic first dim it overrides the fixed ones, with a warning.
+    `dims` replaces each named dim wherever it appears; then `batch` replaces each input's
+    symbolic first dim, wherever that symbol appears; in a model with no symbolic first dim it
+    overrides the fixed ones, with a warning. `input_shapes` replace whole inputs.
     """
     inputs = {i.name: i for i in graph.input if i.name not in initializers}
     for name in input_shapes:
         if name not in inputs:
             raise ShapeError(f"--input-shape {name}: the model has no input {name!r}; its "
                              f"inputs are {', '.join(map(repr, inputs)) or 'none'}")
+    if dims:
+        _pin_named_dims(list(inputs.values()), dims, frozenset(input_shapes))
     if batch is not None:
         _pin_batch([v for n, v in inputs.items() if n not in input_shapes], batch, warnings)
     for name, wanted in input_shapes.items():
@@ -594,7 +625,7 @@ def _pin_input_dims(graph: onnx.GraphProto, initializers: Mapping[str, onnx.Tens
         del dims[:]
         for d in wanted:
             tensor_type.shape.dim.add().dim_value = d
-    if not input_shapes and batch is None:
+    if not input_shapes and batch is None and not dims:
         return False
     # Recorded shapes may carry the old dims: inference recomputes them (ranks stay for the
     # checker, which wants a shape on every graph output).
@@ -603,6 +634,22 @@ def _pin_input_dims(graph: onnx.GraphProto, initializers: Mapping[str, onnx.Tens
         for d in out.type.tensor_type.shape.dim:
             d.Clear()
     return True
+
+
+def _pin_named_dims(inputs: list[onnx.ValueInfoProto], dims: Mapping[str, int],
+                    replaced: frozenset[str]) -> None:
+    """Every input dim named in `dims` gets its value (but in the inputs `replaced` whole); a
+    name no input uses is an error."""
+    found = {v.name: [d for d in v.type.tensor_type.shape.dim if d.dim_param] for v in inputs}
+    names = list(dict.fromkeys(d.dim_param for named in found.values() for d in named))
+    unknown = [n for n in dims if n not in names]
+    if unknown:
+        raise ShapeError(f"--dim {unknown[0]}: the model has no symbolic dim {unknown[0]!r}; "
+                         f"its symbolic dims are {', '.join(names) or 'none'}")
+    for name, named in found.items():
+        for d in named if name not in replaced else ():
+            if d.dim_param in dims:
+                d.dim_value = dims[d.dim_param]
 
 
 def _pin_batch(inputs: list[onnx.ValueInfoProto], batch: int, warnings: list[str]) -> None:
@@ -638,6 +685,10 @@ def _check_dims(what: str, shape: Sequence[Dim], elem_type: int, max_tensor_byte
     negative = [d for d in dims if d < 0]
     if negative:
         raise ShapeError(f"{what}: negative dimension {negative[0]} in shape {_show(shape)}")
+    huge = [d for d in dims if d > max_tensor_bytes]  # a 0 elsewhere would hide it
+    if huge:
+        raise ShapeError(f"{what}: dimension {huge[0]:,} in shape {_show(shape)} is over the "
+                         f"{max_tensor_bytes:,}-byte limit (--max-tensor-bytes)")
     nbytes = math.prod(dims) * dtype_bytes(elem_type)
     if nbytes > max_tensor_bytes:
         raise ShapeError(f"{what}: shape {_show(shape)} needs {nbytes:,} bytes, over the "

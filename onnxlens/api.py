@@ -68,13 +68,12 @@ def analyze(
             return result if b == primary else _analyze_model(source, batch=b, **options)
 
         result.sweep = sweep_rows(analyze_at, batches or [primary], precisions, targets)
-    from .analyzer.llm import kv_layout
-
-    layout = kv_layout(result.declared_inputs, result.graph)
+    layout = _kv_layout(result, prompt_len or context_len, options.get("dims"))
     if layout is not None:
         result.llm = _llm_view(source, result, layout, targets, precisions[0],
                                batches[0] if batches else 1, prompt_len or DEFAULT_PROMPT_LEN,
-                               _as_list(context_len) or [DEFAULT_CONTEXT_LEN], options)
+                               _as_list(context_len) or [DEFAULT_CONTEXT_LEN],
+                               options | ({"batch": batches[0]} if batches else {}))
     elif prompt_len or context_len:
         raise UsageError("--prompt-len / --context-len: the model has no KV-cache inputs "
                          "(past_key_values.N.key/value or past_key/past_value)")
@@ -87,22 +86,38 @@ def analyze(
 DEFAULT_PROMPT_LEN, DEFAULT_CONTEXT_LEN = 512, 2048
 
 
+def _kv_layout(result: AnalysisResult, asked: object, dims: dict[str, int] | None
+               ) -> KvLayout | None:
+    """The cache layout of the analyzed inputs. When `--dim` pinned a cache dim the phases
+    need named, there is no LLM view (a warning says so) unless one was asked for."""
+    from .analyzer.llm import kv_layout
+
+    try:
+        return kv_layout(result.declared_inputs, result.graph)
+    except UsageError as e:
+        if asked or not dims:
+            raise
+        result.warnings.append(f"no LLM view: --dim pins a KV-cache dim the prefill and decode "
+                               f"phases pin themselves ({e})")
+        return None
+
+
 def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
               targets: list[tuple[HardwareProfile, Efficiency | None]], precision: str,
               batch: int, prompt_len: int, context_lens: list[int], options: dict[str, Any]
               ) -> dict[str, Any]:
-    """Prefill and decode of a KV-cache decoder, each analyzed at its pinned dims."""
+    """Prefill and decode of a KV-cache decoder, each analyzed at its pinned dims (`--dim`'s
+    path: the caller's dims, every other named dim at `batch`, then the phase's)."""
     from .analyzer.llm import decode_dims, memory_at_context, prefill_dims
-    from .analyzer.symbolic import pinned_shapes
 
     inputs = result.declared_inputs
-    others = {d: batch for t in inputs for d in t.shape or () if isinstance(d, str)}
+    if any(t.shape is None or None in t.shape for t in inputs):
+        raise UsageError("LLM view: an input's shape is unknown; pin it with --input-shape")
+    others = (options.get("dims") or {}) | {d: batch for t in inputs for d in t.shape or ()
+                                            if isinstance(d, str)}
 
     def phase(dims: dict[str, int], tokens: int) -> tuple[dict[str, Any], AnalysisResult]:
-        shapes = pinned_shapes(inputs, others | dims)
-        if shapes is None:
-            raise UsageError("LLM view: an input's shape is unknown; pin it with --input-shape")
-        r = _analyze_model(source, **(options | {"input_shapes": shapes, "symbolic": False}))
+        r = _analyze_model(source, **(options | {"dims": others | dims, "symbolic": False}))
         est = {hw.key: r.estimate(hw, precision, eff) for hw, eff in targets}
         return {"dims": dims, "macs": r.totals["macs"], "flops": r.totals["flops"],
                 "complete": r.totals["complete"],

@@ -30,6 +30,9 @@ ModelArg = Annotated[str, typer.Argument(
     help="An .onnx file, a torchvision model name (resnet18) or module:factory.")]
 ShapeOpt = Annotated[list[str] | None, typer.Option(
     "--input-shape", help="Pin an input's shape: NAME=1x3x224x224 (repeatable).")]
+DimOpt = Annotated[list[str] | None, typer.Option(
+    "--dim", help="Pin a named (symbolic) dim wherever the inputs use it: NAME=VALUE, 0 allowed "
+    "(sequence_length=128, past_sequence_length=0; repeatable).")]
 ImageSizeOpt = Annotated[int | None, typer.Option(
     help="Image side for exported models (default: the model's own crop size).")]
 KeepBnOpt = Annotated[bool, typer.Option(
@@ -80,8 +83,8 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
              html_path: Path | None, netron_path: Path | None, batch: str | None,
              input_shape: list[str] | None, image_size: int | None, keep_batchnorm: bool,
              opset: int | None, top: int, precision: str, measure: str | None, runs: int,
-             **options: object) -> AnalysisResult:
-    from .analyzer.loader import parse_shape_spec
+             dim: list[str] | None = None, **options: object) -> AnalysisResult:
+    from .analyzer.loader import parse_dim_spec, parse_shape_spec
     from .analyzer.serialize import dump_json
     from .api import analyze, resolve_model
     from .reports.terminal import render
@@ -91,8 +94,9 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
     source = resolve_model(model, batch=batches[0] if batches else 1, image_size=image_size,
                            keep_batchnorm=keep_batchnorm, opset=opset)
     precisions = [p.strip() for p in precision.split(",") if p.strip()]
+    dims = dict(parse_dim_spec(s) for s in dim or []) or None
     result = analyze(source, batch=batches, precision=precisions, input_shapes=shapes,
-                     **options)
+                     dims=dims, **options)
     # The per-node rows are only needed by the files; the summary shows totals and groups.
     d = result.to_dict(nodes=bool(json_path or html_path or netron_path))
     console = Console(highlight=False)
@@ -169,6 +173,7 @@ def analyze_command(
         "--batch", "-b", help="Pin the batch (first) dim of every input; a list (1,8,32) "
         "sweeps the estimates over it.")] = None,
     input_shape: ShapeOpt = None,
+    dim: DimOpt = None,
     hardware: Annotated[list[str] | None, typer.Option(
         "--hardware", "-H", help="Estimate on a profile: host, h100, ... or a .toml file "
         "(repeatable; `onnxlens hardware` lists them).")] = None,
@@ -221,7 +226,7 @@ def analyze_command(
     """Costs, fused groups and memory of a model; estimates on hardware; what-if."""
     return _run(debug, _analyze, model, json_path=json_path, csv_path=csv_path, html_path=html_path,
          netron_path=netron_path, batch=batch,
-         input_shape=input_shape, image_size=image_size, keep_batchnorm=keep_batchnorm,
+         input_shape=input_shape, dim=dim, image_size=image_size, keep_batchnorm=keep_batchnorm,
          opset=opset, top=top, precision=precision, measure=measure, runs=runs,
          hardware=hardware or [], threads=threads, runtime=runtime,
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,

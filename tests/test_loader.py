@@ -5,6 +5,8 @@ Models are built here with onnx.helper, tiny. Bad input is in tests/bad_inputs/.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +20,7 @@ import onnxlens
 from onnxlens.analyzer import loader
 from onnxlens.analyzer.analysis import Unknown
 from onnxlens.analyzer.errors import ExternalDataError, ShapeError, UsageError
-from onnxlens.analyzer.loader import load_model, parse_shape_spec
+from onnxlens.analyzer.loader import load_model, parse_dim_spec, parse_shape_spec
 
 vi = helper.make_tensor_value_info
 OPSET = [helper.make_opsetid("", 17)]
@@ -196,6 +198,70 @@ def test_analysis_never_reads_the_weights(tmp_path: Path) -> None:
 
 
 # ---- pinned dims ------------------------------------------------------------------------------
+
+
+def cache_model() -> onnx.ModelProto:
+    """A KV-cache step: x[batch, seq, 16], past[batch, past_len, 16] -> kv = Concat(past, x) ->
+    q = x @ W[16, 32] and scores = x @ kv^T [batch, seq, past_len + seq]."""
+    nodes = [helper.make_node("Concat", ["past", "x"], ["kv"], name="cat", axis=1),
+             helper.make_node("MatMul", ["x", "W"], ["q"], name="proj"),
+             helper.make_node("Transpose", ["kv"], ["kvT"], name="t", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["x", "kvT"], ["scores"], name="scores")]
+    graph = helper.make_graph(
+        nodes, "cache", [vi("x", TensorProto.FLOAT, ["batch", "seq", 16]),
+                         vi("past", TensorProto.FLOAT, ["batch", "past_len", 16])],
+        [vi("q", TensorProto.FLOAT, [None] * 3), vi("scores", TensorProto.FLOAT, [None] * 3)],
+        [_init("W", (16, 32))])
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def _cache_macs(batch: int, seq: int, past: int) -> int:
+    # projection b·s·16·32, scores b·s·(past + s)·16 (one MAC per product term)
+    return batch * seq * 16 * 32 + batch * seq * (past + seq) * 16
+
+
+@pytest.mark.parametrize(("dims", "batch", "macs"), [
+    ({"batch": 2, "seq": 3, "past_len": 5}, None, _cache_macs(2, 3, 5)),
+    ({"seq": 3, "past_len": 0}, 2, _cache_macs(2, 3, 0)),  # prefill: an empty cache
+    ({"batch": 2, "seq": 0, "past_len": 7}, None, 0),  # no new token: nothing to compute
+])
+def test_dims_pin_named_dims_to_hand_counted_costs(dims: dict[str, int], batch: int | None,
+                                                   macs: int) -> None:
+    result = onnxlens.analyze(cache_model(), dims=dims, batch=batch)
+    b, s, p = batch or dims["batch"], dims["seq"], dims["past_len"]
+    assert result.totals["macs"] == macs
+    assert result.totals["complete"] and not result.formulas
+    tensors = result.model.tensors
+    assert tensors["kv"].shape == (b, p + s, 16)
+    assert tensors["scores"].shape == (b, s, p + s)
+    assert tensors["past"].nbytes == b * p * 16 * 4  # 0 bytes for an empty cache
+
+
+def test_a_dim_left_symbolic_keeps_its_formula() -> None:
+    result = onnxlens.analyze(cache_model(), dims={"batch": 1, "past_len": 0})
+    assert result.symbols == {"seq": 1}
+    assert result.totals["macs"] == _cache_macs(1, 1, 0)
+
+
+@pytest.mark.parametrize(("dims", "error", "message"), [
+    ({"sequence": 4}, ShapeError, "--dim sequence: the model has no symbolic dim 'sequence'; "
+     "its symbolic dims are batch, seq, past_len"),
+    ({"seq": -1}, UsageError, "--dim seq=-1: the value must be an integer >= 0"),
+    ({"seq": 1.5}, UsageError, "--dim seq=1.5: the value must be an integer >= 0"),
+    ({"batch": 1, "seq": 0, "past_len": 2**40}, ShapeError,
+     "input 'past': dimension 1,099,511,627,776 in shape 1x1099511627776x16 is over the"),
+])
+def test_bad_dims(dims: dict[str, object], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        load_model(cache_model(), dims=dims, max_tensor_bytes=2**30)
+
+
+def test_parse_dim_spec() -> None:
+    assert parse_dim_spec("past_sequence_length=0") == ("past_sequence_length", 0)
+    assert parse_dim_spec("a=b=3") == ("a=b", 3)
+    for bad in ("seq", "=3", "seq=x", "seq=-2"):
+        with pytest.raises(UsageError, match="--dim"):
+            parse_dim_spec(bad)
 
 
 def test_batch_pins_every_shape() -> None:
@@ -387,3 +453,21 @@ def test_backends_read_the_weights_from_their_file(tmp_path: Path) -> None:
     for backend in (OrtBackend("cpu"), NativeCpuBackend(1)):
         backend.prepare(tmp_path / "model.onnx")
         np.testing.assert_allclose(backend.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_dim_on_the_command_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from onnxlens.cli import app
+
+    onnx.save(cache_model(), tmp_path / "cache.onnx")
+    out = tmp_path / "a.json"
+    run = CliRunner().invoke(app, ["analyze", str(tmp_path / "cache.onnx"), "--dim", "batch=2",
+                                   "--dim", "seq=3", "--dim", "past_len=0", "--json", str(out)])
+    assert run.exit_code == 0, run.output
+    assert json.loads(out.read_text())["totals"]["macs"] == _cache_macs(2, 3, 0)
+    bad = CliRunner().invoke(app, ["analyze", str(tmp_path / "cache.onnx"), "--dim", "len=4"])
+    assert bad.exit_code != 0
+    lines = bad.output.strip().splitlines()
+    assert len(lines) == 1 and "no symbolic dim 'len'; its symbolic dims are batch, seq, " \
+        "past_len" in lines[0] and "Traceback" not in bad.output
