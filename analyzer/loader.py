@@ -597,19 +597,21 @@ def _pin_input_dims(graph: onnx.GraphProto, initializers: Mapping[str, onnx.Tens
                     dims: Mapping[str, int], warnings: list[str]) -> bool:
     """Fix input dims as asked; True if anything was asked (stale recorded shapes are dropped).
 
-    `dims` replaces each named dim wherever it appears; then `batch` replaces each input's
-    symbolic first dim, wherever that symbol appears; in a model with no symbolic first dim it
-    overrides the fixed ones, with a warning. `input_shapes` replace whole inputs.
+    `batch` replaces each input's symbolic first dim, wherever that symbol appears; in a model
+    with no symbolic first dim it overrides the fixed ones, with a warning. `dims` replaces each
+    named dim wherever it appears, and wins over `batch` (an input whose first dim it names is
+    left to it). `input_shapes` replace whole inputs.
     """
     inputs = {i.name: i for i in graph.input if i.name not in initializers}
     for name in input_shapes:
         if name not in inputs:
             raise ShapeError(f"--input-shape {name}: the model has no input {name!r}; its "
                              f"inputs are {', '.join(map(repr, inputs)) or 'none'}")
+    if batch is not None:
+        _pin_batch([v for n, v in inputs.items() if n not in input_shapes
+                    and not _first_dim_named(v, dims)], batch, warnings)
     if dims:
         _pin_named_dims(list(inputs.values()), dims, frozenset(input_shapes))
-    if batch is not None:
-        _pin_batch([v for n, v in inputs.items() if n not in input_shapes], batch, warnings)
     for name, wanted in input_shapes.items():
         if not inputs[name].type.HasField("tensor_type"):
             raise ShapeError(f"--input-shape {name}: input {name!r} is not a tensor")
@@ -634,6 +636,11 @@ def _pin_input_dims(graph: onnx.GraphProto, initializers: Mapping[str, onnx.Tens
         for d in out.type.tensor_type.shape.dim:
             d.Clear()
     return True
+
+
+def _first_dim_named(value: onnx.ValueInfoProto, dims: Mapping[str, int]) -> bool:
+    shape = value.type.tensor_type.shape.dim
+    return bool(shape) and shape[0].dim_param in dims
 
 
 def _pin_named_dims(inputs: list[onnx.ValueInfoProto], dims: Mapping[str, int],

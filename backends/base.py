@@ -167,6 +167,12 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
     return specs
 
 
+def pin_dims(specs: Sequence[InputSpec], dims: Mapping[str, int]) -> list[InputSpec]:
+    """`specs` with each named dim in `dims` set to its value (`--dim`)."""
+    return [InputSpec(s.name, s.dtype, tuple(dims.get(d, d) if isinstance(d, str) else d
+                                             for d in s.shape)) for s in specs]
+
+
 def fixed_batch(specs: Sequence[InputSpec]) -> int | None:
     """The batch (first dim) the model is fixed at, or None when it is symbolic or absent."""
     firsts = [s.shape[0] for s in specs if s.shape]

@@ -38,6 +38,7 @@ from .base import (
     latency_dict,
     load_inputs,
     load_proto,
+    pin_dims,
     random_inputs,
 )
 from .memory import peak_memory
@@ -183,6 +184,7 @@ def compare(
     analysis: AnalysisResult | None = None,
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress | None = None,
+    dims: Mapping[str, int] | None = None,
 ) -> Comparison:
     """Measure `model` on each of `backends` (names from `registry`) and compare them.
 
@@ -192,7 +194,8 @@ def compare(
     hardware profile for the estimate column, over `DEFAULT_HARDWARE`. `memory`: measure peak
     memory (a subprocess per backend). `analysis`: an analysis of the same model at the first
     batch, to reuse. `limits`: the validation limits of the model's analysis and of the input
-    files (their byte budget among them). Backends that cannot run are listed in `unavailable`
+    files (their byte budget among them). `dims`: named dims pinned (`--dim`), in the analysis
+    and in the inputs made. Backends that cannot run are listed in `unavailable`
     with the reason; errors of the user's making (bad flags or files) raise `OnnxLensError`.
     """
     spec = model if isinstance(model, ModelSpec) else ModelSpec(Path(model))
@@ -202,12 +205,14 @@ def compare(
     primary = plan.batches[0]
     path = plan.paths[primary]
     if analysis is None:
-        analysis = analyze(path, batch=primary if plan.symbolic else None, limits=limits)
-    specs = input_specs(load_proto(path, weights=False))
+        analysis = analyze(path, batch=primary if plan.symbolic else None, limits=limits,
+                           dims=dims)
+    dims = dims or {}
+    specs = pin_dims(input_specs(load_proto(path, weights=False)), dims)
     settings = {"threads": threads, "runs": runs, "warmup": warmup, "profile_runs": profile_runs,
                 "batches": plan.batches, "dump_diff": dump_diff,
                 "inputs": [str(p) for p in inputs] or None,
-                "samples": len(inputs) or samples, "seed": seed}
+                "samples": len(inputs) or samples, "seed": seed, "dims": dims or None}
     warnings = list(plan.warnings)
     ready, unavailable = _prepare(backends, spec, path, threads)
     agree_inputs = (load_inputs(inputs, specs, limits=limits) if inputs else
@@ -220,7 +225,7 @@ def compare(
         try:
             results[name], outputs[name] = _measure(
                 backend, spec, plan, agree_inputs if len(ready) > 1 else [], threads, runs,
-                warmup, profile_runs, seed, memory, analysis, steps)
+                warmup, profile_runs, seed, memory, analysis, steps, dims)
         except BackendProblem as e:
             unavailable[name] = _reason(e, name)
     if results:
@@ -305,7 +310,8 @@ def _reason(e: BackendProblem, name: str) -> str:
 def _measure(backend: Backend, spec: ModelSpec, plan: _BatchPlan,
              agree_inputs: list[dict[str, np.ndarray]], threads: int, runs: int, warmup: int,
              profile_runs: int, seed: int, memory: bool, analysis: AnalysisResult,
-             steps: _Steps) -> tuple[BackendRun, list[dict[str, np.ndarray]]]:
+             steps: _Steps, dims: Mapping[str, int]
+             ) -> tuple[BackendRun, list[dict[str, np.ndarray]]]:
     name, primary = backend.name, plan.batches[0]
     run = BackendRun(name, primary, backend.describe())
     outputs = []
@@ -316,8 +322,8 @@ def _measure(backend: Backend, spec: ModelSpec, plan: _BatchPlan,
     for b, path in plan.paths.items():
         steps(f"{name}: latency at batch {b}")
         at_b = backend if b == primary else _prepared(name, spec, path, threads)
-        feeds[b] = random_inputs(input_specs(load_proto(path, weights=False)), count=1, batch=b,
-                                 seed=seed)[0]
+        feeds[b] = random_inputs(pin_dims(input_specs(load_proto(path, weights=False)), dims),
+                                 count=1, batch=b, seed=seed)[0]
         run.latency[b] = at_b.time(feeds[b], warmup=warmup, runs=runs)
     steps(f"{name}: profile")
     profile = backend.profile(feeds[primary], runs=profile_runs)

@@ -82,7 +82,7 @@ def _int_list(text: str | None, flag: str) -> list[int]:
 def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
              html_path: Path | None, netron_path: Path | None, batch: str | None,
              input_shape: list[str] | None, image_size: int | None, keep_batchnorm: bool,
-             opset: int | None, top: int, precision: str, measure: str | None, runs: int,
+             opset: int | None, top: int, precision: str | None, measure: str | None, runs: int,
              dim: list[str] | None = None, **options: object) -> AnalysisResult:
     from .analyzer.loader import parse_dim_spec, parse_shape_spec
     from .analyzer.serialize import dump_json
@@ -93,7 +93,7 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
     shapes = dict(parse_shape_spec(s) for s in input_shape or [])
     source = resolve_model(model, batch=batches[0] if batches else 1, image_size=image_size,
                            keep_batchnorm=keep_batchnorm, opset=opset)
-    precisions = [p.strip() for p in precision.split(",") if p.strip()]
+    precisions = [p.strip() for p in (precision or "").split(",") if p.strip()]
     dims = dict(parse_dim_spec(s) for s in dim or []) or None
     result = analyze(source, batch=batches, precision=precisions, input_shapes=shapes,
                      dims=dims, **options)
@@ -108,7 +108,7 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
         spec = _model_spec(model, source, image_size=image_size, keep_batchnorm=keep_batchnorm,
                            opset=opset)
         with measuring(err_console) as progress:
-            comparison = compare(spec, _names(measure), analysis=result, runs=runs,
+            comparison = compare(spec, _names(measure), analysis=result, runs=runs, dims=dims,
                                  batches=batches[:1], threads=options["threads"] or 1,
                                  hardware={"ort-cuda": options["hardware"][0]}
                                  if options["hardware"] else None, progress=progress)
@@ -177,9 +177,10 @@ def analyze_command(
     hardware: Annotated[list[str] | None, typer.Option(
         "--hardware", "-H", help="Estimate on a profile: host, h100, ... or a .toml file "
         "(repeatable; `onnxlens hardware` lists them).")] = None,
-    precision: Annotated[str, typer.Option(
-        help="Precision(s) of the estimates: fp32, tf32, fp16, bf16, int8 (a list sweeps).")
-                         ] = "fp32",
+    precision: Annotated[str | None, typer.Option(
+        help="Precision(s) of the estimates: the graph's own when left out (fp32 for an fp32 "
+        "model, each group's for a quantized or fp16 one); fp32, tf32, fp16, bf16, int8 are "
+        "what-ifs of an fp32 model (a list sweeps).")] = None,
     threads: Annotated[int | None, typer.Option(
         min=1, help="Threads the host profile assumes (its calibration).")] = None,
     runtime: Annotated[str, typer.Option(
@@ -278,6 +279,7 @@ def compare_command(
         help="Hardware profile to set beside ort-cuda's measurement (e.g. h100).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the comparison.")
                          ] = None,
+    dim: DimOpt = None,
     image_size: ImageSizeOpt = None,
     keep_batchnorm: KeepBnOpt = False,
     opset: OpsetOpt = None,
@@ -287,16 +289,18 @@ def compare_command(
     """Measure a model on several backends: latency, throughput, per-group time, agreement."""
     _run(debug, _compare, model, backends=backends, threads=threads, runs=runs, warmup=warmup,
          batch=batch, inputs=inputs or [], samples=samples, dump_diff=dump_diff,
-         gpu_profile=gpu_profile, json_path=json_path, image_size=image_size,
+         gpu_profile=gpu_profile, json_path=json_path, dim=dim, image_size=image_size,
          keep_batchnorm=keep_batchnorm, opset=opset, max_tensor_bytes=max_tensor_bytes)
 
 
 def _compare(model: str, *, backends: str, threads: int, runs: int, warmup: int,
              batch: str | None, inputs: list[Path], samples: int, dump_diff: bool,
-             gpu_profile: str | None, json_path: Path | None, image_size: int | None,
-             keep_batchnorm: bool, opset: int | None, max_tensor_bytes: int) -> None:
+             gpu_profile: str | None, json_path: Path | None, dim: list[str] | None,
+             image_size: int | None, keep_batchnorm: bool, opset: int | None,
+             max_tensor_bytes: int) -> None:
     from dataclasses import replace
 
+    from .analyzer.loader import parse_dim_spec
     from .analyzer.serialize import dump_json
     from .analyzer.validate import DEFAULT_LIMITS
     from .api import resolve_model
@@ -313,7 +317,7 @@ def _compare(model: str, *, backends: str, threads: int, runs: int, warmup: int,
                          batches=batches, inputs=inputs, samples=samples, dump_diff=dump_diff,
                          hardware={"ort-cuda": gpu_profile} if gpu_profile else None,
                          limits=replace(DEFAULT_LIMITS, max_tensor_bytes=max_tensor_bytes),
-                         progress=progress)
+                         progress=progress, dims=dict(parse_dim_spec(s) for s in dim or []))
     d = result.to_dict()
     render_comparison(d, Console(highlight=False))
     if json_path:

@@ -471,3 +471,22 @@ def test_dim_on_the_command_line(tmp_path: Path) -> None:
     lines = bad.output.strip().splitlines()
     assert len(lines) == 1 and "no symbolic dim 'len'; its symbolic dims are batch, seq, " \
         "past_len" in lines[0] and "Traceback" not in bad.output
+
+
+def test_compare_feeds_the_pinned_dims(tmp_path: Path) -> None:
+    """compare --dim: the analysis and the inputs made for every backend take the pinned dims
+    (an empty cache included), and the backends agree."""
+    pytest.importorskip("onnxlens.backends._native")
+    from onnxlens.backends.compare import compare
+
+    model = cache_model()
+    model.ir_version = 8  # what ORT runs
+    onnx.save(model, tmp_path / "cache.onnx")
+    dims = {"batch": 2, "seq": 3, "past_len": 0}
+    result = compare(tmp_path / "cache.onnx", ["ort-cpu", "native-cpu"], runs=2, warmup=0,
+                     profile_runs=1, samples=2, memory=False, dims=dims)
+    assert result.analysis.totals["macs"] == _cache_macs(2, 3, 0)
+    assert set(result.runs) == {"ort-cpu", "native-cpu"}, result.unavailable
+    assert result.agreements and result.agreements[0].samples == 2
+    assert all(a.passed for a in result.agreements)
+    assert result.to_dict()["settings"]["dims"] == dims
