@@ -11,6 +11,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -27,6 +28,12 @@ HW = Path(__file__).parent / "data" / "test_gpu.toml"
 
 def _open(page_path: Path, screenshot: Path) -> dict:
     """Load the page; return console errors, requests, timings and the visible text."""
+    return open_in_chromium(page_path, screenshot, _use_groups_table)
+
+
+def open_in_chromium(page_path: Path, screenshot: Path, use: Any) -> dict:
+    """Load the page in headless Chromium, let `use(page, start)` work it and return what it
+    found, with the console errors, requests, dialogs, visible text and images in it."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -43,25 +50,30 @@ def _open(page_path: Path, screenshot: Path) -> dict:
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         start = time.perf_counter()
         page.goto(page_path.as_uri(), wait_until="load")
-        page.wait_for_selector("#groups-table th")
-        ready_s = time.perf_counter() - start
-        # Interactive: sorting by FLOPs puts the largest group first.
-        page.click("#groups-table th:nth-child(6)")
-        page.click("#groups-table th:nth-child(6)")
-        first_flops = page.eval_on_selector("#groups-table tbody tr td:nth-child(6)",
-                                            "c => parseFloat(c.getAttribute('data-v'))")
-        page.fill("#filter", "zzz-no-such-group")
-        visible = page.eval_on_selector_all("#groups-table tbody tr",
-                                            "rs => rs.filter(r => r.style.display !== 'none')"
-                                            ".length")
-        page.fill("#filter", "")
+        found = use(page, start)
         page.screenshot(path=str(screenshot), full_page=False)
         text = page.inner_text("body")
         images = page.eval_on_selector_all("main img", "is => is.length")
         browser.close()
-    return {"errors": errors, "requests": requests, "ready_s": ready_s, "text": text,
-            "first_flops": first_flops, "visible_after_filter": visible, "dialogs": dialogs,
-            "images": images}
+    return {"errors": errors, "requests": requests, "text": text, "dialogs": dialogs,
+            "images": images, **found}
+
+
+def _use_groups_table(page: Any, start: float) -> dict:
+    """Wait for the groups table, then sort it by FLOPs and filter it."""
+    page.wait_for_selector("#groups-table th")
+    ready_s = time.perf_counter() - start
+    # Interactive: sorting by FLOPs puts the largest group first.
+    page.click("#groups-table th:nth-child(6)")
+    page.click("#groups-table th:nth-child(6)")
+    first_flops = page.eval_on_selector("#groups-table tbody tr td:nth-child(6)",
+                                        "c => parseFloat(c.getAttribute('data-v'))")
+    page.fill("#filter", "zzz-no-such-group")
+    visible = page.eval_on_selector_all("#groups-table tbody tr",
+                                        "rs => rs.filter(r => r.style.display !== 'none')"
+                                        ".length")
+    page.fill("#filter", "")
+    return {"ready_s": ready_s, "first_flops": first_flops, "visible_after_filter": visible}
 
 
 def _check(result: dict, page_path: Path, d: dict) -> None:

@@ -93,10 +93,10 @@ def _run_on_ray(ray: Any, sweep: Sweep) -> None:
         return blobs[path]
 
     analyze = ray.remote(analyze_task).options(num_cpus=1, max_retries=RETRIES)
+    measure = ray.remote(_measure_on_node)
     pending = {analyze.remote(w.rid, blob(w.model.path), spec.precision, spec.hardware,
                               spec.threads): (w, None, {}) for w in sweep.works}
     _drain(ray, pending, lambda w, _b, result: sweep.analyzed(w, result), sweep.lost)
-    measure = ray.remote(_measure_on_node).options(max_retries=RETRIES)
     pending = {}
     for work, backend in sweep.measurements():
         resources = {TIMING_SLOT: 1, **({spec.resources[backend]: 1}
@@ -105,7 +105,8 @@ def _run_on_ray(ray: Any, sweep: Sweep) -> None:
         if missing:
             sweep.lost(work, _no_node(missing), backend=backend)
             continue
-        ref = measure.options(num_cpus=spec.threads, resources=resources).remote(
+        ref = measure.options(num_cpus=spec.threads, resources=resources,
+                              max_retries=RETRIES).remote(
             work.rid, blob(sweep.measure_source(work)), backend, work.stats, spec.threads,
             spec.runs, spec.warmup)
         pending[ref] = (work, backend, resources)
