@@ -18,7 +18,18 @@ sink op fits are tried in order (larger patterns first) and the first match that
 wins: no node of it is claimed already, and no value computed inside it is read outside it
 (or is a graph output) except the sink's. That makes every group convex and every group's
 externally read tensors its sink's, so ordering groups by their sink is a topological order.
-Constant nodes read only by a matched group are baked into it, as a fusing runtime would.
+Constant nodes, and integer / bool shape arithmetic computed from constants alone
+(TorchScript's Expand shapes), read only by a matched group are baked into it, as a fusing
+runtime would.
+
+Masks and rotary tables: a transformer builds its attention mask (dynamo: Cast, GatherND, And,
+Where; TorchScript: dozens of shape and compare ops) and its RoPE cos / sin once, and every
+layer reads them. They are not in the attention or RoPE groups (one exit per group: they are
+read by every layer), nor left as singletons: the tensor an `Attention` match reads as its
+mask (`bind("mask")`) is built by one `Mask` group, and a `RoPE` match's cos / sin by a
+`Positions` group each: the tensor's producer and, up its inputs, every unclaimed node whose
+outputs only that group reads. Their names do not contain `Attention` or `RoPE`, so a reader
+counting layers by name does not count them.
 
 Naming: a pattern's name is shown to users with its `{slots}` filled by the match, e.g.
 ``"{conv}+BN+{act}"`` gives ``"Conv+BN+Relu"`` or ``"DwConv+BN+Clip"``. ``DwConv`` is a
@@ -32,6 +43,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from onnx import TensorProto
 
 from .graph import ModelGraph
 from .ir import NodeInfo, TensorInfo
@@ -52,6 +65,21 @@ class Group:
 
 _set_id, _set_pattern, _set_nodes = (getattr(Group, f).__set__ for f in ("id", "pattern",
                                                                           "nodes"))
+
+
+# ---- pattern names other layers match (issue 16: constants, not string literals) --------------
+
+ATTENTION = "Attention"
+LAYER_NORM = "LayerNorm"
+RMS_NORM = "RMSNorm"
+ADD_LAYER_NORM = "Add+LayerNorm"  # a residual Add joined to the norm after it
+ADD_RMS_NORM = "Add+RMSNorm"
+ROPE = "RoPE"
+SWIGLU = "SwiGLU"
+SQUEEZE_EXCITE = "SqueezeExcite"
+MASK = "Mask"  # the attention-mask construction, one group (module docstring)
+POSITIONS = "Positions"  # the rotary cos / sin tables' construction, one group
+NORMS = frozenset({LAYER_NORM, RMS_NORM, ADD_LAYER_NORM, ADD_RMS_NORM})
 
 
 # ---- the pattern language ---------------------------------------------------------------------
@@ -208,25 +236,93 @@ def _matmul_bias() -> Op:
     return op("Add", op("MatMul", ANY, ANY), CONST)
 
 
-def _layer_norm() -> Alt:
-    x = Leaf("x")
+def _layer_norm(x: Pat) -> Alt:
+    """LayerNormalization of `x` (the op, or spelled out); `x` must be named (read twice)."""
     d = bind("d", op("Sub", x, op("ReduceMean", x)))
     var = op("ReduceMean", Alt((op("Pow", d, CONST), op("Mul", d, d))))
     std = op("Sqrt", op("Add", var, CONST))
     normed = Alt((op("Div", d, std), op("Mul", d, op("Reciprocal", std))))
-    return Alt((op("LayerNormalization"), optional(op("Add", optional(op("Mul", normed, CONST)),
-                                                           CONST))))
+    return Alt((op("LayerNormalization", x), op("SkipLayerNormalization"),  # ORT's, with Add
+                optional(op("Add", optional(op("Mul", normed, CONST)), CONST))))
+
+
+def _rms_norm(x: Pat) -> Alt:
+    """RMSNormalization of `x` (ONNX's op, ORT's SimplifiedLayerNormalization, or spelled out
+    as x / sqrt(mean(x²) + eps) · γ); `x` must be named. HF Llama's TorchScript export casts
+    x to float32 and the normalized value back (`Cast`s of the same type in an fp32 export);
+    the reciprocal is written Reciprocal (dynamo's rsqrt) or 1 / sqrt (TorchScript's)."""
+    mean_square = op("ReduceMean", Alt((op("Pow", x, CONST), op("Mul", x, x))))
+    std = op("Sqrt", op("Add", mean_square, CONST))
+    normed = Alt((op("Mul", x, op("Reciprocal", std)), op("Mul", x, op("Div", CONST, std)),
+                  op("Div", x, std)))
+    # γ is ANY: TorchScript shares one initializer between norms through Identity nodes.
+    return Alt((op("RMSNormalization|SimplifiedLayerNormalization", x),
+                op("SkipSimplifiedLayerNormalization"),  # ORT's; a residual Add inside
+                op("Mul", optional(op("Cast", normed)), ANY)))
+
+
+def _maybe_cast(x: str) -> Pat:
+    """The tensor named `x`, or the Cast that made it (taken into the group)."""
+    return bind(x, Alt((op("Cast", ANY), ANY)))
+
+
+def _no_const_input(info: NodeInfo) -> bool:
+    return not info.const_inputs
+
+
+def _same_shape_operands(info: NodeInfo) -> bool:
+    a, b = info.input(0), info.input(1)
+    return a is not None and b is not None and a.shape is not None and a.shape == b.shape
+
+
+def _residual(x: str) -> Pat:
+    """`x` named as a residual sum (an Add of two computed tensors, not a bias), maybe cast."""
+    add = op("Add", ANY, ANY, where=_no_const_input)
+    return bind(x, Alt((op("Cast", add), add)))
+
+
+def _kv_heads(x: Pat) -> Alt:
+    """GQA's K/V head expansion (HF `repeat_kv`: x[:, :, None].expand(...).reshape(...)), or
+    `x` itself."""
+    return Alt((op("Reshape", op("Expand", op("Unsqueeze", ANY))), x))
 
 
 def _attention() -> Op:
     scaled = {"where": _has_scalar_input}
     q = optional(op("Mul", ANY, ANY, **scaled))
-    k = optional(op("Mul", optional(op("Transpose", ANY)), ANY, **scaled))
+    kv = _kv_heads(ANY)
+    # kᵀ: a Transpose, or (dynamo's decomposed SDPA) a Transpose in a 3-D view of k, where
+    # the view may be GQA's own Reshape of the expanded heads.
+    view = op("Reshape", Alt((op("Expand", op("Unsqueeze", ANY)), kv)))
+    kt = Alt((op("Transpose", kv), op("Reshape", op("Transpose", view)), kv))
+    k = Alt((op("Mul", kt, ANY, **scaled), kt))
     scores = optional(op("Div|Mul", op("MatMul", q, k), ANY, **scaled))
-    biased = optional(op("Add", scores, ANY))  # mask or relative position bias
+    # The mask: a tensor from outside (its construction is the MASK group), or a per-layer
+    # Where(bool mask, 0, -inf) of it (TorchScript).
+    mask = Alt((op("Where", bind("mask", ANY), CONST, CONST), bind("mask", ANY)))
+    biased = optional(op("Add", scores, mask))  # mask or relative position bias
     # Swin's shifted windows add their mask in a 5-D view of the scores.
     masked = Alt((op("Reshape", op("Add", op("Reshape", biased, ANY), ANY), ANY), biased))
-    return op("MatMul", op("Softmax", masked), ANY)
+    probs = bind("p", op("Softmax", masked))
+    # torch's SDPA zeroes the rows a mask left all -inf: Where(IsNaN(p), 0, p).
+    guarded = Alt((op("Where", op("IsNaN", probs), CONST, probs), probs))
+    return op("MatMul", guarded, _kv_heads(ANY))
+
+
+def _rope() -> Alt:
+    x = Leaf("x")
+    rotated = op("Concat", op("Neg", op("Slice", x)), op("Slice", x))  # rotate_half(x)
+    return Alt((op("Add", op("Mul", x, bind("cos", ANY)), op("Mul", rotated, bind("sin", ANY))),
+                op("RotaryEmbedding")))  # com.microsoft
+
+
+def _swiglu() -> Alt:
+    gate = Leaf("g")
+    silu = Alt((op("Mul", gate, op("Sigmoid", gate)), op("Swish", ANY)))
+    same = {"where": _same_shape_operands}  # up has gate's shape: not a scale
+    return Alt((op("Mul", silu, ANY, **same),  # silu(gate) * up
+                # gate * (σ(gate) * up)
+                op("Mul", gate, op("Mul", op("Sigmoid", gate), ANY, **same))))
 
 
 def _squeeze_excite() -> Op:
@@ -238,7 +334,7 @@ def _squeeze_excite() -> Op:
 # ---- the table --------------------------------------------------------------------------------
 
 PATTERNS: tuple[Pattern, ...] = (
-    Pattern("Attention", """
+    Pattern(ATTENTION, """
         q ─[Mul s]─────────────┐
         k ─[Transpose]─[Mul s]─ MatMul ─[Div|Mul s]─[Add mask]─┐
             ┌─[Reshape ─ Add mask ─ Reshape]───────────────────┘
@@ -247,20 +343,49 @@ PATTERNS: tuple[Pattern, ...] = (
         ([...]: optional; s: a one-element scale)""",
             "torch TorchScript: q @ k.transpose(-2, -1) / sqrt(d); F.scaled_dot_product_"
             "attention and nn.MultiheadAttention scale q and k; torchvision Swin adds a "
-            "relative position bias and, in shifted windows, a mask in a 5-D view",
+            "relative position bias and, in shifted windows, a mask in a 5-D view; HF "
+            "eager attention (TorchScript) and SDPA decomposed by dynamo, which writes kᵀ "
+            "in a 3-D view and guards softmax with Where(IsNaN(p), 0, p); GQA (Llama) "
+            "expands K and V heads with Unsqueeze/Expand/Reshape inside the group",
             _attention()),
-    Pattern("SqueezeExcite", """
-        x ─┬─ GlobalAveragePool|ReduceMean ─ Conv ─ act ─ Conv ─ Sigmoid|HardSigmoid ─┐
-           └──────────────────────────────────────────────────────────────────── Mul ─►""",
-            "torchvision SqueezeExcitation (MobileNetV3, EfficientNet, RegNet)",
-            _squeeze_excite()),
-    Pattern("LayerNorm", """
+    Pattern(ADD_LAYER_NORM, """
+        a ─┐
+        b ─ Add ─ LayerNorm ─►     (LayerNorm: the op or spelled out as in LayerNorm)
+        (the sum must be read by the norm only: post-norm BERT, a pre-norm model's final
+        norm; a pre-norm block's sum also feeds the next residual and stays an Add)""",
+            "torch (HF BERT post-norm, GPT-2 / ViT final norm); ORT fuses it as "
+            "SkipLayerNormalization", _layer_norm(_residual("x"))),
+    Pattern(ADD_RMS_NORM, """
+        a ─┐
+        b ─ Add ─[Cast]─ RMSNorm ─►     (as in RMSNorm, the sum read by the norm only)""",
+            "torch (HF Llama's final norm); ORT: SkipSimplifiedLayerNormalization",
+            _rms_norm(_residual("x"))),
+    Pattern(LAYER_NORM, """
         LayerNormalization ─►    (opset >= 17)
         x ─┬─ ReduceMean ─┐
            └──────────── Sub ─┬─ Pow 2 ─ ReduceMean ─ Add eps ─ Sqrt ─┐
                               └────────────────────────────────── Div ─[Mul γ]─[Add β]─►
         (Pow 2 may be Mul d,d; Div may be Mul by Reciprocal)""",
-            "torch TorchScript at opset <= 16, TF/keras", _layer_norm()),
+            "torch (LayerNormalization at opset >= 17; TorchScript at <= 16), TF/keras",
+            _layer_norm(Leaf("x"))),
+    Pattern(RMS_NORM, """
+        RMSNormalization | SimplifiedLayerNormalization ─►      (ONNX opset 23, ORT)
+        x ─┬─ Pow 2 ─ ReduceMean ─ Add eps ─ Sqrt ─ Reciprocal ─┐
+           └──────────────────────────────────────────────── Mul ─[Cast]─ Mul γ ─►
+        (Reciprocal may be Div 1/·, or the Mul a Div by the Sqrt; x may be a Cast)""",
+            "torch dynamo and TorchScript (HF Llama/Mistral/Qwen RMSNorm)",
+            _rms_norm(_maybe_cast("x"))),
+    Pattern(ROPE, """
+        x ─┬──────────────────────────────── Mul cos ─┐
+           ├─ Slice ─┐                                 Add ─►
+           └─ Slice ─ Neg ─ Concat ─────── Mul sin ─┘
+        (rotate_half: the second half negated, then the first half)""",
+            "torch dynamo and TorchScript (HF apply_rotary_pos_emb)", _rope()),
+    Pattern(SQUEEZE_EXCITE, """
+        x ─┬─ GlobalAveragePool|ReduceMean ─ Conv ─ act ─ Conv ─ Sigmoid|HardSigmoid ─┐
+           └──────────────────────────────────────────────────────────────────── Mul ─►""",
+            "torchvision SqueezeExcitation (MobileNetV3, EfficientNet, RegNet)",
+            _squeeze_excite()),
     Pattern("{conv}+BN+Add+{act}", """
         Conv ─ BatchNormalization ─ Add ─ act ─►      (ResNet block end, BatchNorm kept)
                            residual ─┘""",
@@ -279,6 +404,12 @@ PATTERNS: tuple[Pattern, ...] = (
             "torch TorchScript (BatchNorm folded)", activation(bind("x", _conv_chain(bn=False)))),
     Pattern("{conv}+BN", "Conv ─ BatchNormalization ─►   (ResNet downsample)",
             "torch TorchScript with --keep-batchnorm", _conv_chain(bn=True)),
+    Pattern(SWIGLU, """
+        gate ─┬─ Sigmoid ─┐
+              └──────── Mul ─┐       (or Swish(gate); or gate · (σ(gate) · up))
+                     up ─── Mul ─►""",
+            "torch dynamo and TorchScript (HF LlamaMLP: act_fn(gate_proj(x)) * up_proj(x))",
+            _swiglu()),
     Pattern("Gemm+{act}", "Gemm ─ act ─►", "torch TorchScript (nn.Linear on 2-D input)",
             activation(bind("x", op("Gemm")))),
     Pattern("MatMul+Add+{act}", "MatMul ─ Add bias ─ act ─►   (act: Gelu op or spelled out)",
@@ -326,6 +457,10 @@ class _Matcher:
         self.members: list[tuple[str, Op]] = []
         self.member_set: set[str] = set()
         self.progressed = False  # did some op of the pattern fit by its inputs' op_types?
+        self.static = _static_nodes(mg)
+        # Tensors a matched group reads as its mask or rotary table -> the name of the group
+        # that builds them (`region`), found when the backward walk reaches their producer.
+        self.seeds: dict[str, str] = {}
 
     def first_match(self, key: str) -> tuple[str, list[str]] | None:
         """The name and nodes of the first safe match with `key` as sink, if any."""
@@ -344,7 +479,10 @@ class _Matcher:
                 continue
             self.progressed = False
             if self._match(pattern.tree, tensor, contained):
-                return self._name(pattern), [*self.member_set, *self._baked_constants()]
+                for slot, region in _SEEDS.items():
+                    if slot in self.bound:
+                        self.seeds.setdefault(self.bound[slot], region)
+                return self._name(pattern), [*self.member_set, *self._baked_static()]
             if not self.progressed:
                 refused.add(index)
         return None
@@ -446,17 +584,41 @@ class _Matcher:
                     return False
         return True
 
-    def _baked_constants(self) -> set[str]:
-        """Unclaimed Constant nodes whose output only the matched nodes read."""
-        found = set()
-        for key in self.member_set:
-            for t in self.infos[key].inputs:
+    def _baked_static(self) -> set[str]:
+        """Unclaimed static nodes (`_static_nodes`: Constant, TorchScript's shape arithmetic)
+        whose outputs only the matched nodes read, and so on up their inputs: a fusing runtime
+        folds them into the kernel."""
+        found: set[str] = set()
+        frontier = list(self.member_set)
+        while frontier:
+            for t in self.infos[frontier.pop()].inputs:
                 src = self.producer.get(t.name) if t is not None else None
-                if (src is not None and src not in self.claimed
-                        and self.infos[src].op_type == "Constant"
-                        and self._read_inside_only(t.name)):
+                if (src is not None and src in self.static and src not in found
+                        and src not in self.claimed and src not in self.member_set
+                        and self._read_only_by(src, self.member_set | found)):
                     found.add(src)
+                    frontier.append(src)
         return found
+
+    def _read_only_by(self, key: str, readers: set[str]) -> bool:
+        return all(t.name not in self.graph_outputs and all(
+            user in readers for user in self.consumers.get(t.name, ()))
+            for t in self.infos[key].outputs)
+
+    def region(self, sink: str) -> list[str]:
+        """`sink` and the unclaimed nodes up its inputs whose outputs only these nodes read:
+        the subgraph that builds `sink`'s tensor alone, stopped at anything read elsewhere
+        (a graph input, the shared token embedding). One exit, as every group."""
+        found = {sink}
+        frontier = [sink]
+        while frontier:
+            for t in self.infos[frontier.pop()].inputs:
+                src = self.producer.get(t.name) if t is not None else None
+                if (src is not None and src not in found and src not in self.claimed
+                        and self._read_only_by(src, found)):
+                    found.add(src)
+                    frontier.append(src)
+        return list(found)
 
     def _name(self, pattern: Pattern) -> str:
         slots = {}
@@ -467,6 +629,29 @@ class _Matcher:
         return pattern.name.format(**slots)
 
 
+# Leaves a pattern binds -> the group that builds that tensor (see the module docstring).
+_SEEDS = {"mask": MASK, "cos": POSITIONS, "sin": POSITIONS}
+
+
+# Shape arithmetic's element types: what TorchScript leaves unfolded around Reshape / Expand.
+_INDEX_TYPES = frozenset({TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL})
+
+
+def _static_nodes(mg: ModelGraph) -> set[str]:
+    """Constant nodes, and nodes of integer or bool outputs whose inputs are all initializers
+    or outputs of static nodes (shape arithmetic). Float values computed from weights (Swin's
+    relative position bias) are left out: they are work a runtime may do per run."""
+    static: set[str] = set()
+    for key in mg.order:
+        info = mg.infos[key]
+        if info.op_type == "Constant" or (
+                all(t.elem_type in _INDEX_TYPES for t in info.outputs)
+                and all(t is None or t.name in mg.initializers or mg.producer.get(t.name) in static
+                        for t in info.inputs)):
+            static.add(key)
+    return static
+
+
 def fuse(mg: ModelGraph) -> list[Group]:
     """Partition `mg` into groups in execution order (see the module docstring)."""
     position = {key: i for i, key in enumerate(mg.order)}
@@ -475,7 +660,9 @@ def fuse(mg: ModelGraph) -> list[Group]:
     for key in reversed(mg.order):
         if key in matcher.claimed:
             continue
-        match = matcher.first_match(key)
+        region = next((matcher.seeds[t.name] for t in matcher.infos[key].outputs
+                       if t.name in matcher.seeds), None)
+        match = (region, matcher.region(key)) if region else matcher.first_match(key)
         name, keys = match if match is not None else (matcher.infos[key].op_type, [key])
         matcher.claimed.update(keys)
         found.append((name, keys))

@@ -6,8 +6,6 @@ pooler indexing, scalar-index Gather; every output agrees with ONNX Runtime to c
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,48 +15,23 @@ import pytest
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+from hf_models import VOCAB, export  # noqa: E402
+
 from onnxlens.backends.native_cpu import NativeCpuBackend  # noqa: E402
 
-SEQ, VOCAB = 16, 64
+SEQ = 16
 
 
-def _gpt2() -> object:
-    return transformers.GPT2Model(transformers.GPT2Config(
-        n_embd=32, n_layer=1, n_head=2, vocab_size=VOCAB, n_positions=64))
+# (layers, hidden) of each model: GPT-2 and BERT with one layer, GQA Llama with two.
+SIZES = {"gpt2": (1, 32), "bert": (1, 32), "llama": (2, 64)}
 
 
-def _bert() -> object:
-    return transformers.BertModel(transformers.BertConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-        vocab_size=VOCAB, max_position_embeddings=64))
-
-
-def _llama() -> object:
-    return transformers.LlamaModel(transformers.LlamaConfig(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=64))
-
-
-MODELS: dict[str, tuple[Callable[[], object], dict[str, object]]] = {
-    "gpt2": (_gpt2, {"use_cache": False}), "bert": (_bert, {}),
-    "llama": (_llama, {"use_cache": False})}
-
-
-@pytest.fixture(scope="module", params=sorted(MODELS))
+@pytest.fixture(scope="module", params=sorted(SIZES))
 def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
              ) -> Path:
-    make, kwargs = MODELS[request.param]
-    torch.manual_seed(0)
-    model = make().eval()
-    ids = torch.randint(0, VOCAB, (1, SEQ))
-    mask = torch.ones(1, SEQ, dtype=torch.int64)
-    path = tmp_path_factory.mktemp(request.param) / "model.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (ids,), str(path), kwargs={"attention_mask": mask, **kwargs},
-                          dynamo=True, input_names=["input_ids", "attention_mask"],
-                          external_data=False)
-    return path
+    layers, hidden = SIZES[request.param]
+    return export(request.param, tmp_path_factory.mktemp(request.param) / "model.onnx",
+                  layers=layers, hidden=hidden, seq=SEQ)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

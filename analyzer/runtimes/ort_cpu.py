@@ -22,7 +22,7 @@ import numpy as np
 
 from ..cost.base import ZERO, Cost
 from ..fold import fold_nodes
-from ..fusion import Group
+from ..fusion import ADD_LAYER_NORM, ADD_RMS_NORM, ATTENTION, LAYER_NORM, RMS_NORM, Group
 from ..graph import ModelGraph
 from ..hardware import ORT_CPU, HardwareProfile
 from ..ir import NodeInfo, TensorInfo
@@ -38,7 +38,11 @@ ORT_FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "Le
 _ANCHORS = frozenset({"Conv", "Gemm", "MatMul"})
 # Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block is
 # costed whole, as the calibration measured it (its micro-benchmark is the same ORT kernels).
-_WHOLE = frozenset({"LayerNorm", "Attention"})
+_WHOLE = frozenset({LAYER_NORM, ATTENTION})
+# A residual Add joined to the norm after it: costed as the Add's kernel, then the norm's, the
+# kernels the two groups had before the join. Whether ORT's SkipLayerNormFusion runs them as
+# one kernel on CPU is not measured here.
+_RESIDUAL_NORMS = {ADD_LAYER_NORM: LAYER_NORM, ADD_RMS_NORM: RMS_NORM}
 
 
 def activation_passes(mg: ModelGraph, nodes: Iterable[str], in_kernel: bool) -> frozenset[str]:
@@ -194,6 +198,12 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     other node is a kernel of its own (squeeze-excite: a pool, two small convolutions, the
     gate's Mul). Constant nodes are folded when ORT loads the model: no kernel (a group of
     only constants costs nothing). `block`: the NCHWc block in channels."""
+    norm = _RESIDUAL_NORMS.get(group.pattern)
+    adds = [i for i, k in enumerate(group.nodes) if mg.info(k).op_type == "Add"]
+    if norm is not None and adds:  # (ORT's Skip*LayerNormalization op has no Add)
+        split = adds[0] + 1
+        return (ort_kernels(mg, Group(group.id, "Add", group.nodes[:split]), costs, block)
+                + ort_kernels(mg, Group(group.id, norm, group.nodes[split:]), costs, block))
     if group.pattern in _WHOLE:
         cls = op_class(mg, group, costs)
         matmul = next((i for k in group.nodes if (i := mg.info(k)).op_type == "MatMul"), None)

@@ -1,0 +1,64 @@
+"""Tiny Hugging Face models (random weights) and their torch exports, shared by the tests that
+fuse, cost and run them. Built from configs: nothing is downloaded."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+import transformers
+
+VOCAB = 64
+
+
+def build(name: str, *, layers: int, hidden: int) -> torch.nn.Module:
+    """GPT-2, BERT, or a grouped-query-attention Llama (heads of 16, half as many KV heads)."""
+    heads = max(2, hidden // 16)
+    if name == "gpt2":
+        return transformers.GPT2Model(transformers.GPT2Config(
+            n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=VOCAB, n_positions=64))
+    if name == "bert":
+        return transformers.BertModel(transformers.BertConfig(
+            hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+            intermediate_size=2 * hidden, vocab_size=VOCAB, max_position_embeddings=64))
+    return transformers.LlamaModel(transformers.LlamaConfig(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=heads // 2, intermediate_size=2 * hidden, vocab_size=VOCAB,
+        max_position_embeddings=64))
+
+
+# Keyword arguments of each model's forward: no KV cache returned.
+FORWARD = {"gpt2": {"use_cache": False}, "bert": {}, "llama": {"use_cache": False}}
+
+
+class _Hidden(torch.nn.Module):
+    """The last hidden state from (input_ids, attention_mask) positionally: the TorchScript
+    exporter takes no keyword inputs."""
+
+    def __init__(self, model: torch.nn.Module, kwargs: dict[str, object]) -> None:
+        super().__init__()
+        self.model, self.kwargs = model, kwargs
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, attention_mask=mask, **self.kwargs)[0]
+
+
+def export(name: str, path: Path, *, layers: int, hidden: int, seq: int,
+           dynamo: bool = True) -> Path:
+    """`name` exported to `path` with torch's dynamo exporter, or the TorchScript one."""
+    torch.manual_seed(0)
+    model = build(name, layers=layers, hidden=hidden).eval()
+    ids = torch.randint(0, VOCAB, (1, seq))
+    mask = torch.ones(1, seq, dtype=torch.int64)
+    names = ["input_ids", "attention_mask"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            torch.onnx.export(model, (ids,), str(path), kwargs={"attention_mask": mask,
+                                                                **FORWARD[name]},
+                              dynamo=True, input_names=names, external_data=False)
+        else:
+            torch.onnx.export(_Hidden(model, FORWARD[name]), (ids, mask), str(path),
+                              dynamo=False, input_names=names)
+    return path

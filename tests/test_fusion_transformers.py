@@ -1,0 +1,86 @@
+"""Fusion of transformer graphs: tiny GPT-2, BERT and GQA Llama (2 layers, hidden 64, seq 16,
+random weights) exported by both torch exporters, and BERT rewritten by ORT's transformer
+optimizer. Each layer is one attention group, its norms are norm groups, Llama's MLP one
+SwiGLU; the mask construction is one group of its own, not a layer; every node is in one
+group (the invariants) and the groups' costs add up to the model's."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("torch")
+
+from hf_models import export
+
+import onnxlens
+from onnxlens.analyzer.analysis import AnalysisResult
+from onnxlens.analyzer.fusion import ATTENTION, MASK, NORMS, ROPE, SWIGLU
+from onnxlens.analyzer.invariants import check_graph, check_groups
+
+LAYERS, HIDDEN, SEQ = 2, 64, 16
+
+
+@pytest.fixture(scope="module", params=[(m, d) for m in ("gpt2", "bert", "llama")
+                                        for d in (True, False)],
+                ids=lambda p: f"{p[0]}-{'dynamo' if p[1] else 'torchscript'}")
+def analyzed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[str, AnalysisResult]:
+    name, dynamo = request.param
+    path = export(name, tmp_path_factory.mktemp(name) / "model.onnx", layers=LAYERS,
+                  hidden=HIDDEN, seq=SEQ, dynamo=dynamo)
+    return name, onnxlens.analyze(path)
+
+
+def _count(result: AnalysisResult, pick: object) -> int:
+    return sum(1 for g in result.groups if pick(g.pattern))  # type: ignore[operator]
+
+
+def test_one_attention_group_per_layer(analyzed: tuple[str, AnalysisResult]) -> None:
+    _, result = analyzed
+    check_graph(result.graph)
+    check_groups(result.graph, result.groups)
+    assert _count(result, lambda p: ATTENTION in p) == LAYERS
+    assert _count(result, lambda p: p == MASK) == 1  # shared by the layers, not one of them
+    ops = Counter(result.graph.info(k).op_type for g in result.groups if g.pattern == ATTENTION
+                  for k in g.nodes)
+    assert ops["Softmax"] == LAYERS and ops["MatMul"] == 2 * LAYERS
+
+
+def test_norm_swiglu_and_rope_groups(analyzed: tuple[str, AnalysisResult]) -> None:
+    name, result = analyzed
+    # Two norms a layer, and one more: the final norm (GPT-2, Llama) or the embeddings' (BERT).
+    assert _count(result, lambda p: p in NORMS) == 2 * LAYERS + 1
+    assert _count(result, lambda p: p == SWIGLU) == (LAYERS if name == "llama" else 0)
+    assert _count(result, lambda p: p == ROPE) == (2 * LAYERS if name == "llama" else 0)
+    # GQA (Llama): each layer's K and V head expansion is inside its attention group.
+    inside = Counter(result.graph.info(k).op_type for g in result.groups
+                     if g.pattern == ATTENTION for k in g.nodes)
+    assert inside["Expand"] == (2 * LAYERS if name == "llama" else 0)
+
+
+def test_group_costs_add_up_to_the_model(analyzed: tuple[str, AnalysisResult]) -> None:
+    _, result = analyzed
+    groups = [nc.cost for nc in result.group_costs.values()]
+    nodes = [nc.cost for nc in result.node_costs.values()]
+    assert None not in groups and None not in nodes
+    for kind in ("macs", "other_flops", "transcendental"):
+        assert sum(getattr(c, kind) for c in groups) == sum(getattr(c, kind) for c in nodes)
+    assert sum(c.macs for c in groups) == result.total.macs > 0
+
+
+def test_ort_transformer_optimizer_output(tmp_path: Path) -> None:
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    path = export("bert", tmp_path / "bert.onnx", layers=LAYERS, hidden=HIDDEN, seq=SEQ,
+                  dynamo=False)
+    optimize_model(str(path), model_type="bert", num_heads=HIDDEN // 16,
+                   hidden_size=HIDDEN).save_model_to_file(str(tmp_path / "opt.onnx"))
+    result = onnxlens.analyze(tmp_path / "opt.onnx")
+    check_groups(result.graph, result.groups)
+    patterns = Counter(g.pattern for g in result.groups)
+    assert sum(n for p, n in patterns.items() if ATTENTION in p) == LAYERS, patterns
+    assert sum(n for p, n in patterns.items() if "LayerNorm" in p) == 2 * LAYERS + 1, patterns
