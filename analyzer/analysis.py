@@ -18,7 +18,7 @@ import onnx
 from . import cost as _cost_families  # noqa: F401  (registers every formula)
 from .cost.base import Cost, lookup
 from .cost.precision import group_precision, mac_precision
-from .errors import OnnxLensError, UnsupportedOpError
+from .errors import OnnxLensError, UnsupportedOpError, UsageError
 from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph, collector_paused
 from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
@@ -88,17 +88,37 @@ class AnalysisResult:
     # The inputs as the model declares them, symbolic dims unpinned (`model` has them pinned).
     declared_inputs: list[TensorInfo] = field(default_factory=list)
 
-    def estimate(self, hw: HardwareProfile, precision: str = "fp32",
+    def estimate(self, hw: HardwareProfile, precision: str | None = None,
                  efficiency: Efficiency | None = None) -> ModelEstimate:
-        """Every group's latency and energy on `hw` (see `analyzer.estimate`)."""
+        """Every group's latency and energy on `hw` (see `analyzer.estimate`), at `precision`:
+        None is the graph's own (`default_precision`); a what-if precision needs an fp32
+        graph."""
         from .estimate import estimate_model
+        from .hardware import GRAPH
 
+        own = self.default_precision
+        if precision is None:
+            precision = own
+        elif own == GRAPH and precision != GRAPH:
+            dtypes = ", ".join(k for k in self.macs_by_dtype if k != "float32")
+            raise UsageError(f"precision {precision}: the model computes in {dtypes}, so its "
+                             "estimate runs at the graph's own precision (leave --precision "
+                             "out, or give 'graph'); a what-if precision applies to fp32 models")
         return estimate_model(self.graph, self.groups,
                               {g: nc.cost for g, nc in self.group_costs.items()},
                               {k: nc.cost for k, nc in self.node_costs.items()},
-                              hw, precision, efficiency, self.model)
+                              hw, precision, efficiency, self.model, self.group_precisions)
 
-    def add_estimate(self, hw: HardwareProfile, precision: str = "fp32",
+    @property
+    def default_precision(self) -> str:
+        """The precision an estimate runs at unless told: fp32 for a graph whose MACs are all
+        float32 (or that has none), else `estimate.GRAPH`: a quantized or fp16 model's groups
+        each run at the precision their graph gives them."""
+        from .hardware import GRAPH
+
+        return "fp32" if set(self.macs_by_dtype) <= {"float32"} else GRAPH
+
+    def add_estimate(self, hw: HardwareProfile, precision: str | None = None,
                      efficiency: Efficiency | None = None) -> ModelEstimate:
         """`estimate`, kept in `estimates[hw.key]` (and so in the JSON)."""
         self.estimates[hw.key] = self.estimate(hw, precision, efficiency)

@@ -5,7 +5,7 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
     compute_s  = (2·MACs / peak_p  +  V / peak_fp32) / eff(class, g)      # a kernel with MACs
                = V / (peak_fp32 · eff(vector))                          # one without
     V          = other_flops + (τ - 1) · transcendental                 # Cost.vector_flops
-    bytes      = (bytes_read + bytes_written) · bytes(p) / 4       # the model's tensors are fp32
+    bytes      = (bytes_read + bytes_written) · byte_scale(p)     # 1: as stored (Precision)
     level      = the fastest memory level whose size holds the group's working set
                  (its boundary tensors: inputs incl. weights, and outputs)
     memory_s   = bytes / bandwidth(level)
@@ -50,7 +50,7 @@ with `factor` the calibration's measured MatMul slowdown on denormal operands
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .cost.base import Cost
@@ -58,6 +58,7 @@ from .fusion import Group
 from .graph import ModelGraph
 from .hardware import (
     GPU_RUNTIMES,
+    GRAPH,
     HOST_RUNTIMES,
     ORT_CPU,
     PRECISION_BYTES,
@@ -92,11 +93,38 @@ COMPUTE, OVERHEAD = Bound("compute"), Bound("overhead")
 
 
 @dataclass(frozen=True, slots=True)
+class Precision:
+    """What a kernel runs at: `peak` names the profile peak its MACs run at (fp32, fp16, bf16,
+    int8), `byte_scale` scales the graph's bytes. The graph's own precision (GRAPH) keeps the
+    bytes as stored and runs each group's MACs at the precision that does them (a QDQ Conv's
+    uint8 x int8 at int8, an fp16 model's at fp16: `analysis.group_precisions`); a what-if
+    (`what_if`) runs an fp32 graph at another precision, its bytes scaled to that width."""
+
+    peak: str
+    byte_scale: float = 1.0
+
+
+def what_if(precision: str) -> Precision:
+    """The fp32 graph's tensors and MACs at `precision` (fp16: half the bytes)."""
+    return Precision(precision, PRECISION_BYTES[precision] / 4)
+
+
+def stored(group_precision: str) -> Precision:
+    """A group at the precision its graph gives (`cost.precision.group_precision`): floats by
+    width (float16, bfloat16, else fp32: float8 types have no peak of their own in a profile),
+    any integer type on the int8 units (int4 weights are unpacked to int8 to multiply)."""
+    floats = {"float16": "fp16", "bfloat16": "bf16"}
+    peak = "int8" if group_precision.startswith(("int", "uint")) else floats.get(
+        group_precision, "fp32")
+    return Precision(peak)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupEstimate:
     latency_s: float
     energy_j: float
     bound: Bound
-    intensity: float  # FLOPs per byte of boundary traffic (at the estimate's precision)
+    intensity: float  # FLOPs per byte of boundary traffic (at the kernel's precision)
     compute_s: float
     memory_s: float
     overhead_s: float
@@ -107,7 +135,7 @@ class GroupEstimate:
 class ModelEstimate:
     hardware: str
     profile: HardwareProfile
-    precision: str
+    precision: str  # GRAPH or a what-if (PRECISIONS)
     calibrated: bool
     groups: dict[int, GroupEstimate | None]  # None where the group's cost is unknown
     latency_s: float
@@ -130,14 +158,14 @@ def memory_level(hw: HardwareProfile, working_set_bytes: float) -> MemoryLevel:
     return hw.main_memory
 
 
-def peak_seconds(cost: Cost, hw: HardwareProfile, precision: str) -> float:
+def peak_seconds(cost: Cost, hw: HardwareProfile, precision: Precision) -> float:
     """A kernel's arithmetic at peak: its MACs at the precision's, its vector work V at
     fp32's (module docstring); a class's efficiency divides it."""
-    return (2 * cost.macs / hw.peak_flops(precision)
+    return (2 * cost.macs / hw.peak_flops(precision.peak)
             + cost.vector_flops(hw.runtime.transcendental_flops) / hw.peak_flops("fp32"))
 
 
-def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
+def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precision,
                    efficiency: Efficiency, launches: int = 1, reuse: float = 0.0,
                    calls: int = 1, runs: int = 0) -> GroupEstimate:
     """One kernel's roofline (module docstring); `launches` kernel overheads (0: the work runs
@@ -151,8 +179,7 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
     32 KB L1 and doubled their estimate). A kernel that copies `runs` contiguous runs one at
     a time (a Transpose: `transpose_runs`) pays, on a profile whose calibration fitted it,
     `runtime.copy_run_ns` per run on top of its bytes, in its memory term."""
-    scale = PRECISION_BYTES[precision] / 4
-    nbytes = (cost.bytes_read + cost.bytes_written) * scale
+    nbytes = (cost.bytes_read + cost.bytes_written) * precision.byte_scale
     flops = cost.flops(2)
     intensity = flops / nbytes if nbytes else float("inf")
     vector_flops = cost.vector_flops(hw.runtime.transcendental_flops)
@@ -175,18 +202,19 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: str,
         bound = COMPUTE
     else:
         bound = Bound("memory", level.name)
-    energy_j = (flops * hw.pj_per_flop(precision) + nbytes * level.energy_pj_per_byte) * 1e-12 \
-        + hw.static_w * latency_s
+    energy_j = (flops * hw.pj_per_flop(precision.peak)
+                + nbytes * level.energy_pj_per_byte) * 1e-12 + hw.static_w * latency_s
     return GroupEstimate(latency_s, energy_j, bound, intensity, compute_s, memory_s, overhead_s,
                          level.name)
 
 
-def combine(parts: list[GroupEstimate], costs: list[Cost], precision: str) -> GroupEstimate:
+def combine(parts: list[GroupEstimate], costs: list[Cost], precision: Precision
+            ) -> GroupEstimate:
     """A group run as several kernels (`parts`, of `costs`), one after another: times and
     energies add; the bound and memory level are those of its longest kernel; the intensity
     is all their FLOPs over all their traffic."""
     longest = max(parts, key=lambda e: e.latency_s)
-    nbytes = sum(c.bytes_read + c.bytes_written for c in costs) * PRECISION_BYTES[precision] / 4
+    nbytes = sum(c.bytes_read + c.bytes_written for c in costs) * precision.byte_scale
     flops = sum(c.flops(2) for c in costs)
     return GroupEstimate(sum(e.latency_s for e in parts), sum(e.energy_j for e in parts),
                          longest.bound, flops / nbytes if nbytes else float("inf"),
@@ -194,14 +222,14 @@ def combine(parts: list[GroupEstimate], costs: list[Cost], precision: str) -> Gr
                          sum(e.overhead_s for e in parts), longest.level)
 
 
-def activation_pass(work: Cost, hw: HardwareProfile, precision: str, eff: Efficiency
+def activation_pass(work: Cost, hw: HardwareProfile, precision: Precision, eff: Efficiency
                     ) -> GroupEstimate:
     """An activation MLAS applies over a kernel's output in cache (`activation_passes`): its
     FLOPs at the elementwise rate, no traffic, no launch."""
     return estimate_group(work, "elementwise", hw, precision, eff, launches=0)
 
 
-def absorbed(k: Kernel, hw: HardwareProfile, precision: str, eff: Efficiency
+def absorbed(k: Kernel, hw: HardwareProfile, precision: Precision, eff: Efficiency
              ) -> GroupEstimate:
     """What `k` adds to the kernel it runs inside (`k.host`): that kernel's roofline with k's
     work and traffic, less its roofline without them; no launch. A sum read in a compute-bound
@@ -211,7 +239,7 @@ def absorbed(k: Kernel, hw: HardwareProfile, precision: str, eff: Efficiency
     args = (host.cls, hw, precision, eff, 0, host.reuse, host.calls)
     alone = estimate_group(host.cost, *args)
     both = estimate_group(host.cost + k.cost, *args)
-    nbytes = (k.cost.bytes_read + k.cost.bytes_written) * PRECISION_BYTES[precision] / 4
+    nbytes = (k.cost.bytes_read + k.cost.bytes_written) * precision.byte_scale
     return GroupEstimate(both.latency_s - alone.latency_s, both.energy_j - alone.energy_j,
                          both.bound, k.cost.flops(2) / nbytes if nbytes else float("inf"),
                          both.compute_s - alone.compute_s, both.memory_s - alone.memory_s, 0.0,
@@ -228,7 +256,8 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
                                energy_j=e.energy_j + static_w * extra)
 
 
-def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile, precision: str
+def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
+                 precision: Precision
                  ) -> GroupEstimate:
     """A kernel of a network, whose weights were last read one inference ago: on a profile
     whose calibration measured the rate of that fetch (`runtime.cold_weight_gbps`), the
@@ -246,7 +275,7 @@ def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile, pr
     signed: every weight counts as cold, which over-estimates a network small enough that
     the caches keep its weights between runs."""
     gbps = hw.runtime.cold_weight_gbps
-    weights = cost.param_bytes * PRECISION_BYTES[precision] / 4
+    weights = cost.param_bytes * precision.byte_scale
     if gbps <= 0 or not weights:
         return e
     best = hw.class_efficiency(cls if cost.macs or cls in VECTOR_CLASSES else "elementwise")
@@ -261,7 +290,8 @@ def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile, pr
                                memory_s=max(e.memory_s, fetch_s))
 
 
-def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: str, eff: Efficiency
+def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precision,
+                 eff: Efficiency
                  ) -> GroupEstimate:
     """A group run as `kernels`, one after another: each kernel's roofline with its cold
     weight fetch (or, run inside another kernel, its marginal cost: `absorbed`), slowed by its
@@ -284,19 +314,24 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: str, eff
 
 def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, Cost | None],
                    node_costs: dict[str, Cost | None], hw: HardwareProfile, precision: str,
-                   efficiency: Efficiency | None = None, model: LoadedModel | None = None
-                   ) -> ModelEstimate:
+                   efficiency: Efficiency | None = None, model: LoadedModel | None = None,
+                   group_precisions: Mapping[int, str] | None = None) -> ModelEstimate:
     """Every group's estimate and the model's: latency and energy summed in execution order,
     each group costed as the kernels the profile's runtime runs for it (`analyzer.runtimes`:
-    one kernel per group on an uncalibrated profile)."""
-    if precision not in PRECISION_BYTES:
+    one kernel per group on an uncalibrated profile), at `precision`: a what-if of an fp32
+    graph, or GRAPH, each group at its own (`group_precisions`; float32 where not given)."""
+    if precision != GRAPH and precision not in PRECISION_BYTES:
         from .errors import UsageError
 
-        raise UsageError(f"precision {precision!r}: expected one of {', '.join(PRECISION_BYTES)}")
+        raise UsageError(f"precision {precision!r}: expected one of "
+                         f"{', '.join([GRAPH, *PRECISION_BYTES])}")
     eff = efficiency or constant_efficiency(hw)
     runtime = kernel_model(hw.runtime.name)
     kernels = runtime.kernels(mg, groups, node_costs, group_costs, hw, model)
-    out = {g: None if ks is None else cost_kernels(ks, hw, precision, eff)
+    own = group_precisions or {}
+    out = {g: None if ks is None else cost_kernels(
+               ks, hw, stored(own.get(g, "float32")) if precision == GRAPH else what_if(precision),
+               eff)
            for g, ks in kernels.items()}
     known = [e for e in out.values() if e is not None]
     return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,

@@ -73,6 +73,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
+# Not a what-if: each group at the precision its graph stores and computes (analyzer.estimate).
+GRAPH = "graph"
 # Storage bytes per element of each precision (tf32 is stored as fp32).
 PRECISION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 # The op classes an estimate distinguishes; `analyzer.runtimes.op_class` maps groups to them.

@@ -692,13 +692,13 @@ def _check_dims(what: str, shape: Sequence[Dim], elem_type: int, max_tensor_byte
     negative = [d for d in dims if d < 0]
     if negative:
         raise ShapeError(f"{what}: negative dimension {negative[0]} in shape {_show(shape)}")
-    huge = [d for d in dims if d > max_tensor_bytes]  # a 0 elsewhere would hide it
-    if huge:
-        raise ShapeError(f"{what}: dimension {huge[0]:,} in shape {_show(shape)} is over the "
-                         f"{max_tensor_bytes:,}-byte limit (--max-tensor-bytes)")
     nbytes = math.prod(dims) * dtype_bytes(elem_type)
     if nbytes > max_tensor_bytes:
         raise ShapeError(f"{what}: shape {_show(shape)} needs {nbytes:,} bytes, over the "
+                         f"{max_tensor_bytes:,}-byte limit (--max-tensor-bytes)")
+    huge = [d for d in dims if d > max_tensor_bytes]  # beside a 0, the product hides it
+    if huge:
+        raise ShapeError(f"{what}: dimension {huge[0]:,} in shape {_show(shape)} is over the "
                          f"{max_tensor_bytes:,}-byte limit (--max-tensor-bytes)")
 
 

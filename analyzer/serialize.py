@@ -82,7 +82,8 @@ def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str,
                                "complete": est.complete}
                           for hw, est in result.estimates.items()}}
            if result.estimates else {}),
-        **({"hardware": {hw: _profile_summary(est) for hw, est in result.estimates.items()}}
+        **({"hardware": {hw: _profile_summary(est, result.macs_by_dtype)
+                         for hw, est in result.estimates.items()}}
            if result.estimates else {}),
         "group_edges": _group_edges(mg, group_of) if nodes else [],
         **({"sweep": result.sweep} if result.sweep else {}),
@@ -110,11 +111,16 @@ def _group_edges(mg: ModelGraph, group_of: dict[str, int]) -> list[tuple[int, in
     return sorted(pairs)
 
 
-def _profile_summary(est: Any) -> dict[str, Any]:
-    """What a reader (or the HTML roofline) needs of the profile an estimate used."""
+def _profile_summary(est: Any, macs_by_dtype: dict[str, int]) -> dict[str, Any]:
+    """What a reader (or the HTML roofline) needs of the profile an estimate used; at the
+    graph's own precision, the peak is that of the precision doing most MACs."""
+    from .estimate import GRAPH, stored
+
     hw = est.profile
+    peak = est.precision if est.precision != GRAPH else stored(
+        next(iter(macs_by_dtype), "float32")).peak
     return {"name": hw.name, "kind": hw.kind, "calibrated": hw.calibrated,
-            "precision": est.precision, "peak_flops": hw.peak_flops(est.precision),
+            "precision": est.precision, "peak_flops": hw.peak_flops(peak),
             "memory": [{"name": m.name, "size_bytes": m.size_bytes,
                         "bandwidth_gbps": m.bandwidth_gbps} for m in hw.memory],
             "kernel_launch_us": hw.kernel_launch_us, "source": hw.source}

@@ -18,7 +18,7 @@ Target = tuple[HardwareProfile, Efficiency | None]
 
 
 def sweep_rows(analyze_at: Callable[[int], AnalysisResult], batches: Sequence[int],
-               precisions: Sequence[str], targets: Sequence[Target]) -> list[dict[str, Any]]:
+               precisions: Sequence[str | None], targets: Sequence[Target]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for batch in batches:
         result = analyze_at(batch)
@@ -26,7 +26,7 @@ def sweep_rows(analyze_at: Callable[[int], AnalysisResult], batches: Sequence[in
             first: dict[str, Any] | None = None
             for hw, efficiency in targets:
                 est = result.estimate(hw, precision, efficiency)
-                row = {"batch": batch, "precision": precision, "hardware": hw.key,
+                row = {"batch": batch, "precision": est.precision, "hardware": hw.key,
                        "calibrated": est.calibrated, "complete": est.complete,
                        "latency_s": est.latency_s, "energy_j": est.energy_j,
                        "throughput_per_s": batch / est.latency_s if est.latency_s else None}

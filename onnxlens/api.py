@@ -27,7 +27,7 @@ def analyze(
     *,
     batch: int | Sequence[int] | None = None,
     hardware: Sequence[str] = (),
-    precision: str | Sequence[str] = "fp32",
+    precision: str | Sequence[str] | None = None,
     threads: int | None = None,
     runtime: str = "ort-cpu",
     cached_until: str | None = None,
@@ -54,7 +54,7 @@ def analyze(
     """
     options = _with_limits(options)
     batches = _as_list(batch)
-    precisions = _as_list(precision) or ["fp32"]
+    precisions: list[str | None] = _as_list(precision) or [None]  # None: the graph's own
     result = _analyze_model(source, batch=batches[0] if batches else None, **options)
     targets = _targets(hardware, threads, runtime)
     for hw, efficiency in targets:
@@ -103,7 +103,7 @@ def _kv_layout(result: AnalysisResult, asked: object, dims: dict[str, int] | Non
 
 
 def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
-              targets: list[tuple[HardwareProfile, Efficiency | None]], precision: str,
+              targets: list[tuple[HardwareProfile, Efficiency | None]], precision: str | None,
               batch: int, prompt_len: int, context_lens: list[int], options: dict[str, Any]
               ) -> dict[str, Any]:
     """Prefill and decode of a KV-cache decoder, each analyzed at its pinned dims (`--dim`'s
@@ -139,7 +139,8 @@ def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
                                           batch=batch, context_len=c,
                                           activation_bytes=max(peaks) if peaks else None)
         decodes.append(row)
-    return {**layout.as_dict(), "batch": batch, "precision": precision, "prefill": prefill,
+    return {**layout.as_dict(), "batch": batch, "precision": precision or result.default_precision,
+            "prefill": prefill,
             "decode": decodes[0], **({"context_sweep": decodes} if len(decodes) > 1 else {})}
 
 
@@ -182,7 +183,7 @@ def _as_list(value: Any) -> list:
 
 
 def _whatif(result: AnalysisResult, targets: list[tuple[HardwareProfile, Efficiency | None]],
-            precision: str, cached_until: str | None, from_node: str | None,
+            precision: str | None, cached_until: str | None, from_node: str | None,
             to_node: str | None, plus: Source | None, options: dict[str, Any]) -> dict[str, Any]:
     from .analyzer.whatif import caching_scenario, subgraph, sum_costs
 

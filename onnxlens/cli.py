@@ -82,7 +82,7 @@ def _int_list(text: str | None, flag: str) -> list[int]:
 def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
              html_path: Path | None, netron_path: Path | None, batch: str | None,
              input_shape: list[str] | None, image_size: int | None, keep_batchnorm: bool,
-             opset: int | None, top: int, precision: str, measure: str | None, runs: int,
+             opset: int | None, top: int, precision: str | None, measure: str | None, runs: int,
              dim: list[str] | None = None, **options: object) -> AnalysisResult:
     from .analyzer.loader import parse_dim_spec, parse_shape_spec
     from .analyzer.serialize import dump_json
@@ -93,7 +93,7 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
     shapes = dict(parse_shape_spec(s) for s in input_shape or [])
     source = resolve_model(model, batch=batches[0] if batches else 1, image_size=image_size,
                            keep_batchnorm=keep_batchnorm, opset=opset)
-    precisions = [p.strip() for p in precision.split(",") if p.strip()]
+    precisions = [p.strip() for p in (precision or "").split(",") if p.strip()]
     dims = dict(parse_dim_spec(s) for s in dim or []) or None
     result = analyze(source, batch=batches, precision=precisions, input_shapes=shapes,
                      dims=dims, **options)
@@ -177,9 +177,10 @@ def analyze_command(
     hardware: Annotated[list[str] | None, typer.Option(
         "--hardware", "-H", help="Estimate on a profile: host, h100, ... or a .toml file "
         "(repeatable; `onnxlens hardware` lists them).")] = None,
-    precision: Annotated[str, typer.Option(
-        help="Precision(s) of the estimates: fp32, tf32, fp16, bf16, int8 (a list sweeps).")
-                         ] = "fp32",
+    precision: Annotated[str | None, typer.Option(
+        help="Precision(s) of the estimates: the graph's own when left out (fp32 for an fp32 "
+        "model, each group's for a quantized or fp16 one); fp32, tf32, fp16, bf16, int8 are "
+        "what-ifs of an fp32 model (a list sweeps).")] = None,
     threads: Annotated[int | None, typer.Option(
         min=1, help="Threads the host profile assumes (its calibration).")] = None,
     runtime: Annotated[str, typer.Option(

@@ -18,6 +18,7 @@ from onnxlens.analyzer.estimate import (
     estimate_group,
     estimate_model,
     memory_level,
+    what_if,
 )
 from onnxlens.analyzer.hardware import (
     ORT_CPU,
@@ -63,7 +64,7 @@ def gpu():
 
 def test_gemm_by_hand(gpu) -> None:
     cost = Cost(macs=10**9, bytes_read=4 * 10**6, bytes_written=4 * 10**6)
-    e = estimate_group(cost, "gemm", gpu, "fp32", constant_efficiency(gpu))
+    e = estimate_group(cost, "gemm", gpu, what_if("fp32"), constant_efficiency(gpu))
     compute = 2e9 / (60e12 * 0.7)  # 2 FLOPs per MAC at 70% of the fp32 peak
     assert e.compute_s == pytest.approx(compute)
     assert e.level == "L2"  # 8 MB of traffic fits the 50 MB L2
@@ -81,9 +82,9 @@ def test_a_kernels_epilogue_runs_at_its_rate(gpu) -> None:
     the GEMM's efficiency (not the elementwise one, 0.5)."""
     cost = Cost(macs=10**9, other_flops=10**8, bytes_read=4000, bytes_written=4000)
     eff = constant_efficiency(gpu)
-    fp32 = estimate_group(cost, "gemm", gpu, "fp32", eff)
+    fp32 = estimate_group(cost, "gemm", gpu, what_if("fp32"), eff)
     assert fp32.compute_s == pytest.approx(2.1e9 / (60e12 * 0.7))
-    fp16 = estimate_group(cost, "gemm", gpu, "fp16", eff)
+    fp16 = estimate_group(cost, "gemm", gpu, what_if("fp16"), eff)
     assert fp16.compute_s == pytest.approx((2e9 / 900e12 + 1e8 / 60e12) / 0.7)
 
 
@@ -92,10 +93,10 @@ def test_a_transcendental_costs_the_calibrated_plain_flops(gpu) -> None:
     10^9 + 4·4·10^8 = 2.6·10^9 plain-FLOP equivalents at 50% of the 60 TFLOP/s fp32 peak; a
     profile without τ counts each transcendental once."""
     cost = Cost(other_flops=10**9, transcendental=4 * 10**8, bytes_read=4000, bytes_written=4000)
-    plain = estimate_group(cost, "elementwise", gpu, "fp32", constant_efficiency(gpu))
+    plain = estimate_group(cost, "elementwise", gpu, what_if("fp32"), constant_efficiency(gpu))
     assert plain.compute_s == pytest.approx(1e9 / (60e12 * 0.5))
     tau_hw = dataclasses.replace(gpu, runtime=Runtime(transcendental_flops=5.0))
-    e = estimate_group(cost, "elementwise", tau_hw, "fp32", constant_efficiency(gpu))
+    e = estimate_group(cost, "elementwise", tau_hw, what_if("fp32"), constant_efficiency(gpu))
     assert e.compute_s == pytest.approx(2.6e9 / (60e12 * 0.5))
 
 
@@ -107,20 +108,20 @@ def test_cold_weights_serialize_with_work_and_overlap_stalls(gpu) -> None:
     cold = dataclasses.replace(gpu, runtime=Runtime(cold_weight_gbps=10.0))
     eff = constant_efficiency(gpu)
     gemm = Cost(macs=10**9, bytes_read=4 * 10**6, bytes_written=4000, param_bytes=4 * 10**6)
-    hot = estimate_group(gemm, "gemm", cold, "fp32", eff)
-    e = cold_weights(hot, gemm, "gemm", cold, "fp32")
+    hot = estimate_group(gemm, "gemm", cold, what_if("fp32"), eff)
+    e = cold_weights(hot, gemm, "gemm", cold, what_if("fp32"))
     assert e.latency_s == pytest.approx(2e9 / (60e12 * 0.7) + 3e-6 + 4e-4)
     assert e.bound == Bound("memory", "HBM") and e.energy_j > hot.energy_j
     stream = Cost(macs=10**6, bytes_read=8 * 10**9, param_bytes=4 * 10**6)
-    hot = estimate_group(stream, "gemm", cold, "fp32", eff)
-    assert cold_weights(hot, stream, "gemm", cold, "fp32").latency_s == hot.latency_s
-    assert cold_weights(hot, gemm, "gemm", gpu, "fp32") == hot
+    hot = estimate_group(stream, "gemm", cold, what_if("fp32"), eff)
+    assert cold_weights(hot, stream, "gemm", cold, what_if("fp32")).latency_s == hot.latency_s
+    assert cold_weights(hot, gemm, "gemm", gpu, what_if("fp32")) == hot
 
 
 def test_big_elementwise_is_memory_bound_in_main_memory(gpu) -> None:
     n = 100_000_000  # Add of two 400 MB tensors: 1 FLOP per 12 bytes
     cost = Cost(other_flops=n, bytes_read=8 * n, bytes_written=4 * n)
-    e = estimate_group(cost, "elementwise", gpu, "fp32", constant_efficiency(gpu))
+    e = estimate_group(cost, "elementwise", gpu, what_if("fp32"), constant_efficiency(gpu))
     assert e.bound == Bound("memory", "HBM")
     assert e.memory_s == pytest.approx(12 * n / 3000e9)
 
@@ -128,15 +129,17 @@ def test_big_elementwise_is_memory_bound_in_main_memory(gpu) -> None:
 def test_fp16_halves_bytes_and_int8_quarters_them(gpu) -> None:
     cost = Cost(other_flops=10, bytes_read=4 * 10**8, bytes_written=0)
     eff = constant_efficiency(gpu)
-    fp32 = estimate_group(cost, "elementwise", gpu, "fp32", eff).memory_s
-    assert estimate_group(cost, "elementwise", gpu, "fp16", eff).memory_s == pytest.approx(fp32 / 2)
-    assert estimate_group(cost, "elementwise", gpu, "int8", eff).memory_s == pytest.approx(fp32 / 4)
+    def memory_s(precision: str) -> float:
+        return estimate_group(cost, "elementwise", gpu, what_if(precision), eff).memory_s
+
+    assert memory_s("fp16") == pytest.approx(memory_s("fp32") / 2)
+    assert memory_s("int8") == pytest.approx(memory_s("fp32") / 4)
     assert PRECISION_BYTES["int8"] == 1
 
 
 def test_tiny_kernel_is_overhead_bound(gpu) -> None:
     e = estimate_group(Cost(other_flops=64, bytes_read=256, bytes_written=256), "elementwise",
-                       gpu, "fp32", constant_efficiency(gpu))
+                       gpu, what_if("fp32"), constant_efficiency(gpu))
     assert e.bound == Bound("overhead")
 
 
@@ -154,13 +157,13 @@ def test_roofline_sanity_on_every_profile(key: str) -> None:
     eff = constant_efficiency(hw)
     n = 8192  # square fp32 GEMM: 2*n^3 FLOPs over 12*n^2 bytes, intensity ~1365 FLOP/B
     gemm = Cost(macs=n**3, bytes_read=8 * n * n, bytes_written=4 * n * n)
-    assert estimate_group(gemm, "gemm", hw, "fp32", eff).bound == Bound("compute")
+    assert estimate_group(gemm, "gemm", hw, what_if("fp32"), eff).bound == Bound("compute")
     m = 1 << 28  # elementwise Add of 1 GiB tensors
     add = Cost(other_flops=m, bytes_read=8 * m, bytes_written=4 * m)
-    assert estimate_group(add, "elementwise", hw, "fp32", eff).bound.kind == "memory"
+    assert estimate_group(add, "elementwise", hw, what_if("fp32"), eff).bound.kind == "memory"
     if hw.kind == "gpu" and hw.peak_tflops.get("fp16", 0) > hw.peak_tflops["fp32"]:
-        fp32 = estimate_group(gemm, "gemm", hw, "fp32", eff).latency_s
-        assert estimate_group(gemm, "gemm", hw, "fp16", eff).latency_s <= fp32
+        fp32 = estimate_group(gemm, "gemm", hw, what_if("fp32"), eff).latency_s
+        assert estimate_group(gemm, "gemm", hw, what_if("fp16"), eff).latency_s <= fp32
 
 
 def test_shipped_profiles_cover_the_issue() -> None:
@@ -243,9 +246,9 @@ def test_conv_silu_is_a_conv_kernel_a_quickgelu_and_a_reorder(gpu) -> None:
                               bytes_read=act, bytes_written=act)
     eff = constant_efficiency(gpu)
     by_hand = (estimate_group(Cost(bytes_read=act, bytes_written=act), "data_movement", gpu,
-                              "fp32", eff).latency_s  # the reorder of x
-               + estimate_group(conv.cost, "conv", gpu, "fp32", eff).latency_s
-               + estimate_group(quick.cost, "elementwise", gpu, "fp32", eff).latency_s)
+                              what_if("fp32"), eff).latency_s  # the reorder of x
+               + estimate_group(conv.cost, "conv", gpu, what_if("fp32"), eff).latency_s
+               + estimate_group(quick.cost, "elementwise", gpu, what_if("fp32"), eff).latency_s)
     est = r.estimate(_ort(gpu))
     assert est.latency_s == pytest.approx(by_hand)
     assert est.groups[0].overhead_s == pytest.approx(3 * 3e-6)  # three kernels
@@ -283,8 +286,8 @@ def test_an_activation_mlas_applies_after_the_kernel_is_a_pass(
     assert est is not None
     pass_s = act_cost.other_flops / (60e12 * 0.5)  # the elementwise rate, no traffic
     assert est.latency_s == pytest.approx(
-        estimate_group(kernel.cost, kernel.cls, gpu, "fp32", eff).latency_s + pass_s
-        + sum(estimate_group(reorder_cost(t), "data_movement", gpu, "fp32", eff).latency_s
+        estimate_group(kernel.cost, kernel.cls, gpu, what_if("fp32"), eff).latency_s + pass_s
+        + sum(estimate_group(reorder_cost(t), "data_movement", gpu, what_if("fp32"), eff).latency_s
               for t in layout_changes(kernel, {"x": {"nchw"}})))
 
 
@@ -301,9 +304,9 @@ def test_an_add_after_a_lone_conv_is_its_sum_input(gpu) -> None:
     add = est.groups[r.groups[1].id]
     conv = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)[0]
     eff = constant_efficiency(gpu)
-    alone = estimate_group(conv.cost, "conv", gpu, "fp32", eff, launches=0)
+    alone = estimate_group(conv.cost, "conv", gpu, what_if("fp32"), eff, launches=0)
     both = estimate_group(conv.cost + Cost(other_flops=1024, bytes_read=4096), "conv", gpu,
-                          "fp32", eff, launches=0)
+                          what_if("fp32"), eff, launches=0)
     assert alone.bound.kind == "memory" and both.level == alone.level
     bandwidth = next(lv.bandwidth_gbps for lv in gpu.memory if lv.name == both.level)
     assert add.latency_s == pytest.approx(both.latency_s - alone.latency_s)
@@ -406,10 +409,10 @@ def test_a_grouped_convolution_reads_one_calls_size_and_reuse(gpu) -> None:
     the curve's size factor F/(F + f_half) one call's FLOPs."""
     reuse = _reuse(8, 72, 128)
     cost = Cost(macs=10**9, bytes_read=10**6, bytes_written=10**6)
-    by_intensity = estimate_group(cost, "grouped_conv", gpu, "fp32", lambda c, f, i: i / 1e4,
-                                  reuse=reuse)
+    by_intensity = estimate_group(cost, "grouped_conv", gpu, what_if("fp32"),
+                                  lambda c, f, i: i / 1e4, reuse=reuse)
     assert by_intensity.compute_s == pytest.approx(2e9 / (60e12 * reuse / 1e4))
-    sized = estimate_group(cost, "grouped_conv", gpu, "fp32",
+    sized = estimate_group(cost, "grouped_conv", gpu, what_if("fp32"),
                            lambda c, f, i: i / 1e4 * f / (f + 1e8), reuse=reuse, calls=8)
     assert sized.compute_s == pytest.approx(2e9 / (60e12 * reuse / 1e4 * 2.5e8 / 3.5e8))
 
@@ -425,7 +428,7 @@ def test_a_calls_size_is_its_gemm_flops_whose_operands_set_the_level(gpu) -> Non
         asked.append((flops, intensity))
         return 0.5
 
-    estimate_group(cost, "grouped_conv", gpu, "fp32", efficiency, reuse=_reuse(m, k, n),
+    estimate_group(cost, "grouped_conv", gpu, what_if("fp32"), efficiency, reuse=_reuse(m, k, n),
                    calls=calls)
     ((flops, reuse),) = asked
     assert flops == 2 * m * k * n
@@ -454,12 +457,12 @@ def test_a_transpose_copies_the_runs_its_permutation_leaves_whole(shape, perm, r
 
 def test_a_transposes_runs_cost_the_calibrated_time_each(gpu) -> None:
     cost = Cost(bytes_read=10**6, bytes_written=10**6)
-    hot = estimate_group(cost, "data_movement", gpu, "fp32", constant_efficiency(gpu))
+    hot = estimate_group(cost, "data_movement", gpu, what_if("fp32"), constant_efficiency(gpu))
     fitted = dataclasses.replace(gpu, runtime=Runtime(copy_run_ns=8.0))
-    slow = estimate_group(cost, "data_movement", fitted, "fp32", constant_efficiency(gpu),
+    slow = estimate_group(cost, "data_movement", fitted, what_if("fp32"), constant_efficiency(gpu),
                           runs=1000)
     assert slow.memory_s - hot.memory_s == pytest.approx(1000 * 8e-9)
-    assert estimate_group(cost, "data_movement", gpu, "fp32", constant_efficiency(gpu),
+    assert estimate_group(cost, "data_movement", gpu, what_if("fp32"), constant_efficiency(gpu),
                           runs=1000) == hot  # not fitted: nothing added
 
 
@@ -467,11 +470,11 @@ def test_pool_groups_use_their_class_efficiency(gpu) -> None:
     """A pool's FLOPs run at the pool efficiency (0.4 in the test profile), a Conv's bias at
     elementwise's (0.5)."""
     cost = Cost(other_flops=6 * 10**9, bytes_read=4, bytes_written=4)
-    e = estimate_group(cost, "pool", gpu, "fp32", constant_efficiency(gpu))
+    e = estimate_group(cost, "pool", gpu, what_if("fp32"), constant_efficiency(gpu))
     assert e.compute_s == pytest.approx(6e9 / (60e12 * 0.4))
-    e = estimate_group(cost, "conv", gpu, "fp32", constant_efficiency(gpu))
+    e = estimate_group(cost, "conv", gpu, what_if("fp32"), constant_efficiency(gpu))
     assert e.compute_s == pytest.approx(6e9 / (60e12 * 0.5))
-    grouped = estimate_group(Cost(macs=10**9), "grouped_conv", gpu, "fp32",
+    grouped = estimate_group(Cost(macs=10**9), "grouped_conv", gpu, what_if("fp32"),
                              constant_efficiency(gpu))
     assert grouped.compute_s == pytest.approx(2e9 / (60e12 * 0.6))  # a profile's conv figure
 
@@ -536,8 +539,8 @@ def test_an_attention_kernel_reads_its_curve_at_one_heads_gemm(gpu) -> None:
         return flops / (flops + 1e3)
 
     flops = kernel.cost.flops(2)
-    one = estimate_group(kernel.cost, "attention", hw, "fp32", per_call)
-    four = estimate_group(kernel.cost, "attention", hw, "fp32", per_call, calls=4)
+    one = estimate_group(kernel.cost, "attention", hw, what_if("fp32"), per_call)
+    four = estimate_group(kernel.cost, "attention", hw, what_if("fp32"), per_call, calls=4)
     assert four.compute_s / one.compute_s == pytest.approx(
         (flops / 4 + 1e3) / (flops / 4) * flops / (flops + 1e3))
 
@@ -557,7 +560,7 @@ def test_denormal_reads_of_a_masked_softmax(mask, share) -> None:
 
 def test_a_denormal_matmul_costs_its_share_of_the_factor(gpu) -> None:
     e = estimate_group(Cost(macs=10**6, bytes_read=10**5, bytes_written=10**5), "gemm", gpu,
-                       "fp32", constant_efficiency(gpu))
+                       what_if("fp32"), constant_efficiency(gpu))
     slowed = denormal_slowed(e, 0.25, 101.0, gpu.static_w)
     assert slowed.latency_s == pytest.approx(e.latency_s * 26)  # 1 + 0.25 x (101 - 1)
     assert slowed.energy_j == pytest.approx(e.energy_j + 100.0 * 25 * e.latency_s)

@@ -13,6 +13,7 @@ import pytest
 
 from onnxlens.analyzer.analysis import AnalysisResult, analyze
 from onnxlens.analyzer.cost.precision import combine
+from onnxlens.analyzer.errors import OnnxLensError
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 ort = pytest.importorskip("onnxruntime")
@@ -114,6 +115,53 @@ def test_param_bytes_at_the_stored_precision(models: dict[str, AnalysisResult]) 
     for name in ("qdq", "qoperator", "dynamic"):
         ratio = models[name].total.param_bytes / fp32
         assert 0.25 <= ratio < 0.26, (name, ratio)
+
+
+@pytest.mark.parametrize(("name", "own"), [("fp32", "fp32"), ("qdq", "graph"),
+                                           ("qoperator", "graph"), ("fp16", "graph")])
+def test_an_estimate_runs_at_the_graph_precision(models: dict[str, AnalysisResult], name: str,
+                                                 own: str) -> None:
+    """Unless told, a model is estimated at its own precision: each MAC group at the peak of
+    the precision that does its MACs (A100: int8 624 TOP/s, fp16 312 TFLOP/s, fp32 19.5),
+    its bytes as stored; an fp32 model's own estimate is its fp32 one. Checked on the groups
+    with the most MACs, against the roofline by hand."""
+    from onnxlens.analyzer.hardware import load_profile
+
+    result, hw = models[name], load_profile("a100")
+    est = result.estimate(hw)
+    assert result.default_precision == est.precision == own
+    peak = {"fp32": 19.5e12, "graph": {"qdq": 624e12, "qoperator": 624e12,
+                                       "fp16": 312e12}.get(name)}[own]
+    assert hw.peak_flops({"int8": "int8", "float16": "fp16", "float32": "fp32"}[
+        result.group_precisions[_biggest(result)]]) == peak
+    group = result.group_costs[_biggest(result)].cost
+    e = est.groups[_biggest(result)]
+    vector = group.other_flops / 19.5e12  # tau 1: an uncalibrated profile
+    assert e.compute_s == pytest.approx((2 * group.macs / peak + vector) / hw.efficiency["conv"])
+    nbytes = group.bytes_read + group.bytes_written  # as stored: no what-if scale
+    assert e.intensity == pytest.approx(group.flops(2) / nbytes)
+    if own == "fp32":
+        assert est == result.estimate(hw, "fp32")
+    else:
+        with pytest.raises(OnnxLensError, match="graph's own precision"):
+            result.estimate(hw, "fp16")
+        assert result.estimate(hw, "graph") == est
+
+
+def _biggest(result: AnalysisResult) -> int:
+    """The group with the most MACs (a 3x3 Conv of ResNet-18)."""
+    return max(result.group_costs, key=lambda g: result.group_costs[g].cost.macs)
+
+
+def test_the_json_says_which_precision_an_estimate_ran_at(
+        models: dict[str, AnalysisResult]) -> None:
+    from onnxlens.analyzer.hardware import load_profile
+
+    result = models["qdq"]
+    result.add_estimate(load_profile("h100"))
+    d = result.to_dict()
+    assert d["estimates"]["h100"]["precision"] == "graph"
+    assert {g["precision"] for g in d["groups"] if g["macs"]} == {"int8"}
 
 
 def test_a_qdq_group_precision_follows_dequantization() -> None:

@@ -23,7 +23,7 @@ from ...analyzer.calibration import (
     apply_calibration,
     host_name,
 )
-from ...analyzer.estimate import activation_pass, estimate_group, memory_level
+from ...analyzer.estimate import Precision, activation_pass, estimate_group, memory_level
 from ...analyzer.hardware import HardwareProfile, load_profile
 from ...analyzer.host import detect_cpu, host_profile
 from .catalogue import SQUARE_GEMM
@@ -37,6 +37,7 @@ F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
 I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
 # Plain vector FLOPs one transcendental evaluation may cost (1: as cheap as an add).
 TRANSCENDENTAL_GRID = np.logspace(0, 2, 31)
+FP32 = Precision("fp32")  # the benchmarks are fp32 graphs, costed as stored
 
 
 def cold_weight_rate(per_core_gbps: float, threads: int, main_memory_gbps: float) -> float:
@@ -237,10 +238,10 @@ def fit_check(cal: Calibration) -> dict[str, float]:
     hw = apply_calibration(base, cal)
     errors: dict[str, list[float]] = {}
     for p in cal.points:
-        seconds = estimate_group(p.cost(), p.op_class, hw, "fp32", cal.efficiency, 0, p.reuse,
+        seconds = estimate_group(p.cost(), p.op_class, hw, FP32, cal.efficiency, 0, p.reuse,
                                  p.calls, p.runs).latency_s
         if p.pass_flops:
-            seconds += activation_pass(p.pass_cost(), hw, "fp32", cal.efficiency).latency_s
+            seconds += activation_pass(p.pass_cost(), hw, FP32, cal.efficiency).latency_s
         errors.setdefault(p.op_class, []).append(abs(seconds / p.seconds - 1))
     return {cls: statistics.median(errs) for cls, errs in errors.items()}
 
