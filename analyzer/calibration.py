@@ -85,14 +85,18 @@ from pathlib import Path
 from typing import Any
 
 from .cost.base import Cost
-from .errors import OnnxLensError
+from .errors import OnnxLensError, UsageError
 from .hardware import (
+    GPU_RUNTIMES,
+    HOST_RUNTIMES,
     OP_CLASSES,
     ORT_CPU,
+    RUNTIMES,
     SUBCLASS_OF,
     HardwareProfile,
     MemoryLevel,
     Runtime,
+    load_profile,
 )
 from .host import detect_cpu, host_profile, replace_measured
 
@@ -326,6 +330,12 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
                                              cal.denormal_factor))
 
 
+def constant_efficiency(hw: HardwareProfile) -> EfficiencyFn:
+    """An uncalibrated profile: one achievable fraction of peak per op class (a subclass,
+    such as grouped_conv, at its parent's)."""
+    return lambda cls, flops, intensity: hw.class_efficiency(cls)
+
+
 def calibrated_gpu(profile: HardwareProfile, runtime: str
                    ) -> tuple[HardwareProfile, EfficiencyFn]:
     """GPU `profile` estimated as `runtime`'s kernels: calibrated by this machine's calibration
@@ -334,7 +344,7 @@ def calibrated_gpu(profile: HardwareProfile, runtime: str
     cal = find_calibration(backend=runtime, profile=profile.key)
     if cal is None:
         hw = replace(profile, runtime=replace(profile.runtime, name=runtime))
-        return hw, lambda cls, flops, intensity: hw.efficiency[cls]
+        return hw, constant_efficiency(hw)
     return apply_calibration(profile, cal), cal.efficiency
 
 
@@ -352,5 +362,34 @@ def calibrated_host(threads: int | None = None, runtime: str = DEFAULT_BACKEND
     cal = find_calibration(threads, backend=runtime)
     if cal is None:
         hw = host_profile(threads)
-        return hw, lambda cls, flops, intensity: hw.efficiency[cls]
+        return hw, constant_efficiency(hw)
     return apply_calibration(host_profile(cal.threads), cal), cal.efficiency
+
+
+def resolve_target(name: str, threads: int | None = None, runtime: str = ORT_CPU
+                   ) -> tuple[HardwareProfile, EfficiencyFn]:
+    """A profile by name and the efficiency curve to estimate with on it.
+
+    `host` is this machine: detected, and calibrated when `onnxlens calibrate --backend
+    runtime` has been run for `threads`; its measured curves then replace the profile's
+    constant efficiencies, and the estimate costs `runtime`'s kernels (`ort-cpu` or
+    `native-cpu`: HOST_RUNTIMES). A GPU profile with a GPU runtime (ort-cuda, native-cuda)
+    is estimated as that runtime's kernels (native-cuda: the native executor's CUDA launches),
+    calibrated when `onnxlens calibrate --backend RUNTIME --profile NAME` was run on this
+    machine, else at the profile's constant efficiencies; otherwise a profile runs one kernel
+    per group.
+    """
+    if runtime not in RUNTIMES:
+        raise UsageError(f"runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
+    if name == "host":
+        if runtime not in HOST_RUNTIMES:
+            raise UsageError(f"runtime {runtime!r} runs on a GPU; -H host is this CPU "
+                             f"({' or '.join(HOST_RUNTIMES)})")
+        return calibrated_host(threads, runtime)
+    hw = load_profile(name)
+    if runtime in GPU_RUNTIMES:
+        if hw.kind != "gpu":
+            raise UsageError(f"runtime {runtime!r} estimates a GPU profile; {hw.key} is a "
+                             f"{hw.kind}")
+        return calibrated_gpu(hw, runtime)
+    return hw, constant_efficiency(hw)

@@ -53,16 +53,13 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from .calibration import constant_efficiency
 from .cost.base import Cost
 from .fusion import Group
 from .graph import ModelGraph
 from .hardware import (
-    GPU_RUNTIMES,
     GRAPH,
-    HOST_RUNTIMES,
-    ORT_CPU,
     PRECISION_BYTES,
-    RUNTIMES,
     HardwareProfile,
     MemoryLevel,
 )
@@ -144,11 +141,6 @@ class ModelEstimate:
     @property
     def complete(self) -> bool:
         return all(g is not None for g in self.groups.values())
-
-
-def constant_efficiency(hw: HardwareProfile) -> Efficiency:
-    """An uncalibrated profile: one achievable fraction of peak per op class."""
-    return lambda cls, flops, intensity: hw.class_efficiency(cls)
 
 
 def memory_level(hw: HardwareProfile, working_set_bytes: float) -> MemoryLevel:
@@ -336,39 +328,3 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
     known = [e for e in out.values() if e is not None]
     return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,
                          sum(e.latency_s for e in known), sum(e.energy_j for e in known))
-
-
-def resolve_target(name: str, threads: int | None = None, runtime: str = ORT_CPU
-                   ) -> tuple[HardwareProfile, Efficiency]:
-    """A profile by name and the efficiency curve to estimate with on it.
-
-    `host` is this machine: detected, and calibrated when `onnxlens calibrate --backend
-    runtime` has been run for `threads`; its measured curves then replace the profile's
-    constant efficiencies, and the estimate costs `runtime`'s kernels (`ort-cpu` or
-    `native-cpu`: HOST_RUNTIMES). A GPU profile with a GPU runtime (ort-cuda, native-cuda)
-    is estimated as that runtime's kernels (native-cuda: the native executor's CUDA launches),
-    calibrated when `onnxlens calibrate --backend RUNTIME --profile NAME` was run on this
-    machine, else at the profile's constant efficiencies; otherwise a profile runs one kernel
-    per group.
-    """
-    from .errors import UsageError
-    from .hardware import load_profile
-
-    if runtime not in RUNTIMES:
-        raise UsageError(f"runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
-    if name == "host":
-        if runtime not in HOST_RUNTIMES:
-            raise UsageError(f"runtime {runtime!r} runs on a GPU; -H host is this CPU "
-                             f"({' or '.join(HOST_RUNTIMES)})")
-        from .calibration import calibrated_host
-
-        return calibrated_host(threads, runtime)
-    hw = load_profile(name)
-    if runtime in GPU_RUNTIMES:
-        if hw.kind != "gpu":
-            raise UsageError(f"runtime {runtime!r} estimates a GPU profile; {hw.key} is a "
-                             f"{hw.kind}")
-        from .calibration import calibrated_gpu
-
-        return calibrated_gpu(hw, runtime)
-    return hw, constant_efficiency(hw)

@@ -353,7 +353,7 @@ def _add_estimates(results: dict[str, BackendRun], analysis: AnalysisResult,
     warning (the estimate column stays empty), never a failed comparison. A backend that is
     a host runtime (ort-cpu, native-cpu) is estimated on `host` by its own calibration and
     kernel model, beside its own measurement; others (torch) by ORT CPU's."""
-    from ..analyzer.estimate import resolve_target
+    from ..analyzer.calibration import resolve_target
     from ..analyzer.hardware import ORT_CPU, RUNTIMES
 
     for name, run in results.items():

@@ -163,7 +163,7 @@ def _targets(hardware: Sequence[str], threads: int | None, runtime: str = "ort-c
              ) -> list[tuple[HardwareProfile, Efficiency | None]]:
     if not hardware:
         return []
-    from .analyzer.estimate import resolve_target
+    from .analyzer.calibration import resolve_target
 
     if runtime != "ort-cpu":
         from . import backends  # noqa: F401  (registers the backends' kernel models)

@@ -437,7 +437,7 @@ def hardware_command(
     debug: DebugOpt = False,
 ) -> None:
     """List the hardware profiles with their key numbers and sources."""
-    from .analyzer.estimate import resolve_target
+    from .analyzer.calibration import resolve_target
     from .analyzer.hardware import available_profiles
     from .reports.terminal import render_hardware
 

@@ -25,9 +25,9 @@ from onnxlens.analyzer.calibration import (
     calibration_path,
     find_calibration,
     host_name,
+    resolve_target,
 )
 from onnxlens.analyzer.errors import UsageError
-from onnxlens.analyzer.estimate import resolve_target
 from onnxlens.analyzer.hardware import NATIVE_CUDA, OP_CLASSES, ORT_CPU, Runtime, load_profile
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.backends.calibrate import catalogue, fit, measure

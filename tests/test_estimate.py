@@ -9,11 +9,11 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxlens
+from onnxlens.analyzer.calibration import constant_efficiency, resolve_target
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import (
     Bound,
     cold_weights,
-    constant_efficiency,
     denormal_slowed,
     estimate_group,
     estimate_model,
@@ -580,3 +580,21 @@ def test_only_a_calibrated_denormal_factor_slows_the_model(gpu) -> None:
     assert estimate_model(*args, gpu, "fp32").latency_s == pytest.approx(
         estimate_model(*args, dataclasses.replace(gpu, runtime=Runtime(denormal_factor=11.0)),
                        "fp32").latency_s)  # not ORT-calibrated: unchanged
+
+
+@pytest.mark.parametrize("target", ["host", "a100"])
+def test_an_uncalibrated_profile_estimates_a_grouped_convolution(target: str) -> None:
+    """A grouped convolution (RegNet's) is class grouped_conv, which an uncalibrated profile
+    estimates at its parent class's efficiency (it raised KeyError: 'grouped_conv' where the
+    host or a GPU runtime had no calibration)."""
+    result = _analyzed([helper.make_node("Conv", ["x", "w"], ["c"], group=4, pads=[1, 1, 1, 1])],
+                       [1, 16, 8, 8], ("c", [1, 16, 8, 8]), {"w": [16, 4, 3, 3]})
+    runtime = "native-cuda" if target == "a100" else "ort-cpu"
+    hw, eff = resolve_target(target, 1, runtime)
+    hw = dataclasses.replace(hw, calibrated=False)
+    assert eff("grouped_conv", 1.0, 1.0) == hw.efficiency["conv"]
+    est = result.estimate(hw, None, eff)
+    # 16 outputs x 64 pixels x 4 input channels x 9 taps, at conv efficiency on the profile.
+    group = est.groups[result.groups[0].id]
+    assert group is not None and group.compute_s >= 2 * 16 * 64 * 4 * 9 / (
+        hw.peak_flops("fp32") * hw.efficiency["conv"]) * 0.999

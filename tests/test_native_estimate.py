@@ -12,9 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from onnxlens import analyze
-from onnxlens.analyzer.calibration import Calibration, Curve, host_name
+from onnxlens.analyzer.calibration import Calibration, Curve, host_name, resolve_target
 from onnxlens.analyzer.errors import UsageError
-from onnxlens.analyzer.estimate import resolve_target
 from onnxlens.analyzer.hardware import NATIVE_CPU, NATIVE_CUDA, ORT_CPU
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.analyzer.runtimes import kernel_model

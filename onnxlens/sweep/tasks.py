@@ -100,7 +100,7 @@ def analyze_task(rid: RowId, source: Source, precisions: Sequence[str],
 
     One analysis serves every (precision, hardware) row: `sweep_rows` estimates each from it."""
     from ..analyzer.analysis import analyze
-    from ..analyzer.estimate import resolve_target
+    from ..analyzer.calibration import resolve_target
     from ..analyzer.sweep import sweep_rows
 
     grid = list(itertools.product(precisions, hardware))
