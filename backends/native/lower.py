@@ -4,7 +4,10 @@ Three kinds of node:
 
 - *elementwise* (`ELEMENTWISE`): float32 ops that become instructions of an elementwise program
   (`Instr`), fused after a Conv / Gemm / MatMul as its epilogue or run as an `Elementwise`
-  kernel of their own;
+  kernel of their own. QuantizeLinear and DequantizeLinear are among them (simulated
+  quantization, `_quantize`): inside a program an integer tensor is held as the float of the
+  same value (exact up to 2^24), so a Q -> DQ pair costs a few instructions and no memory;
+  where such a tensor enters or leaves a kernel, a Cast converts it (`float_twin`);
 - *main* (`MAIN_OPS`): Conv, Gemm, MatMul, which take such an epilogue;
 - the rest (`LOWERINGS`): one function per op returning its kernels.
 
@@ -25,6 +28,13 @@ from ...analyzer.ir import NodeInfo, TensorInfo
 from .catalogue import EW_OPS, REDUCE_OPS
 
 FLOAT = onnx.TensorProto.FLOAT
+_T = onnx.TensorProto
+# The integer types QuantizeLinear writes and DequantizeLinear reads here, with their ranges
+# (every value exact in float32); DequantizeLinear also reads int32 (a bias, a MatMul sum).
+QUANT_RANGES: dict[int, tuple[int, int]] = {
+    _T.UINT8: (0, 255), _T.INT8: (-128, 127), _T.UINT16: (0, 65535), _T.INT16: (-32768, 32767)}
+_DEQUANT_TYPES = frozenset({*QUANT_RANGES, _T.INT32})
+QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 
 class Unsupported(Exception):
@@ -79,6 +89,7 @@ class Lowering:
         self.values = values
         self.opset = opset
         self.derived: dict[str, np.ndarray] = {}
+        self.twins: dict[str, TensorInfo] = {}  # float32 copies of integer tensors (float_twin)
 
     def info(self, name: str) -> TensorInfo:
         t = self.tensors.get(name)
@@ -107,6 +118,17 @@ class Lowering:
         self.values[name] = value
         return name
 
+    def float_twin(self, name: str, reader: str = "") -> str:
+        """A float32 tensor of `name`'s shape holding its integer values: what an elementwise
+        program reads or writes in its place, converted by a Cast (a constant: at plan time).
+        Each reading node gets its own twin: a scratch tensor lives in one step only."""
+        twin = name + "::float" + (f"@{reader}" if reader else "")
+        value = self.const(name)
+        if value is not None:
+            return self.add_const(twin, np.asarray(value, dtype=np.float32))
+        self.twins[twin] = TensorInfo(twin, FLOAT, self.shape(name))
+        return twin
+
 
 # ---- elementwise ------------------------------------------------------------------------------
 
@@ -128,7 +150,10 @@ _PARAM_UNARY: dict[str, tuple[str, tuple[tuple[str, float], ...]]] = {
 _BINARY = {op: op for op in ("Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Mod")}
 _VARIADIC = {"Max": "Max", "Min": "Min", "Sum": "Add", "Mean": "Add"}
 ELEMENTWISE = frozenset({*_UNARY, *_PARAM_UNARY, *_BINARY, *_VARIADIC, "Clip", "Gelu",
-                         "BatchNormalization"})
+                         "BatchNormalization", *QDQ})
+# Ops whose inputs after the first are parameters the lowering lays out (per channel, per
+# axis, per block), not operands broadcast by numpy's rules.
+PARAMETRIZED = frozenset({"BatchNormalization", *QDQ})
 MAIN_OPS = frozenset({"Conv", "Gemm", "MatMul"})
 
 class Source(Protocol):
@@ -153,12 +178,23 @@ def is_elementwise(node: NodeInfo, low: Lowering) -> bool:
         return False
     if node.op_type == "Mod" and not node.attr("fmod", 0):
         return False
+    if node.op_type == "QuantizeLinear":
+        return node.inputs[0].elem_type == FLOAT and outs[0].elem_type in QUANT_RANGES
+    if node.op_type == "DequantizeLinear":
+        return node.inputs[0].elem_type in _DEQUANT_TYPES and outs[0].elem_type == FLOAT
     return all(t.elem_type == FLOAT for t in [*outs, *data_inputs(node)])
+
+
+def elementwise_limits(op: str) -> str:
+    """What an elementwise op needs to run here, for the refusal message."""
+    if op in QDQ:
+        return "only float32 and 8- or 16-bit integers, or int32 to dequantize"
+    return "only float32, one output"
 
 
 def data_inputs(node: NodeInfo) -> list[TensorInfo]:
     """The inputs that carry float data (not Clip's bounds, not BatchNorm's parameters)."""
-    if node.op_type in ("Clip", "Dropout", "BatchNormalization"):
+    if node.op_type in ("Clip", "Dropout", *PARAMETRIZED):
         return [node.inputs[0]] if node.inputs and node.inputs[0] is not None else []
     return [t for t in node.inputs if t is not None]
 
@@ -179,6 +215,8 @@ def elementwise_instrs(node: NodeInfo, low: Lowering, src: Source, new_reg: NewR
         return _variadic(node, ins, src, new_reg)
     if op == "Clip":
         return _clip(node, low, ins, src, new_reg)
+    if op in QDQ:
+        return _quantize(node, low, src, new_reg)
     return _batch_norm(node, low, src, new_reg)
 
 
@@ -246,6 +284,68 @@ def _batch_norm(node: NodeInfo, low: Lowering, src: Source, new_reg: NewReg
     b = low.add_const(f"{node.name}::shift", shift.astype(np.float32))
     dst = new_reg()
     return [Instr("MulAdd", dst, (src(x.name), src.view(s, view), src.view(b, view)))], dst
+
+
+def _quantize(node: NodeInfo, low: Lowering, src: Source, new_reg: NewReg
+              ) -> tuple[list[Instr], int]:
+    """QuantizeLinear and DequantizeLinear as ONNX defines them, in float32:
+    Q: y = clip(rint(x / scale) + zero_point, lo, hi) (rint: half to even, the rounding mode
+    nearbyintf uses); DQ: x = (y - zero_point) * scale. Each step is exact in float32 or
+    rounds once as the reference's float32 numpy does (x / scale, (y - zp) * scale), so the
+    result is the reference's to the bit. NaN clips to lo, as the reference's int32 cast does."""
+    x = node.inputs[0].name
+    scale = _qdq_operand(node, low, src, node.inputs[1])
+    zp = node.input(2)
+    zp_value = low.const(zp.name) if zp is not None else None
+    code: list[Instr] = []
+
+    def emit(op: str, srcs: tuple[int, ...], params: tuple[float, ...] = ()) -> int:
+        dst = new_reg()
+        code.append(Instr(op, dst, srcs, params))
+        return dst
+
+    def shift(value: int, sign: float) -> int:
+        """value + sign * zero point (one constant: a parameter; none: + 0.0)."""
+        if zp is None or (zp_value is not None and zp_value.size == 1):
+            zero = 0.0 if zp_value is None else float(zp_value.reshape(-1)[0])
+            return emit("Affine", (value,), (1.0, sign * zero))
+        return emit("Add" if sign > 0 else "Sub", (value, _qdq_operand(node, low, src, zp)))
+
+    if node.op_type == "DequantizeLinear":
+        return code, emit("Mul", (shift(src(x), -1.0), scale))
+    # Adding the zero point also turns rint's -0 into the integer 0 (+0).
+    q = shift(emit("Round", (emit("Div", (src(x), scale)),)), 1.0)
+    lo, hi = QUANT_RANGES[node.outputs[0].elem_type]
+    return code, emit("Clip", (q,), (float(lo), float(hi)))
+
+
+def _qdq_operand(node: NodeInfo, low: Lowering, src: Source, t: TensorInfo) -> int:
+    """A Q/DQ node's scale or zero point `t` as a float32 operand laid out against x: one
+    value, one per index of `axis` (1-D), or one per block of `block_size` along it (a
+    constant, expanded to x's shape)."""
+    # An integer constant becomes a float32 one now; a computed one is converted by a Cast
+    # where its kernel starts (plan._GroupLowering).
+    constant = low.const(t.name) is not None
+    name = low.float_twin(t.name) if t.elem_type != FLOAT and constant else t.name
+    x_shape = low.shape(node.inputs[0].name)
+    shape = low.shape(t.name)
+    if int(np.prod(shape)) == 1:
+        return src.view(name, ())
+    axis = _axis(int(node.attr("axis", 1)), len(x_shape))
+    block = int(node.attr("block_size", 0))
+    if not block:
+        if len(shape) != 1 or not 0 <= axis < len(x_shape) or shape[0] != x_shape[axis]:
+            raise Unsupported(f"{node.op_type}'s {t.name!r} {list(shape)} does not lie "
+                              f"along axis {axis} of x {list(x_shape)}")
+        return src.view(name, (shape[0],) + (1,) * (len(x_shape) - axis - 1))
+    value = low.const(name)
+    if value is None:
+        raise Unsupported(f"{node.op_type}'s blocked {t.name!r} must be a constant")
+    full = np.repeat(value, block, axis=axis).take(range(x_shape[axis]), axis=axis)
+    if full.shape != x_shape:
+        raise Unsupported(f"{node.op_type}'s {t.name!r} {list(shape)} does not block x "
+                          f"{list(x_shape)} by {block} along axis {axis}")
+    return src(low.add_const(f"{node.name}::{t.name}::blocks", np.ascontiguousarray(full)))
 
 
 # ---- main ops (with an epilogue) --------------------------------------------------------------

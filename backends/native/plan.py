@@ -26,7 +26,7 @@ import onnx
 from ...analyzer.analysis import AnalysisResult
 from ...analyzer.fusion import Group
 from ...analyzer.graph import ModelGraph
-from ...analyzer.ir import NodeInfo, dtype_bytes
+from ...analyzer.ir import NodeInfo, TensorInfo, dtype_bytes
 from ...analyzer.loader import LoadedModel
 from ...analyzer.memory import boundary_lifetimes
 from ..base import BackendError
@@ -34,14 +34,17 @@ from .catalogue import STORAGE
 from .fold import static_values
 from .lower import (
     ELEMENTWISE,
+    FLOAT,
     LOWERINGS,
     MAIN_OPS,
+    PARAMETRIZED,
     Instr,
     Kernel,
     Lowering,
     Unsupported,
     data_inputs,
     elementwise_instrs,
+    elementwise_limits,
     is_elementwise,
     main_kernel,
 )
@@ -120,7 +123,7 @@ def build_plan(result: AnalysisResult, backend: str = "native-cpu") -> Plan:
             f"{what} (node {nodes[0]!r}" + (f" and {len(nodes) - 1} more)" if len(nodes) > 1
                                             else ")")
             for what, nodes in lowered.problems.items()), backend)
-    return _assemble(result, lowered.steps, lowered.values, lowered.lifetimes, backend)
+    return _assemble(result, lowered, backend)
 
 
 @dataclass
@@ -132,6 +135,7 @@ class Lowered:
     refused: set[int]  # ids of the groups with a node the executor cannot run
     values: dict[str, np.ndarray]  # constants and folded tensors
     lifetimes: dict[str, tuple[int, int]]  # the tensors that cross group boundaries
+    twins: dict[str, TensorInfo] = field(default_factory=dict)  # Lowering.float_twin's
 
 
 def lower_groups(model: LoadedModel, mg: ModelGraph, groups: list[Group]) -> Lowered:
@@ -147,7 +151,7 @@ def lower_groups(model: LoadedModel, mg: ModelGraph, groups: list[Group]) -> Low
         steps.append(Step(group.id, group.nodes[-1], group.pattern, kernels))
         if not ok:
             refused.add(group.id)
-    return Lowered(steps, problems, refused, values, lifetimes)
+    return Lowered(steps, problems, refused, values, lifetimes, low.twins)
 
 
 def _lower_group(group: Group, mg: ModelGraph, low: Lowering, static: set[str],
@@ -181,7 +185,7 @@ def _unsupported_reason(info: NodeInfo, low: Lowering) -> str | None:
         return f"{info.domain}::{info.op_type} (no kernel)"
     known = info.op_type in LOWERINGS or info.op_type in MAIN_OPS
     if not known and not is_elementwise(info, low):
-        why = "only float32, one output" if info.op_type in ELEMENTWISE else "no kernel"
+        why = elementwise_limits(info.op_type) if info.op_type in ELEMENTWISE else "no kernel"
         return f"{info.op_type} ({why})"
     try:
         for t in [*info.inputs, *info.outputs]:
@@ -248,7 +252,7 @@ class _GroupLowering:
                 self._absorb(current, node)
                 continue
             if current is not None:
-                kernels.append(self._close(current, done))
+                kernels += self._close(current, done)
                 current = None
             if node.op_type in MAIN_OPS:
                 out = node.outputs[0].name
@@ -267,7 +271,7 @@ class _GroupLowering:
                     kernels.append(k)
                     done.update(k.outputs)
         if current is not None:
-            kernels.append(self._close(current, done))
+            kernels += self._close(current, done)
         return kernels, opens
 
     def _absorbs(self, current: _Open, node: NodeInfo, done: set[str]) -> bool:
@@ -280,8 +284,9 @@ class _GroupLowering:
         inputs = [t for t in node.inputs if t is not None and t.name]
         if not any(t.name in current.values for t in data_inputs(node)):
             return False
-        # BatchNorm's parameters become per-channel constants; every other input is an operand.
-        operands = inputs[:1] if node.op_type == "BatchNormalization" else inputs
+        # BatchNorm's and Q/DQ's parameters are laid out by their lowering; every other input
+        # is an operand.
+        operands = inputs[:1] if node.op_type in PARAMETRIZED else inputs
         for t in inputs:
             if t.name in current.values:
                 continue
@@ -298,17 +303,31 @@ class _GroupLowering:
         current.values[node.outputs[0].name] = reg
         current.nodes.append(node)
 
-    def _close(self, current: _Open, done: set[str]) -> Kernel:
+    def _close(self, current: _Open, done: set[str]) -> list[Kernel]:
+        """The kernel, with a Cast before it for each integer operand it reads and one after
+        it when its output is an integer tensor (a QuantizeLinear's): programs are float32."""
         k = current.kernel
-        final = current.nodes[-1].outputs[0].name
+        last_node = current.nodes[-1]
+        final = last_node.outputs[0].name
         reg = current.values[final]
         if reg != 0:  # the last instruction writes the output, register 0
             last = k.program[-1]
             k.program[-1] = Instr(last.op, 0, last.srcs, last.params)
-        k.outputs = [final]
         k.nodes = [n.name for n in current.nodes]
         done.add(final)
-        return k
+        before = []
+        for i, (name, view) in enumerate(k.operands):
+            if name not in self.low.values and self.low.info(name).elem_type != FLOAT:
+                reader = next(n.name for n in current.nodes
+                              if any(t is not None and t.name == name for t in n.inputs))
+                twin = self.low.float_twin(name, reader)
+                k.operands[i] = (twin, view)
+                before.append(Kernel("Cast", [name], [twin], nodes=[reader]))
+        if self.low.info(final).elem_type == FLOAT:
+            k.outputs = [final]
+            return [*before, k]
+        k.outputs = [self.low.float_twin(final)]
+        return [*before, k, Kernel("Cast", k.outputs, [final], nodes=[last_node.name])]
 
     def _buried(self, opens: list[_Open]) -> str | None:
         """The node after a value that is read outside its kernel, or None."""
@@ -331,9 +350,9 @@ def _broadcasts(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
 
 # ---- tensors, constants, arena ----------------------------------------------------------------
 
-def _assemble(result: AnalysisResult, steps: list[Step], values: dict[str, np.ndarray],
-              lifetimes: dict[str, tuple[int, int]], backend: str) -> Plan:
+def _assemble(result: AnalysisResult, lowered: Lowered, backend: str) -> Plan:
     model = result.model
+    steps, values, lifetimes = lowered.steps, lowered.values, lowered.lifetimes
     tensors: list[PlanTensor] = []
     constants: list[np.ndarray] = []
     ids: dict[str, int] = {}
@@ -364,7 +383,7 @@ def _assemble(result: AnalysisResult, steps: list[Step], values: dict[str, np.nd
             for name in k.outputs:
                 if name in ids:
                     continue
-                info = model.tensors[name]
+                info = lowered.twins.get(name) or model.tensors[name]
                 add(PlanTensor(name, info.elem_type, info.dims, SCRATCH, at))
                 at += -(-info.nbytes // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
         scratch = max(scratch, at)
