@@ -63,6 +63,15 @@ _INTEGER_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32,
 # ORT's symbolic shape inference is pure Python (about 0.25 ms a node here): past this size it
 # would cost more than the rest of the analysis, and pinning the dims is the better answer.
 SYMBOLIC_INFERENCE_MAX_NODES = 10_000
+# Ops ONNX Runtime registers in the default (ai.onnx) domain itself, which onnx does not know:
+# onnxruntime's get_all_operator_schema() minus onnx.defs (1.31; tests/test_loader.py keeps this
+# list equal to that difference). onnxruntime-genai's decoders use SimplifiedLayerNormalization.
+ORT_DEFAULT_DOMAIN_OPS = frozenset({
+    "Affine", "Crop", "DisentangledAttention_TRT", "DynamicSlice", "EfficientNMS_TRT", "GRUUnit",
+    "GivenTensorFill", "ImageScaler", "MemcpyFromHost", "MemcpyToHost",
+    "MultilevelCropAndResize_TRT", "ParametricSoftplus", "PyramidROIAlign_TRT", "Scale",
+    "ScaledTanh", "SimplifiedLayerNormalization"})
+_CONTRIB_DOMAIN = "com.microsoft"
 _DATA_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
 # A symbolic dim is kept when it is one of the graph inputs' dim names or an expression of them
 # (ORT writes "2*batch", "floor(seq/2)"); names that inference made up ("unk__3", ORT's guesses)
@@ -192,6 +201,7 @@ def load_model(
     warnings += validation.warnings
     light = _light_copy(proto, initializers, weights, external, max_tensor_bytes)
     validation.make_inference_safe(light)
+    _runtime_ops_to_contrib_domain(light, warnings)
     serialized = light.SerializeToString()  # once, for both the checker and inference
     _check(serialized, light.graph)
     symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
@@ -742,6 +752,26 @@ def _light_copy(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto
             value.type.CopyFrom(types[key])
     light_graph.initializer.extend(kept)
     return light
+
+
+def _runtime_ops_to_contrib_domain(light: onnx.ModelProto, warnings: list[str]) -> None:
+    """ONNX Runtime's own default-domain ops, which onnx's checker refuses ("No Op registered
+    for SimplifiedLayerNormalization"), move to ORT's contrib domain in the copy that the
+    checker and shape inference see: onnx skips them, ORT's symbolic inference gives their
+    shapes. The model itself keeps them as written (their cost formulas are registered
+    there)."""
+    moved = sorted({n.op_type for n in light.graph.node
+                    if n.domain in ("", "ai.onnx") and n.op_type in ORT_DEFAULT_DOMAIN_OPS})
+    if not moved:
+        return
+    for node in light.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type in ORT_DEFAULT_DOMAIN_OPS:
+            node.domain = _CONTRIB_DOMAIN
+    if all(o.domain != _CONTRIB_DOMAIN for o in light.opset_import):
+        light.opset_import.add(domain=_CONTRIB_DOMAIN, version=1)
+    warnings.append(f"ONNX Runtime's own op(s) {', '.join(moved)} in the default domain: not "
+                    "ONNX ops (onnx's checker skips them); their shapes come from ONNX "
+                    "Runtime's symbolic inference")
 
 
 def _initializer_type(t: onnx.TensorProto, max_tensor_bytes: int) -> onnx.TypeProto:

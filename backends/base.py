@@ -190,7 +190,10 @@ def random_inputs(specs: Sequence[InputSpec], *, count: int, batch: int, seed: i
     """`count` input sets: floats from N(0, 1), integers in [0, 10), booleans fair coins.
 
     Integers stay below 10 so that they are valid indices of any embedding table of 10 rows or
-    more. The same seed gives the same inputs to every backend.
+    more. An integer attention mask (an input named `attention_mask`, or ending in `_mask`)
+    is all ones: every token attended, as a decoder's caller passes it (random 0/1 masks make
+    ONNX Runtime's GroupQueryAttention refuse the step: its past length comes from the mask's
+    sum). The same seed gives the same inputs to every backend.
     """
     rng = np.random.default_rng(seed)
     samples = []
@@ -202,6 +205,8 @@ def random_inputs(specs: Sequence[InputSpec], *, count: int, batch: int, seed: i
                 value = rng.standard_normal(shape).astype(spec.dtype)
             elif spec.dtype == np.bool_:
                 value = rng.random(shape) < 0.5
+            elif np.issubdtype(spec.dtype, np.integer) and _is_mask(spec.name):
+                value = np.ones(shape, spec.dtype)
             elif np.issubdtype(spec.dtype, np.integer):
                 value = rng.integers(0, 10, shape).astype(spec.dtype)
             else:
@@ -209,6 +214,10 @@ def random_inputs(specs: Sequence[InputSpec], *, count: int, batch: int, seed: i
             sample[spec.name] = value
         samples.append(sample)
     return samples
+
+
+def _is_mask(name: str) -> bool:
+    return name == "attention_mask" or name.endswith("_mask")
 
 
 # An .npz is a zip archive: its directory is read only when small, and only the members named

@@ -363,7 +363,7 @@ def _add_estimates(results: dict[str, BackendRun], analysis: AnalysisResult,
         try:
             runtime = name if name in RUNTIMES else ORT_CPU
             hw, efficiency = resolve_target(key, threads, runtime)
-            run.estimate = analysis.estimate(hw, "fp32", efficiency)
+            run.estimate = analysis.estimate(hw, None, efficiency)  # the graph's own precision
         except (OnnxLensError, ImportError) as e:
             warnings.append(f"{name}: no estimate on hardware {key!r} ({e})")
 

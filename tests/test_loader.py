@@ -490,3 +490,32 @@ def test_compare_feeds_the_pinned_dims(tmp_path: Path) -> None:
     assert result.agreements and result.agreements[0].samples == 2
     assert all(a.passed for a in result.agreements)
     assert result.to_dict()["settings"]["dims"] == dims
+
+
+def test_ort_default_domain_ops_are_those_ort_registers_and_onnx_lacks() -> None:
+    """The loader's list of ONNX Runtime's own default-domain ops, against ORT's schemas."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+    from onnxlens.analyzer.loader import ORT_DEFAULT_DOMAIN_OPS
+
+    registered = {s.name for s in ort_state.get_all_operator_schema()
+                  if s.domain in ("", "ai.onnx") and not onnx.defs.has(s.name)}
+    assert registered == ORT_DEFAULT_DOMAIN_OPS
+
+
+def test_an_ort_default_domain_op_loads_with_a_warning() -> None:
+    """SimplifiedLayerNormalization (RMSNorm) in the default domain: the checker would refuse
+    it; it loads, its shape comes from ORT's symbolic inference, its cost from RMSNorm's
+    formula (x / sqrt(mean(x²) + eps) · scale: 4n + 3 FLOPs per row of n, 4 rows of 8)."""
+    scale = numpy_helper.from_array(np.ones(8, np.float32), "scale")
+    graph = helper.make_graph(
+        [helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y"], axis=-1,
+                          epsilon=1e-6, name="rms")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", "cols"])], [scale])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    result = onnxlens.analyze(model)
+    assert result.model.tensors["y"].shape == (4, 8)
+    assert any("SimplifiedLayerNormalization" in w for w in result.warnings)
+    assert not result.incomplete and not result.unsupported_ops
+    assert result.total.other_flops == 4 * (4 * 8 + 3)

@@ -2,7 +2,8 @@
 
     models = ["resnet18", "path/to/model.onnx", "pkg.module:factory"]
     batch = [1, 8]                  # an integer or a list
-    precision = ["fp32", "fp16"]    # of the estimates; a string or a list
+    precision = ["fp32", "fp16"]    # of the estimates; a string or a list ("graph": the
+                                    # graph's own, for quantized and fp16 models)
     hardware = ["host", "a100"]     # estimate targets (profile keys or .toml files)
     measure = ["ort-cpu"]           # measured backends, at the model's own precision
     threads = 1                     # of the host profile and of every measured backend
@@ -155,13 +156,13 @@ def _resources(value: Any) -> dict[str, str]:
 
 def _check_names(spec: SweepSpec) -> None:
     """Precisions, profiles and backends exist, and every dims/resources key is swept."""
-    from ..analyzer.hardware import PRECISION_BYTES, available_profiles
+    from ..analyzer.hardware import GRAPH, PRECISION_BYTES, available_profiles
     from ..backends.registry import needs_module
 
     for p in spec.precision:
-        if p not in PRECISION_BYTES:
+        if p != GRAPH and p not in PRECISION_BYTES:
             raise UsageError(f"spec: 'precision' {p!r}: expected one of "
-                             f"{', '.join(PRECISION_BYTES)}")
+                             f"{', '.join([GRAPH, *PRECISION_BYTES])}")
     profiles = {"host", *available_profiles()}
     for hw in spec.hardware:
         if hw not in profiles and not Path(hw).is_file():

@@ -1,0 +1,83 @@
+"""LLM decoders as onnxruntime-genai's model builder writes them (tests/data/genai, made by
+tests/data/genai/make.py from a random-weights Llama: 2 layers, hidden 32, 2 query heads and 1
+KV head of 16, MLP 64, vocabulary 64): GroupQueryAttention with a KV cache, MatMulNBits int4,
+SkipSimplifiedLayerNormalization, and SimplifiedLayerNormalization in the default domain, which
+onnx's checker does not know.
+
+MACs of one step of s new tokens over a cache of p, by hand (per layer: the packed qkv
+projection 32 x (2+1+1)·16, o 32 x 32, gate and up 32 x 64, down 64 x 32; lm_head 32 x 64;
+attention QK^T and PV over the p + s keys, 2 heads of 16):
+
+    MACs = s · (2 · (2048 + 1024 + 2·2048 + 2048) + 2048) + 2 · 2 · 2 · s · (p + s) · 16
+         = 20480 · s + 128 · s · (p + s)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import onnxlens
+from onnxlens.analyzer.hardware import load_profile
+
+DATA = Path(__file__).parent / "data" / "genai"
+
+
+def _dims(s: int, p: int) -> dict[str, int]:
+    return {"batch_size": 1, "sequence_length": s, "past_sequence_length": p,
+            "total_sequence_length": p + s, "kv_cache_dim": 16}
+
+
+def _macs(s: int, p: int) -> int:
+    return 20480 * s + 128 * s * (p + s)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize(("s", "p"), [(4, 0), (1, 7)])
+def test_a_genai_decoder_loads_and_every_node_is_costed(precision: str, s: int, p: int) -> None:
+    result = onnxlens.analyze(DATA / precision / "model.onnx", dims=_dims(s, p))
+    assert not result.incomplete and not result.unsupported_ops
+    assert any("SimplifiedLayerNormalization" in w and "default domain" in w
+               for w in result.warnings)
+    assert result.total.macs == _macs(s, p)
+    # int4 weights: the builder's MatMulNBits run at accuracy level 4 (int8 MACs); attention
+    # multiplies the float32 cache.
+    want = ({"float32": _macs(s, p)} if precision == "fp32"
+            else {"int8": 20480 * s, "float32": 128 * s * (p + s)})
+    assert result.macs_by_dtype == want
+    assert result.default_precision == ("fp32" if precision == "fp32" else "graph")
+
+
+def test_the_llm_view_reads_the_builders_cache_layout() -> None:
+    """KV bytes per token: 2 (K and V) x 2 layers x 1 KV head x 16 x 4 bytes = 256."""
+    result = onnxlens.analyze(DATA / "int4" / "model.onnx", hardware=["a100"], prompt_len=8,
+                              context_len=[16, 64])
+    llm = result.llm
+    assert (llm["layers"], llm["kv_heads"], llm["head_dim"]) == (2, 1, 16)
+    assert llm["kv_cache_bytes_per_token"] == 256
+    assert llm["prefill"]["macs"] == _macs(8, 0)
+    assert [d["macs"] for d in llm["context_sweep"]] == [_macs(1, 15), _macs(1, 63)]
+    assert llm["precision"] == "graph"
+    assert llm["decode"]["estimates"]["a100"]["tokens_per_s"] > 0
+
+
+def test_compare_runs_a_kv_cache_step_on_ort_and_says_why_native_cannot() -> None:
+    """Inputs from the pinned dims and an all-ones mask (a random one makes ORT's
+    GroupQueryAttention refuse: 'seqlens_k ... is out of range'); every ORT kernel maps to one
+    of our groups; native-cpu, which lacks these contrib ops, is listed with its reason."""
+    from onnxlens.backends.compare import compare
+
+    result = compare(DATA / "int4" / "model.onnx", ["ort-cpu", "native-cpu"], runs=2, warmup=1,
+                     profile_runs=1, samples=1, memory=False, dims=_dims(4, 3),
+                     hardware={"ort-cpu": "a100"})
+    assert set(result.runs) == {"ort-cpu"}
+    assert "native-cpu" in result.unavailable
+    assert "cannot run" in result.unavailable["native-cpu"]
+    times = result.runs["ort-cpu"].times
+    assert times is not None and times.unmapped_share == 0
+    assert times.mapped_kernels == len(times.kernels) > 0
+    assert result.analysis.total.macs == _macs(4, 3)
+    estimate = result.runs["ort-cpu"].estimate
+    assert estimate is not None and estimate.precision == "graph"
+    assert estimate.profile.key == load_profile("a100").key
