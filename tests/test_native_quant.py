@@ -20,6 +20,7 @@ native = pytest.importorskip("onnxlens.backends._native")
 from onnxlens.analyzer.fusion import Group  # noqa: E402
 from onnxlens.api import analyze  # noqa: E402
 from onnxlens.backends.base import BackendError  # noqa: E402
+from onnxlens.backends.native.catalogue import STORAGE  # noqa: E402
 from onnxlens.backends.native_cpu import NativeCpuBackend, _Prepared  # noqa: E402
 
 ISAS = native.available_isas()
@@ -152,8 +153,13 @@ def test_int32_dequantize_and_weights_folded_at_plan_time() -> None:
     model = model_of(nodes, {"x": x, "acc": acc}, weights, ["y"])
     backend = NativeCpuBackend(1)
     backend.prepare(model)
-    ops = [k.op for s in backend.prepared.plan.steps for k in s.kernels]
-    assert ops.count("Cast") == 1  # acc only: the weights' DequantizeLinear are constants
+    plan = backend.prepared.plan
+    ops = [k.op for s in plan.steps for k in s.kernels]
+    assert ops.count("Cast") == 1  # acc only
+    # The dequantized weights are constants the Conv reads, in whatever group their
+    # DequantizeLinear is: never copied into the arena on each run.
+    assert "Copy" not in ops
+    assert plan.tensor("wf").storage == plan.tensor("bf").storage == STORAGE["constant"]
     want = ReferenceEvaluator(model).run(None, {"x": x, "acc": acc})[0]
     np.testing.assert_allclose(backend.run({"x": x, "acc": acc})["y"], want, rtol=1e-5,
                                atol=1e-5)

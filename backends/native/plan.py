@@ -144,6 +144,8 @@ def lower_groups(model: LoadedModel, mg: ModelGraph, groups: list[Group]) -> Low
     values, static = static_values(model, mg)
     low = Lowering(model.tensors, values, model.opset)
     lifetimes = boundary_lifetimes(mg, groups)
+    for name in _dequantized_weights(mg, static):
+        lifetimes.pop(name, None)
     problems: dict[str, list[str]] = {}
     steps, refused = [], set()
     for group in groups:
@@ -152,6 +154,19 @@ def lower_groups(model: LoadedModel, mg: ModelGraph, groups: list[Group]) -> Low
         if not ok:
             refused.add(group.id)
     return Lowered(steps, problems, refused, values, lifetimes, low.twins)
+
+
+def _dequantized_weights(mg: ModelGraph, static: set[str]) -> set[str]:
+    """Folded tensors made from a DequantizeLinear's (weights, and a static Transpose of
+    them ...), graph outputs aside. Where one crosses a group boundary it stays a constant its
+    readers take, as the integer weight was, rather than a copy into the arena each run."""
+    made: set[str] = set()
+    for key in mg.order:
+        info = mg.info(key)
+        if key in static and (info.op_type == "DequantizeLinear"
+                              or any(t is not None and t.name in made for t in info.inputs)):
+            made.update(t.name for t in info.outputs)
+    return made - set(mg.graph_outputs)
 
 
 def _lower_group(group: Group, mg: ModelGraph, low: Lowering, static: set[str],
