@@ -251,11 +251,10 @@ def chain(length: int) -> Bench:
 SQUARE_GEMM = matmul(1024, 1024, 1024, 2)
 
 
-def benchmarks() -> list[Bench]:
-    """The whole set, coarse tier first; names are unique."""
-    out = [chain(n) for n in CHAIN_LENGTHS]
+def _gemms() -> list[Bench]:
+    """Matrix products."""
     # GEMM: square, skinny (one row: memory bound), wide and deep; Gemm as nn.Linear exports.
-    out += [matmul(64, 256, 256, 0), matmul(256, 512, 512, 0), matmul(1, 1024, 1024, 0),
+    out: list[Bench] = [matmul(64, 256, 256, 0), matmul(256, 512, 512, 0), matmul(1, 1024, 1024, 0),
             matmul(32, 32, 32), matmul(128, 128, 128), matmul(512, 512, 512),
             matmul(1, 256, 512), matmul(4, 512, 2048), matmul(16, 1024, 256),
             matmul(64, 64, 1024), matmul(1024, 64, 64), matmul(256, 2048, 128),
@@ -265,12 +264,17 @@ def benchmarks() -> list[Bench]:
             linear(2048, 128, 512, gelu=True), linear(2048, 512, 128), linear(512, 256, 1024),
             linear(512, 1024, 256), linear(256, 512, 2048, gelu=True), linear(256, 2048, 512),
             SQUARE_GEMM, matmul(1, 8192, 4096, 2, weight=False)]
+    return out
+
+
+def _convolutions() -> list[Bench]:
+    """Dense, strided, pointwise and grouped convolutions."""
     # Convolutions: 3x3 over channel counts and sizes, strided, 1x1 up and down, the stem,
     # grouped (group widths 4, 8, 12, 24 on ORT's NCHW path, 16 and 32 whole NCHWc blocks on
     # AVX-512); channel counts that are and are not multiples of 16
     # (ORT's NCHWc block on AVX-512 pads the others); fused activations, from the free Relu to
     # the costlier ReLU6 and HardSwish, as networks use them.
-    out += [conv(64, 64, 24, tier=0), conv(32, 128, 24, 1, tier=0),
+    out: list[Bench] = [conv(64, 64, 24, tier=0), conv(32, 128, 24, 1, tier=0),
             conv(16, 16, 96, act="Relu"), conv(32, 32, 48), conv(64, 64, 48, act="Relu"),
             conv(128, 128, 24), conv(256, 256, 12, act="Relu"), conv(512, 512, 6),
             conv(32, 64, 48), conv(256, 128, 12), conv(24, 24, 48, act="Relu"),
@@ -301,9 +305,15 @@ def benchmarks() -> list[Bench]:
             # Output channels off a multiple of 4: ORT's NCHW path.
             conv(54, 54, 24, 1, act="Relu"), conv(90, 90, 48, 1), conv(30, 30, 96, 1, act="Relu"),
             depthwise(54, 48), depthwise(90, 24, 3, 2)]
+    return out
+
+
+def _depthwise() -> list[Bench]:
+    """Depthwise convolutions, and those whose working sets pass L2."""
     # Depthwise: 3x3 / 5x5 / 7x7, stride 1 and 2, small and large spatial sizes, channel counts
     # on and off the NCHWc block, with and without a fused activation.
-    out += [depthwise(64, 48, tier=0), depthwise(32, 96, act="Clip"), depthwise(128, 48),
+    out: list[Bench] = [
+            depthwise(64, 48, tier=0), depthwise(32, 96, act="Clip"), depthwise(128, 48),
             depthwise(128, 24, act="Relu"), depthwise(256, 12), depthwise(512, 12, act="Clip"),
             depthwise(1024, 6), depthwise(64, 96, 3, 2), depthwise(128, 48, 3, 2),
             depthwise(256, 24, 3, 2, act="Relu"), depthwise(128, 24, 5), depthwise(256, 12, 5),
@@ -317,8 +327,14 @@ def benchmarks() -> list[Bench]:
     # stream from the last-level cache, so those classes get a level factor there.
     out += [depthwise(96, 96), depthwise(144, 96, act="Clip"), depthwise(192, 96, 3, 2),
             conv(16, 96, 96, 1, act="Clip"), conv(96, 24, 96, 1), conv(144, 24, 96, 1)]
+    return out
+
+
+def _vector() -> list[Bench]:
+    """Elementwise ops, pools, normalizations and reductions."""
     # Elementwise at sizes in L1 (2^10), L2 (2^14, 2^16), the LLC (2^19, 2^21) and DRAM (2^24).
-    out += [unary("Relu", 1 << 16, 0), binary("Add", 1 << 16, 0), unary("Relu", 1 << 21, 0)]
+    out: list[Bench] = [unary("Relu", 1 << 16, 0), binary("Add", 1 << 16, 0),
+                        unary("Relu", 1 << 21, 0)]
     for n in (1 << 10, 1 << 14, 1 << 19):
         out += [unary("Relu", n), binary("Add", n), binary("Mul", n)]
     out += [binary("Add", 1 << 21), binary("Mul", 1 << 16)]
@@ -339,8 +355,14 @@ def benchmarks() -> list[Bench]:
             row_op("Softmax", 2048, 128), row_op("ReduceMean", 1024, 256),
             row_op("ReduceMean", 64, 4096), row_op("ReduceMean", 4096, 32),
             batch_norm(128, 24), batch_norm(256, 12)]
+    return out
+
+
+def _movement_and_attention() -> list[Bench]:
+    """Data movement and attention blocks."""
     # Data movement: 4-D and 5-D (channel shuffle) transposes, concat, slice.
-    out += [transpose((1, 64, 48, 48), (0, 2, 3, 1)), transpose((1, 256, 12, 12), (0, 2, 3, 1)),
+    out: list[Bench] = [
+            transpose((1, 64, 48, 48), (0, 2, 3, 1)), transpose((1, 256, 12, 12), (0, 2, 3, 1)),
             transpose((1, 48, 48, 64), (0, 3, 1, 2)),
             transpose((1, 2, 64, 24, 24), (0, 2, 1, 3, 4)),
             transpose((64, 36, 4, 32), (0, 2, 1, 3)), transpose((256, 16, 8, 8), (0, 2, 1, 3)),
@@ -350,6 +372,14 @@ def benchmarks() -> list[Bench]:
     # Attention blocks: heads x sequence x head dim.
     out += [attention(4, 64, 32, 0), attention(8, 128, 64), attention(4, 256, 32),
             attention(16, 64, 64), attention(2, 512, 64), attention(32, 36, 32)]
+    return out
+
+
+def benchmarks() -> list[Bench]:
+    """The whole set, coarse tier first; names are unique."""
+    out = [chain(n) for n in CHAIN_LENGTHS]
+    for family in (_gemms, _convolutions, _depthwise, _vector, _movement_and_attention):
+        out += family()
     return sorted(out, key=lambda b: b.tier)
 
 
