@@ -163,10 +163,11 @@ class AnalysisResult:
 
     @cached_property
     def group_precisions(self) -> dict[int, str]:
-        """Group id -> the precision doing most of its MACs, or its last node's output type."""
+        """Group id -> the precision doing most of its MACs, or its output's type."""
         precisions, infos = self.node_precisions, self.graph.infos
         return {g.id: group_precision(_by_precision(precisions[k] for k in g.nodes
-                                                    if k in precisions), infos[g.nodes[-1]])
+                                                    if k in precisions),
+                                      [infos[k] for k in g.nodes])
                 for g in self.groups}
 
     @property
@@ -317,7 +318,7 @@ def _analyze_model(model: LoadedModel, strict: bool, flops_per_mac: int) -> Anal
         warnings.append("cost unknown for unsupported op(s) " + _describe_unsupported(unsupported))
     infos = mg.infos
     node_costs = {key: node_cost(infos[key]) for key in mg.order}
-    groups = fuse(mg)
+    groups = fuse(mg, model.initializer_array)
     graph_outputs = frozenset(mg.graph_outputs)
     group_costs = {g.id: group_cost(mg, g, node_costs, graph_outputs) for g in groups}
     unknown = [f"{k} ({nc.unknown_reason})" for k, nc in node_costs.items()

@@ -31,6 +31,21 @@ mask (`bind("mask")`) is built by one `Mask` group, and a `RoPE` match's cos / s
 outputs only that group reads. Their names do not contain `Attention` or `RoPE`, so a reader
 counting layers by name does not count them.
 
+Quantized graphs (QDQ): a DequantizeLinear -> op -> QuantizeLinear chain is one group, as
+ONNX Runtime (QLinearConv ...) and TensorRT run it. Patterns see through a QuantizeLinear ->
+DequantizeLinear pair between two of their ops (Conv -> Q -> DQ -> Add matches as Conv -> Add)
+and take the pair in; a DequantizeLinear of constants (int8 weights, int32 biases) is a
+constant; a QuantizeLinear whose range starts at 0 (its zero point is its type's lowest value)
+saturates negatives to 0 and so is the ReLU that ONNX Runtime's quantizer folded into it: it
+matches as the activation ``Relu``. Each group then takes its quantization edges
+(`_Matcher.quant_edges`): the DequantizeLinear nodes only it reads (weights, its activation
+inputs), the QuantizeLinear its sink's output feeds alone, and after that the DequantizeLinear of
+that output when several groups read it (a residual: one DequantizeLinear feeds the next block
+and the Add; ORT duplicates it into both, a partition cannot, so the dequantized tensor is the
+group's exit). Q and DQ nodes left over (the model's input Q, the output DQ) are groups of their
+own. A dynamically quantized MatMul (DynamicQuantizeLinear, MatMulInteger, the Cast and the
+scale Mul) matches where a MatMul does.
+
 Naming: a pattern's name is shown to users with its `{slots}` filled by the match, e.g.
 ``"{conv}+BN+{act}"`` gives ``"Conv+BN+Relu"`` or ``"DwConv+BN+Clip"``. ``DwConv`` is a
 depthwise Conv (``group`` == input channels > 1); activations are named by ONNX op
@@ -44,10 +59,11 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 from onnx import TensorProto
 
 from .graph import ModelGraph
-from .ir import NodeInfo, TensorInfo
+from .ir import NodeInfo, TensorInfo, dtype_bits
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -80,6 +96,10 @@ SQUEEZE_EXCITE = "SqueezeExcite"
 MASK = "Mask"  # the attention-mask construction, one group (module docstring)
 POSITIONS = "Positions"  # the rotary cos / sin tables' construction, one group
 NORMS = frozenset({LAYER_NORM, RMS_NORM, ADD_LAYER_NORM, ADD_RMS_NORM})
+
+QUANTIZE, DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
+# What a pattern sees of a QuantizeLinear whose range starts at 0: a ReLU (module docstring).
+SATURATING_Q = "QuantizeLinear(>=0)"
 
 
 # ---- the pattern language ---------------------------------------------------------------------
@@ -220,7 +240,8 @@ _ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "HardSwish", "Sigmoid", "HardSig
 def activation(x: Pat) -> Alt:
     """Any activation of `x`: one op (named by its op_type) or a spelled-out one."""
     single = tuple(op(name, x, fills=("act", name)) for name in _ACTIVATION_OPS)
-    return Alt((*_spelled_activations(x), *single))
+    folded = op(SATURATING_Q, x, fills=("act", "Relu"))  # a ReLU a QDQ quantizer folded
+    return Alt((*_spelled_activations(x), *single, folded))
 
 
 def _conv_chain(bn: bool) -> Pat:
@@ -232,8 +253,17 @@ def _conv_residual(bn: bool) -> Pat:
     return activation(bind("x", op("Add", _conv_chain(bn), ANY)))
 
 
+def _dynamic_matmul() -> Op:
+    """quantize_dynamic's MatMul: MatMulInteger of the dynamically quantized input (its
+    DynamicQuantizeLinear inside when no other group reads it), cast to float and scaled by
+    the product of the input's and the weight's scales."""
+    quantized = Alt((op("DynamicQuantizeLinear", ANY), ANY))
+    return op("Mul", op("Cast", op("MatMulInteger", quantized)), op("Mul", ANY, ANY))
+
+
 def _matmul_bias() -> Op:
-    return op("Add", op("MatMul", ANY, ANY), CONST)
+    matmul = Alt((op("MatMul|MatMulNBits", ANY, ANY), _dynamic_matmul()))
+    return op("Add", matmul, CONST)
 
 
 def _layer_norm(x: Pat) -> Alt:
@@ -392,16 +422,21 @@ PATTERNS: tuple[Pattern, ...] = (
             "torch TorchScript with --keep-batchnorm", _conv_residual(bn=True)),
     Pattern("{conv}+Add+{act}", """
         Conv ─ Add ─ act ─►      (ResNet block end, BatchNorm folded)
-        residual ─┘""",
-            "torch TorchScript (BatchNorm folded)", _conv_residual(bn=False)),
+        residual ─┘
+        DQ ─ Conv ─ Q ─ DQ ─ Add ─ Q(>=0) ─►      (quantize_static QDQ: ReLU folded in the Q)
+                 DQ residual ─┘""",
+            "torch TorchScript (BatchNorm folded); onnxruntime quantize_static (QDQ)",
+            _conv_residual(bn=False)),
     Pattern("{conv}+BN+{act}", "Conv ─ BatchNormalization ─ act ─►",
             "torch TorchScript with --keep-batchnorm",
             activation(bind("x", _conv_chain(bn=True)))),
     Pattern("{conv}+{act}", """
         Conv ─ act ─►        act: one op, or spelled out as in the last entry, e.g. SiLU:
         Conv ─┬─ Sigmoid ─┐
-              └──────── Mul ─►""",
-            "torch TorchScript (BatchNorm folded)", activation(bind("x", _conv_chain(bn=False)))),
+              └──────── Mul ─►
+        DQ ─ Conv ─ Q(>=0) ─►   (QDQ: a Q whose range starts at 0 is the ReLU)""",
+            "torch TorchScript (BatchNorm folded); onnxruntime quantize_static (QDQ)",
+            activation(bind("x", _conv_chain(bn=False)))),
     Pattern("{conv}+BN", "Conv ─ BatchNormalization ─►   (ResNet downsample)",
             "torch TorchScript with --keep-batchnorm", _conv_chain(bn=True)),
     Pattern(SWIGLU, """
@@ -417,6 +452,11 @@ PATTERNS: tuple[Pattern, ...] = (
             activation(bind("x", _matmul_bias()))),
     Pattern("MatMul+Add", "MatMul ─ Add bias ─►",
             "torch TorchScript (nn.Linear on 3-D input)", _matmul_bias()),
+    Pattern("MatMul", """
+        x ─ DynamicQuantizeLinear ─┬─ MatMulInteger W ─ Cast ─┐
+                                   └─ Mul w_scale ────────── Mul ─►
+        (DynamicQuantizeLinear inside unless other MatMuls read it; with a bias: MatMul+Add)""",
+            "onnxruntime.quantization.quantize_dynamic", _dynamic_matmul()),
     Pattern("{act}", """
         x ─┬─ Sigmoid ─┐                    SiLU (HardSigmoid in place of Sigmoid: HardSwish)
            └──────── Mul ─►
@@ -437,14 +477,22 @@ PATTERNS: tuple[Pattern, ...] = (
 class _Matcher:
     """One pass over a ModelGraph: plain dicts only, no networkx in the loop."""
 
-    def __init__(self, mg: ModelGraph) -> None:
+    def __init__(self, mg: ModelGraph, constant: Callable[[str], np.ndarray] | None) -> None:
         self.infos = mg.infos
         self.producer = mg.producer
-        self.op_of = {t: self.infos[k].op_type for t, k in mg.producer.items()}
         self.consumers = mg.consumers
         self.initializers = mg.initializers
         self.graph_outputs = frozenset(mg.graph_outputs)
+        self.position = {key: i for i, key in enumerate(mg.order)}
+        # What patterns see of a node: its op_type, SATURATING_Q for a QuantizeLinear that is
+        # a folded ReLU; and of a tensor, its producer's (through a Q -> DQ pair: `through`).
+        self.saturating = _saturating_quantizers(mg, constant)
+        self.op_of = {t: self.kind(k) for t, k in mg.producer.items()}
+        self.through = _qdq_pairs(mg)
+        for t, (source, _) in self.through.items():
+            self.op_of[t] = self.op_of.get(source)  # type: ignore[assignment]
         self.claimed: set[str] = set()
+        self.group_of: dict[str, int] = {}  # claimed node -> the index of its group in `fuse`
         self.by_sink: dict[str, list[tuple[int, Pattern]]] = {}
         for index, pattern in enumerate(PATTERNS):
             for sink_op in pattern.sink_ops:
@@ -465,7 +513,7 @@ class _Matcher:
     def first_match(self, key: str) -> tuple[str, list[str]] | None:
         """The name and nodes of the first safe match with `key` as sink, if any."""
         info = self.infos[key]
-        patterns = self.by_sink.get(info.op_type)
+        patterns = self.by_sink.get(self.kind(key))
         if not info.outputs or patterns is None:
             return None
         # A failed attempt leaves the state as it found it: cleared once, not per pattern.
@@ -492,7 +540,8 @@ class _Matcher:
         before `where`): the op_type, each input's producer op_type (`_ABSENT` for an omitted
         input), and whether the first two inputs are the same tensor."""
         inputs, op_of = info.inputs, self.op_of
-        return (info.op_type, tuple([_ABSENT if t is None else op_of.get(t.name) for t in inputs]),
+        return (self.kind(info.name),
+                tuple([_ABSENT if t is None else op_of.get(t.name) for t in inputs]),
                 len(inputs) > 1 and inputs[0] == inputs[1])
 
     # Matching is backtracking in continuation-passing style: `_match(pat, tensor, then)`
@@ -521,14 +570,20 @@ class _Matcher:
             del self.bound[name]
         return ok
 
+    def kind(self, key: str) -> str:
+        return SATURATING_Q if key in self.saturating else self.infos[key].op_type
+
     def _match_op(self, pat: Op, tensor: str, then: Callable[[], bool]) -> bool:
+        pair = self.through.get(tensor)
+        if pair is not None:
+            return self._match_through(pat, pair, then)
         key = self.producer.get(tensor)
         if key is None or key in self.claimed or key in self.member_set:
             return False
         info = self.infos[key]
         inputs = info.inputs
         n = len(pat.srcs)
-        if info.op_type not in pat.ops or info.outputs[0].name != tensor or len(inputs) < n:
+        if self.kind(key) not in pat.ops or info.outputs[0].name != tensor or len(inputs) < n:
             return False
         # The orders of the inputs whose producers' op_types fit, found before the state
         # changes: most attempts end here.
@@ -551,6 +606,22 @@ class _Matcher:
         self.member_set.discard(key)
         return False
 
+    def _match_through(self, pat: Op, pair: tuple[str, tuple[str, str]],
+                       then: Callable[[], bool]) -> bool:
+        """`pat` at the tensor a Q -> DQ pair quantized, the pair taken into the match."""
+        source, keys = pair
+        if any(k in self.claimed or k in self.member_set for k in keys):
+            return False
+        for k in keys:
+            self.members.append((k, _THROUGH))
+            self.member_set.add(k)
+        if self._match_op(pat, source, then):
+            return True
+        for k in keys:
+            self.members.pop()
+            self.member_set.discard(k)
+        return False
+
     def _srcs_fit(self, pat: Op, inputs: tuple[TensorInfo | None, ...]) -> bool:
         """Whether each input that `pat.srcs` constrains is there and made by an op it allows."""
         op_of = self.op_of
@@ -570,6 +641,9 @@ class _Matcher:
 
     def _is_const(self, tensor: str) -> bool:
         producer_op = self.op_of.get(tensor)
+        if producer_op == DEQUANTIZE:  # a quantized weight or bias
+            return all(t is None or self._is_const(t.name)
+                       for t in self.infos[self.producer[tensor]].inputs)
         return tensor in self.initializers if producer_op is None else producer_op == "Constant"
 
     def _read_inside_only(self, tensor: str) -> bool:
@@ -620,6 +694,41 @@ class _Matcher:
                     frontier.append(src)
         return list(found)
 
+    def quant_edges(self, keys: list[str]) -> list[str]:
+        """`keys` with their quantization edges (module docstring): the Q that alone reads the
+        sink's output, then the DQ of that Q's output when several groups read it; and every
+        DQ whose outputs only the group reads."""
+        members = set(keys)
+        sink = max(keys, key=self.position.__getitem__)
+        if self.infos[sink].op_type != QUANTIZE:
+            quantize = self._sole_reader(sink, QUANTIZE)
+            if quantize is not None:
+                members.add(quantize)
+                sink = quantize
+        if self.infos[sink].op_type == QUANTIZE:
+            dq = self._sole_reader(sink, DEQUANTIZE)
+            if dq is not None and len({self.group_of.get(user) for t in self.infos[dq].outputs
+                                       for user in self.consumers.get(t.name, ())}) > 1:
+                members.add(dq)
+        for key in list(members):
+            for t in self.infos[key].inputs:
+                src = self.producer.get(t.name) if t is not None else None
+                if (src is not None and src not in members and src not in self.claimed
+                        and self.infos[src].op_type == DEQUANTIZE
+                        and self._read_only_by(src, members)):
+                    members.add(src)
+        return list(members)
+
+    def _sole_reader(self, key: str, op_type: str) -> str | None:
+        """The unclaimed node of `op_type` that alone reads `key`'s one output, if any."""
+        outputs = self.infos[key].outputs
+        if len(outputs) != 1 or outputs[0].name in self.graph_outputs:
+            return None
+        users = self.consumers.get(outputs[0].name, ())
+        if len(users) != 1 or users[0] in self.claimed:
+            return None
+        return users[0] if self.infos[users[0]].op_type == op_type else None
+
     def _name(self, pattern: Pattern) -> str:
         slots = {}
         for key, pat in self.members:
@@ -627,6 +736,47 @@ class _Matcher:
                 slot, value = pat.fills
                 slots[slot] = value if isinstance(value, str) else value(self.infos[key])
         return pattern.name.format(**slots)
+
+
+_THROUGH = Op(frozenset({QUANTIZE, DEQUANTIZE}))  # a member seen through: a Q -> DQ pair
+
+
+def _qdq_pairs(mg: ModelGraph) -> dict[str, tuple[str, tuple[str, str]]]:
+    """The output of each DequantizeLinear of a QuantizeLinear's output -> (the tensor that
+    QuantizeLinear quantized, (the DQ's key, the Q's key))."""
+    pairs = {}
+    for key in mg.order:
+        info = mg.infos[key]
+        x = info.input(0)
+        q = mg.producer.get(x.name) if info.op_type == DEQUANTIZE and x is not None else None
+        if q is not None and mg.infos[q].op_type == QUANTIZE and mg.infos[q].inputs[0]:
+            pairs[info.outputs[0].name] = (mg.infos[q].inputs[0].name, (key, q))
+    return pairs
+
+
+def _saturating_quantizers(mg: ModelGraph, constant: Callable[[str], np.ndarray] | None
+                           ) -> frozenset[str]:
+    """The QuantizeLinear nodes to an integer type whose zero point is the type's lowest value
+    (uint8 0, int8 -128): y = saturate(x / s + zp) maps every x <= 0 to that value, which
+    dequantizes to 0, so the node computes ReLU(x) quantized. Read from the zero point's
+    initializer (`constant`); an omitted zero point is 0. Without `constant`: none."""
+    found = set()
+    for key in mg.order:
+        info = mg.infos[key]
+        y = info.outputs[0] if info.op_type == QUANTIZE and info.outputs else None
+        if constant is None or y is None or y.elem_type not in _QUANTIZED_INTEGERS:
+            continue
+        zp = info.input(2)
+        if zp is not None and zp.name not in mg.initializers:
+            continue  # computed or a Constant node's: not read here
+        lowest = -(2 ** (dtype_bits(y.elem_type) - 1)) if y.elem_type in _SIGNED else 0
+        if bool(np.all((0 if zp is None else constant(zp.name)) == lowest)):
+            found.add(key)
+    return frozenset(found)
+
+
+_SIGNED = frozenset({TensorProto.INT4, TensorProto.INT8, TensorProto.INT16})
+_QUANTIZED_INTEGERS = _SIGNED | {TensorProto.UINT4, TensorProto.UINT8, TensorProto.UINT16}
 
 
 # Leaves a pattern binds -> the group that builds that tensor (see the module docstring).
@@ -652,20 +802,35 @@ def _static_nodes(mg: ModelGraph) -> set[str]:
     return static
 
 
-def fuse(mg: ModelGraph) -> list[Group]:
-    """Partition `mg` into groups in execution order (see the module docstring)."""
-    position = {key: i for i, key in enumerate(mg.order)}
-    matcher = _Matcher(mg)
+def fuse(mg: ModelGraph, constant: Callable[[str], np.ndarray] | None = None) -> list[Group]:
+    """Partition `mg` into groups in execution order (see the module docstring). `constant`:
+    an initializer's value (`LoadedModel.initializer_array`), read for quantizers' zero points;
+    without it no QuantizeLinear is taken for a ReLU."""
+    matcher = _Matcher(mg, constant)
+    position = matcher.position
     found: list[tuple[str, list[str]]] = []
     for key in reversed(mg.order):
         if key in matcher.claimed:
             continue
-        region = next((matcher.seeds[t.name] for t in matcher.infos[key].outputs
-                       if t.name in matcher.seeds), None)
+        info = matcher.infos[key]
+        region = next((matcher.seeds[t.name] for t in info.outputs if t.name in matcher.seeds),
+                      None)
         match = (region, matcher.region(key)) if region else matcher.first_match(key)
-        name, keys = match if match is not None else (matcher.infos[key].op_type, [key])
-        matcher.claimed.update(keys)
-        found.append((name, keys))
-    found.reverse()
+        if match is None and info.op_type in (QUANTIZE, DEQUANTIZE):
+            continue  # a quantization edge of a group found later in this walk, or alone
+        name, keys = match if match is not None else (info.op_type, [key])
+        _claim(matcher, found, name, matcher.quant_edges(keys))
+    for key in mg.order:  # Q and DQ no group took: the model's input Q, its output DQ ...
+        if key not in matcher.claimed:
+            _claim(matcher, found, matcher.infos[key].op_type, [key])
+    # A group's last node in execution order is its sink: ordering by it is topological.
+    found.sort(key=lambda match: max(position[k] for k in match[1]))
     return [Group(i, name, tuple(sorted(keys, key=position.__getitem__)) if len(keys) > 1
                   else tuple(keys)) for i, (name, keys) in enumerate(found)]
+
+
+def _claim(matcher: _Matcher, found: list[tuple[str, list[str]]], name: str,
+           keys: list[str]) -> None:
+    matcher.claimed.update(keys)
+    matcher.group_of.update(dict.fromkeys(keys, len(found)))
+    found.append((name, keys))

@@ -11,12 +11,14 @@ The rule (README, "Precision"):
 - Integer types are named by width, signed or not (`int8` for uint8 x int8, `int4`); float
   types by ONNX's name with their width (`float32`, `float16`, `bfloat16`, `float8e4m3fn`).
 - A group's precision is that of the precision doing most of its MACs; a group without MACs
-  (Relu, a residual Add, a lone Q or DQ) has its last node's output type.
+  (Relu, a residual Add, a lone Q or DQ) has its last node's output type, or, when it ends by
+  dequantizing its own quantized output (a QDQ MaxPool whose output several groups read:
+  `analyzer.fusion`), the type of that output: its work ran quantized.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx
 
@@ -72,8 +74,12 @@ def mac_precision(node: NodeInfo, producer: Callable[[str], NodeInfo | None]) ->
                    for o in spec.operands(node) if o is not None)
 
 
-def group_precision(macs: Mapping[str, int], last: NodeInfo) -> str:
-    """A group's precision from its MACs per precision, or its last node's output type."""
+def group_precision(macs: Mapping[str, int], nodes: Sequence[NodeInfo]) -> str:
+    """A group's precision from its MACs per precision, or from the output type of its last
+    node (`nodes`: the group's, in execution order) that is not a trailing DequantizeLinear."""
     if macs:
         return max(macs, key=macs.__getitem__)
+    last = nodes[-1]
+    if len(nodes) > 1 and last.op_type in DEQUANTIZE:
+        last = nodes[-2]  # the QuantizeLinear whose output the group dequantizes
     return precision_name(last.outputs[0].elem_type) if last.outputs else "unknown"
