@@ -20,7 +20,7 @@ from .analyzer.errors import OnnxLensError, UsageError
 
 if TYPE_CHECKING:
     from .analyzer.analysis import AnalysisResult
-    from .backends.compare import ModelSpec
+    from .backends.compare import Comparison, ModelSpec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="onnxlens: where does the time go in a neural network.")
@@ -83,12 +83,15 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
              html_path: Path | None, netron_path: Path | None, batch: str | None,
              input_shape: list[str] | None, image_size: int | None, keep_batchnorm: bool,
              opset: int | None, top: int, precision: str | None, measure: str | None, runs: int,
-             dim: list[str] | None = None, **options: object) -> AnalysisResult:
+             dim: list[str] | None = None, trace_path: Path | None = None,
+             **options: object) -> AnalysisResult:
     from .analyzer.loader import parse_dim_spec, parse_shape_spec
     from .analyzer.serialize import dump_json
     from .api import analyze, resolve_model
     from .reports.terminal import render
 
+    if trace_path and not measure:
+        raise UsageError("--trace writes measured times: it needs --measure BACKENDS")
     batches = _int_list(batch, "--batch")
     shapes = dict(parse_shape_spec(s) for s in input_shape or [])
     source = resolve_model(model, batch=batches[0] if batches else 1, image_size=image_size,
@@ -114,6 +117,8 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
                                  if options["hardware"] else None, progress=progress)
         render_comparison(comparison.to_dict(), console, top=top)
         d = attach_measurements(d, comparison.to_dict())
+        if trace_path:
+            _write_trace(comparison, trace_path, console)
     if json_path:
         dump_json(d, json_path)
     if csv_path:
@@ -129,6 +134,15 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
 
         write_netron_attachment(d, netron_path)
     return result
+
+
+def _write_trace(comparison: Comparison, path: Path, console: Console) -> None:
+    from rich.markup import escape
+
+    from .backends.trace import write_trace
+
+    events = write_trace(comparison, path)
+    console.print(escape(f"wrote {path} (Chrome trace, {events} events)"))
 
 
 def _names(text: str) -> list[str]:
@@ -199,6 +213,9 @@ def analyze_command(
         help="Also measure on backends (ort-cpu,...): per-group measured vs estimated.")
                        ] = None,
     runs: Annotated[int, typer.Option(min=1, help="Timed runs per backend (--measure).")] = 50,
+    trace_path: Annotated[Path | None, typer.Option(
+        "--trace", help="Write the measured per-group timeline (--measure) as a Chrome trace "
+        "(Perfetto, chrome://tracing).")] = None,
     prompt_len: Annotated[int | None, typer.Option(
         min=1, help="LLM view (a model with KV-cache inputs): prefill at this many prompt "
         "tokens [default: 512].")] = None,
@@ -229,7 +246,7 @@ def analyze_command(
          netron_path=netron_path, batch=batch,
          input_shape=input_shape, dim=dim, image_size=image_size, keep_batchnorm=keep_batchnorm,
          opset=opset, top=top, precision=precision, measure=measure, runs=runs,
-         hardware=hardware or [], threads=threads, runtime=runtime,
+         trace_path=trace_path, hardware=hardware or [], threads=threads, runtime=runtime,
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,
          prompt_len=prompt_len, context_len=_int_list(context_len, "--context-len") or None,
          strict=strict, flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes,
@@ -279,6 +296,9 @@ def compare_command(
         help="Hardware profile to set beside ort-cuda's measurement (e.g. h100).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the comparison.")
                          ] = None,
+    trace_path: Annotated[Path | None, typer.Option(
+        "--trace", help="Write the measured per-group timeline as a Chrome trace (Perfetto, "
+        "chrome://tracing).")] = None,
     dim: DimOpt = None,
     image_size: ImageSizeOpt = None,
     keep_batchnorm: KeepBnOpt = False,
@@ -289,13 +309,15 @@ def compare_command(
     """Measure a model on several backends: latency, throughput, per-group time, agreement."""
     _run(debug, _compare, model, backends=backends, threads=threads, runs=runs, warmup=warmup,
          batch=batch, inputs=inputs or [], samples=samples, dump_diff=dump_diff,
-         gpu_profile=gpu_profile, json_path=json_path, dim=dim, image_size=image_size,
+         gpu_profile=gpu_profile, json_path=json_path, trace_path=trace_path, dim=dim,
+         image_size=image_size,
          keep_batchnorm=keep_batchnorm, opset=opset, max_tensor_bytes=max_tensor_bytes)
 
 
 def _compare(model: str, *, backends: str, threads: int, runs: int, warmup: int,
              batch: str | None, inputs: list[Path], samples: int, dump_diff: bool,
-             gpu_profile: str | None, json_path: Path | None, dim: list[str] | None,
+             gpu_profile: str | None, json_path: Path | None, trace_path: Path | None,
+             dim: list[str] | None,
              image_size: int | None, keep_batchnorm: bool, opset: int | None,
              max_tensor_bytes: int) -> None:
     from dataclasses import replace
@@ -319,9 +341,12 @@ def _compare(model: str, *, backends: str, threads: int, runs: int, warmup: int,
                          limits=replace(DEFAULT_LIMITS, max_tensor_bytes=max_tensor_bytes),
                          progress=progress, dims=dict(parse_dim_spec(s) for s in dim or []))
     d = result.to_dict()
-    render_comparison(d, Console(highlight=False))
+    console = Console(highlight=False)
+    render_comparison(d, console)
     if json_path:
         dump_json(d, json_path)
+    if trace_path:
+        _write_trace(result, trace_path, console)
     if result.nothing_ran:
         raise typer.Exit(3)
 
