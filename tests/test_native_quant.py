@@ -17,6 +17,8 @@ from onnx.reference import ReferenceEvaluator
 
 native = pytest.importorskip("onnxlens.backends._native")
 
+from test_native import model_of as native_model_of  # noqa: E402
+
 from onnxlens.analyzer.fusion import Group  # noqa: E402
 from onnxlens.api import analyze  # noqa: E402
 from onnxlens.backends.base import BackendError  # noqa: E402
@@ -29,16 +31,7 @@ OPSET = 21  # blocked quantization; onnx.reference has no DequantizeLinear befor
 
 def model_of(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray],
              weights: dict[str, np.ndarray], outputs: list[str]) -> onnx.ModelProto:
-    def info(name: str, value: np.ndarray) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(
-            name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
-
-    graph = helper.make_graph(nodes, "q", [info(n, v) for n, v in inputs.items()],
-                              [onnx.ValueInfoProto(name=o) for o in outputs],
-                              [numpy_helper.from_array(v, n) for n, v in weights.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              ir_version=10)
-    return onnx.shape_inference.infer_shapes(model)
+    return native_model_of(nodes, inputs, weights, outputs, OPSET)
 
 
 def assert_bitwise(got: np.ndarray, want: np.ndarray, what: str) -> None:
