@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from quant_models import Reader, quantize_qdq, resnet18
 
 from onnxlens.analyzer.analysis import AnalysisResult, analyze
 from onnxlens.analyzer.cost.precision import combine
@@ -21,21 +22,6 @@ torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 
 T = onnx.TensorProto
-SIZE = 64  # ResNet-18 at 64x64: every op of the full model, a few seconds to quantize
-
-
-class _Reader(quantization.CalibrationDataReader):
-    """Two random images: enough for ranges (the numbers do not matter, the graph does)."""
-
-    def __init__(self) -> None:
-        self.left = 2
-        self.rng = np.random.default_rng(0)
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        if not self.left:
-            return None
-        self.left -= 1
-        return {"x": self.rng.random((1, 3, SIZE, SIZE), dtype=np.float32)}
 
 
 def _with_ort_shapes(path: Path) -> onnx.ModelProto:
@@ -51,7 +37,7 @@ def _with_ort_shapes(path: Path) -> onnx.ModelProto:
     probe.CopyFrom(model)
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    values = session.run(None, _Reader().get_next())
+    values = session.run(None, Reader().get_next())
     outputs = [o.name for o in session.get_outputs()]
     del model.graph.value_info[:]
     for name, value in zip(outputs, values, strict=True):
@@ -65,15 +51,11 @@ def _with_ort_shapes(path: Path) -> onnx.ModelProto:
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    from onnxlens.exporters.torch_export import export_module
-
     d = tmp_path_factory.mktemp("quantized")
-    torch.manual_seed(0)
-    fp32 = export_module(torchvision.models.resnet18(weights=None),
-                         (torch.randn(1, 3, SIZE, SIZE),), d / "fp32.onnx", input_names=["x"])
+    fp32 = resnet18(d)
+    quantize_qdq(fp32, d / "qdq.onnx")
     fmt = quantization.QuantFormat
-    quantization.quantize_static(fp32, d / "qdq.onnx", _Reader(), quant_format=fmt.QDQ)
-    quantization.quantize_static(fp32, d / "qop.onnx", _Reader(), quant_format=fmt.QOperator)
+    quantization.quantize_static(fp32, d / "qop.onnx", Reader(), quant_format=fmt.QOperator)
     quantization.quantize_dynamic(fp32, d / "dynamic.onnx")
     onnx.save(convert_float_to_float16(onnx.load(fp32)), d / "fp16.onnx")
     return {"fp32": analyze(fp32), "qdq": analyze(d / "qdq.onnx"),

@@ -1,0 +1,224 @@
+"""Fusion of quantized graphs: a DequantizeLinear -> op -> QuantizeLinear chain is one group.
+
+A QDQ ResNet-18 (onnxruntime's quantize_static, per tensor and per channel) has its fp32
+twin's groups, plus the model's input Q and output DQ, each MAC group int8; hand-built QDQ
+Conv+Relu graphs (the Relu kept, or folded into a Q whose range starts at 0, checked against
+onnx.reference) are one group; quantize_dynamic's MatMul chain is one group. Every plan keeps
+the invariants and its group costs add up to the model's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from onnxlens.analyzer.analysis import AnalysisResult, analyze
+from onnxlens.analyzer.invariants import check_invariants
+
+quantization = pytest.importorskip("onnxruntime.quantization")
+pytest.importorskip("torchvision")
+
+from quant_models import quantize_qdq, resnet18  # noqa: E402
+
+MAC_OPS = {"Conv", "Gemm", "MatMul", "MatMulInteger"}
+
+
+def _checked(result: AnalysisResult) -> AnalysisResult:
+    """Invariants hold and the group costs add up to the node costs."""
+    check_invariants(result.graph, result.groups)
+    groups = [nc.cost for nc in result.group_costs.values()]
+    nodes = [nc.cost for nc in result.node_costs.values()]
+    assert None not in groups and None not in nodes
+    for kind in ("macs", "other_flops", "transcendental", "params", "param_bytes"):
+        assert sum(getattr(c, kind) for c in groups) == sum(getattr(c, kind) for c in nodes), kind
+    return result
+
+
+def _ops(result: AnalysisResult, index: int) -> list[str]:
+    return [result.graph.info(k).op_type for k in result.groups[index].nodes]
+
+
+# ---- ResNet-18 quantized by onnxruntime -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def resnets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
+    d = tmp_path_factory.mktemp("resnet18")
+    fp32 = resnet18(d)
+    return {"fp32": analyze(fp32),
+            "per_tensor": analyze(quantize_qdq(fp32, d / "per_tensor.onnx")),
+            "per_channel": analyze(quantize_qdq(fp32, d / "per_channel.onnx",
+                                                per_channel=True))}
+
+
+@pytest.mark.parametrize("name", ["per_tensor", "per_channel"])
+def test_qdq_resnet18_has_the_fp32_groups(resnets: dict[str, AnalysisResult], name: str) -> None:
+    fp32, qdq = resnets["fp32"], _checked(resnets[name])
+    # The fp32 twin: 9 Conv+Relu, 8 Conv+Add+Relu, 3 Conv (downsample), pools, Flatten, Gemm.
+    fp32_patterns = Counter(g.pattern for g in fp32.groups)
+    assert len(fp32.groups) == 24 and fp32_patterns["Conv+Add+Relu"] == 8
+    # ORT's quantizer removed the Relus (their range is the Q's): the Q's saturation at 0 is
+    # named Relu; the groups are the fp32 ones plus the dangling input Q and output DQ.
+    assert sum(1 for n in qdq.graph.infos.values() if n.op_type == "Relu") == 0
+    assert Counter(g.pattern for g in qdq.groups) == fp32_patterns + Counter(
+        {"QuantizeLinear": 1, "DequantizeLinear": 1})
+    first, last = qdq.groups[0], qdq.groups[-1]
+    assert _ops(qdq, 0) == ["QuantizeLinear"] and qdq.graph.info(first.nodes[0]).inputs[0].name \
+        == "x"
+    assert _ops(qdq, -1) == ["DequantizeLinear"]
+    assert qdq.graph.info(last.nodes[0]).outputs[0].name in qdq.graph.graph_outputs
+    # Every other group works in int8, MAC groups and pools alike.
+    assert {qdq.group_precisions[g.id] for g in qdq.groups[1:-1]} == {"int8"}
+    # Every Q and DQ of the model is in a group with a real op but those two.
+    alone = [g for g in qdq.groups if set(_ops(qdq, g.id)) <= {"QuantizeLinear",
+                                                                "DequantizeLinear"}]
+    assert alone == [first, last]
+
+
+def test_qdq_residual_block_group(resnets: dict[str, AnalysisResult]) -> None:
+    """A block's second conv: its activation DQ, weight and bias DQs, Conv, Q -> DQ, the
+    residual Add and the saturating Q; the shared DQ after it (read by the next block's first
+    conv and its Add) ends the group; ResNet's last block ends in its Q (the pool reads it
+    alone)."""
+    qdq = resnets["per_channel"]
+    blocks = [g for g in qdq.groups if g.pattern == "Conv+Add+Relu"]
+    counts = [Counter(_ops(qdq, g.id)) for g in blocks]
+    for c in counts:
+        assert (c["Conv"], c["Add"], c["QuantizeLinear"]) == (1, 1, 2)
+    # DQs: input, weight, bias, the one between Conv and Add, and the trailing shared one (7 of
+    # 8 blocks: the last block's output is read by the pool alone); in the three downsampling
+    # blocks (layer2.0, 3.0, 4.0) also the DQ of the downsample Conv's output, which only the
+    # Add reads.
+    assert [c["DequantizeLinear"] for c in counts] == [5, 5, 6, 5, 6, 5, 6, 4]
+    assert [_ops(qdq, g.id)[-1] for g in blocks] == ["DequantizeLinear"] * 7 + ["QuantizeLinear"]
+
+
+def test_qdq_group_bytes_are_int8_at_the_boundary(resnets: dict[str, AnalysisResult]) -> None:
+    """A 3x3 Conv+Relu group inside a block reads its uint8/int8 activation and weights and
+    writes its int8 output: the boundary bytes are the fp32 twin's activations at 1 byte."""
+    fp32, qdq = resnets["fp32"], resnets["per_tensor"]
+
+    def conv_relu(result: AnalysisResult) -> list[int]:
+        return [g.id for g in result.groups if g.pattern == "Conv+Relu"]
+
+    g32, g8 = conv_relu(fp32)[1], conv_relu(qdq)[1]  # layer1.0's first conv, 64 -> 64 at 16x16
+    c32, c8 = fp32.group_costs[g32].cost, qdq.group_costs[g8].cost
+    assert c32.macs == c8.macs == 64 * 64 * 9 * 16 * 16
+    assert c32.bytes_written == 4 * 64 * 16 * 16 and c8.bytes_written == 64 * 16 * 16
+
+
+# ---- hand-built QDQ graphs --------------------------------------------------------------------
+
+def _qdq_conv(relu: bool, out_zero_point: int) -> onnx.ModelProto:
+    """x [1, 3, 8, 8] float -> Q (uint8, zp 128) -> DQ -> Conv 4x3x3x3 (int8 weights per output
+    channel, int32 bias) [-> Relu] -> Q (uint8, `out_zero_point`) -> DQ -> y."""
+    rng = np.random.default_rng(0)
+    weights = {
+        "w": rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8),
+        "w_scale": rng.uniform(0.002, 0.01, 4).astype(np.float32),
+        "w_zero": np.zeros(4, np.int8),
+        "b": rng.integers(-500, 500, 4).astype(np.int32),
+        "b_scale": np.array(0.0001, np.float32),
+        "x_scale": np.array(1 / 64, np.float32), "x_zero": np.array(128, np.uint8),
+        "y_scale": np.array(0.05, np.float32), "y_zero": np.array(out_zero_point, np.uint8),
+    }
+    conv_out = "c" if relu else "r"
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zero"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "w_scale", "w_zero"], ["wf"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "b_scale"], ["bf"]),
+             helper.make_node("Conv", ["xf", "wf", "bf"], [conv_out], pads=[1, 1, 1, 1]),
+             *([helper.make_node("Relu", ["c"], ["r"])] if relu else []),
+             helper.make_node("QuantizeLinear", ["r", "y_scale", "y_zero"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zero"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qdq_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(v, n) for n, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize(("relu", "zero_point", "pattern"), [
+    (True, 0, "Conv+Relu"), (True, 100, "Conv+Relu"),  # the Relu kept: named by it
+    (False, 0, "Conv+Relu"),  # folded: a uint8 Q with zero point 0 saturates x < 0 to 0
+    (False, 100, "Conv"),  # no Relu: the Q keeps negative values
+])
+def test_per_channel_qdq_conv_is_one_group(relu: bool, zero_point: int, pattern: str) -> None:
+    result = _checked(analyze(_qdq_conv(relu, zero_point)))
+    assert [g.pattern for g in result.groups] == ["QuantizeLinear", pattern, "DequantizeLinear"]
+    conv_ops = ["DequantizeLinear"] * 3 + ["Conv"] + ["Relu"] * relu + ["QuantizeLinear"]
+    assert _ops(result, 1) == conv_ops
+    assert result.group_precisions[1] == "int8"
+    # The Conv group reads the uint8 input (1 x 3 x 8 x 8) and its constants (108 int8
+    # weights, 4 float and 4 int8 per-channel scales and zero points, 4 int32 biases, the
+    # scalars), and writes uint8 [1, 4, 8, 8].
+    cost = result.group_costs[1].cost
+    assert cost.macs == 4 * 8 * 8 * 3 * 9
+    assert cost.bytes_written == 4 * 8 * 8
+    consts = 108 + 4 * 4 + 4 + 4 * 4 + 4 + 4 + 1 + 4 + 1
+    assert cost.bytes_read == 3 * 8 * 8 + consts
+
+
+def test_a_zero_point_at_the_lowest_value_is_a_relu() -> None:
+    """What names the folded Q Relu, checked by onnx.reference: quantizing the conv output
+    with zero point 0 gives what quantizing Relu(conv) does; with zero point 100 it does not."""
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+
+    def run(relu: bool, zero_point: int) -> np.ndarray:
+        return ReferenceEvaluator(_qdq_conv(relu, zero_point)).run(None, {"x": x})[0]
+
+    assert np.array_equal(run(False, 0), run(True, 0))
+    assert not np.array_equal(run(False, 100), run(True, 100))
+
+
+# ---- dynamic quantization ---------------------------------------------------------------------
+
+def _mlp(tmp_path: Path, bias: bool, shared_input: bool) -> Path:
+    """x [1, 7, 32] -> MatMul [32, 16] (+ bias) -> y; with `shared_input`, a second MatMul
+    reads x too (its DynamicQuantizeLinear is then shared, as for attention's Q, K and V)."""
+    rng = np.random.default_rng(0)
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m" if bias else "y"])]
+    inits = [weight("w", 32, 16)]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 16])]
+    if bias:
+        nodes.append(helper.make_node("Add", ["m", "b"], ["y"]))
+        inits.append(weight("b", 16))
+    if shared_input:
+        nodes.append(helper.make_node("MatMul", ["x", "w2"], ["z"]))
+        inits.append(weight("w2", 32, 16))
+        outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 7, 16]))
+    graph = helper.make_graph(nodes, "mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 7, 32])],
+                              outputs, inits)
+    fp32 = tmp_path / "fp32.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    quantization.quantize_dynamic(fp32, tmp_path / "dynamic.onnx")
+    return tmp_path / "dynamic.onnx"
+
+
+@pytest.mark.parametrize(("bias", "pattern"), [(True, "MatMul+Add"), (False, "MatMul")])
+def test_a_dynamic_quantized_matmul_is_one_group(tmp_path: Path, bias: bool,
+                                                 pattern: str) -> None:
+    result = _checked(analyze(_mlp(tmp_path, bias, shared_input=False)))
+    assert [g.pattern for g in result.groups] == [pattern]
+    assert Counter(_ops(result, 0)) == Counter(
+        {"DynamicQuantizeLinear": 1, "MatMulInteger": 1, "Cast": 1, "Mul": 2, "Add": bias})
+    assert result.group_precisions[0] == "int8"
+    # MACs: 7 rows x 16 outputs x K 32, as the fp32 MatMul's.
+    assert result.group_costs[0].cost.macs == 7 * 16 * 32
+
+
+def test_a_shared_dynamic_quantizer_is_its_own_group(tmp_path: Path) -> None:
+    result = _checked(analyze(_mlp(tmp_path, bias=True, shared_input=True)))
+    patterns = Counter(g.pattern for g in result.groups)
+    assert patterns == {"DynamicQuantizeLinear": 1, "MatMul+Add": 1, "MatMul": 1}
+    assert _ops(result, 0) == ["DynamicQuantizeLinear"]
