@@ -20,6 +20,8 @@ from onnx.reference import ReferenceEvaluator
 
 from onnxlens.analyzer.analysis import AnalysisResult, analyze
 from onnxlens.analyzer.invariants import check_invariants
+from onnxlens.analyzer.runtimes import Kernel
+from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 pytest.importorskip("torchvision")
@@ -42,6 +44,12 @@ def _checked(result: AnalysisResult) -> AnalysisResult:
 
 def _ops(result: AnalysisResult, index: int) -> list[str]:
     return [result.graph.info(k).op_type for k in result.groups[index].nodes]
+
+
+def _ort_kernels(result: AnalysisResult, index: int) -> list[Kernel]:
+    """The kernels ORT's CPU kernel model makes of group `index` (AVX2's NCHWc block 8)."""
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    return ort_kernels(result.graph, result.groups[index], costs, 8)
 
 
 # ---- ResNet-18 quantized by onnxruntime -------------------------------------------------------
@@ -112,6 +120,25 @@ def test_qdq_group_bytes_are_int8_at_the_boundary(resnets: dict[str, AnalysisRes
     assert c32.bytes_written == 4 * 64 * 16 * 16 and c8.bytes_written == 64 * 16 * 16
 
 
+def test_ort_runs_qdq_groups_as_its_quantized_kernels(resnets: dict[str, AnalysisResult]) -> None:
+    """ORT's QDQ transformer: DQ -> Conv -> Q is one QLinearConv, DQ -> Add -> Q a QLinearAdd
+    (not fused into the convolution, as the fp32 Conv's sum input is), pools and Gemm one
+    kernel each; the input Q and output DQ one each."""
+    fp32, qdq = resnets["fp32"], resnets["per_channel"]
+    kernels = {g.pattern: len(_ort_kernels(qdq, g.id)) for g in qdq.groups}
+    assert kernels == {"QuantizeLinear": 1, "Conv+Relu": 1, "MaxPool": 1, "Conv+Add+Relu": 2,
+                       "Conv": 1, "GlobalAveragePool": 1, "Flatten": 1, "Gemm": 1,
+                       "DequantizeLinear": 1}
+    assert {g.pattern: len(_ort_kernels(fp32, g.id)) for g in fp32.groups}["Conv+Add+Relu"] == 1
+    block = next(g for g in qdq.groups if g.pattern == "Conv+Add+Relu")
+    conv, add = _ort_kernels(qdq, block.id)
+    assert [qdq.graph.info(k).op_type for k in (conv.nodes[0], add.nodes[0])] == ["Conv", "Add"]
+    # The two kernels' arithmetic is the group's.
+    assert conv.cost.macs + add.cost.macs == qdq.group_costs[block.id].cost.macs
+    assert conv.cost.other_flops + add.cost.other_flops == \
+        qdq.group_costs[block.id].cost.other_flops
+
+
 # ---- hand-built QDQ graphs --------------------------------------------------------------------
 
 def _qdq_conv(relu: bool, out_zero_point: int) -> onnx.ModelProto:
@@ -162,6 +189,9 @@ def test_per_channel_qdq_conv_is_one_group(relu: bool, zero_point: int, pattern:
     assert cost.bytes_written == 4 * 8 * 8
     consts = 108 + 4 * 4 + 4 + 4 * 4 + 4 + 4 + 1 + 4 + 1
     assert cost.bytes_read == 3 * 8 * 8 + consts
+    # ORT runs it as one QLinearConv of the group's bytes.
+    (kernel,) = _ort_kernels(result, 1)
+    assert kernel.cls == "conv" and kernel.cost == cost
 
 
 def test_a_zero_point_at_the_lowest_value_is_a_relu() -> None:
@@ -215,6 +245,9 @@ def test_a_dynamic_quantized_matmul_is_one_group(tmp_path: Path, bias: bool,
     assert result.group_precisions[0] == "int8"
     # MACs: 7 rows x 16 outputs x K 32, as the fp32 MatMul's.
     assert result.group_costs[0].cost.macs == 7 * 16 * 32
+    # ORT: one DynamicQuantizeMatMul (MatMulIntegerToFloat with its bias).
+    (kernel,) = _ort_kernels(result, 0)
+    assert kernel.cls == "gemm" and kernel.cost == result.group_costs[0].cost
 
 
 def test_a_shared_dynamic_quantizer_is_its_own_group(tmp_path: Path) -> None:

@@ -35,7 +35,11 @@ NCHWC, NCHW = "nchwc", "nchw"
 # its own that reads and writes the whole output once more.
 ORT_FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "LeakyRelu",
                                    "Tanh", "HardSwish"})
-_ANCHORS = frozenset({"Conv", "Gemm", "MatMul"})
+_ANCHORS = frozenset({"Conv", "Gemm", "MatMul", "MatMulInteger"})
+# Quantization edges (`analyzer.fusion`): ORT's QDQ transformer runs DQ -> op -> Q as the op's
+# quantized kernel (QLinearConv, QGemm, QLinearAdd, MaxPool on uint8 ...) and
+# quantize_dynamic's chain as one DynamicQuantizeMatMul: they ride in a neighbouring kernel.
+_QUANT_EDGES = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 # Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block is
 # costed whole, as the calibration measured it (its micro-benchmark is the same ORT kernels).
 _WHOLE = frozenset({LAYER_NORM, ATTENTION})
@@ -197,7 +201,14 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     its own that takes its activation like a Conv (DenseNet's pre-activation BN+Relu); any
     other node is a kernel of its own (squeeze-excite: a pool, two small convolutions, the
     gate's Mul). Constant nodes are folded when ORT loads the model: no kernel (a group of
-    only constants costs nothing). `block`: the NCHWc block in channels."""
+    only constants costs nothing). Quantized groups: a Q rides in the kernel before it, a DQ
+    (of an activation or a weight), a DynamicQuantizeLinear and the Mul of its scale in the
+    kernel after them (the DQ ending a group in the last kernel), so a QDQ Conv (+Relu) group
+    is one kernel reading and writing int8 and Conv -> Q -> DQ -> Add two (QLinearConv,
+    QLinearAdd); MatMulInteger is an anchor taking
+    the Cast and scale Mul after it (DynamicQuantizeMatMul). The weights' DQ arithmetic stays
+    in the kernel's FLOPs (ORT prepacks them: an overcount of 2 FLOPs per weight, under 1% of
+    a Conv's MACs). `block`: the NCHWc block in channels."""
     norm = _RESIDUAL_NORMS.get(group.pattern)
     adds = [i for i, k in enumerate(group.nodes) if mg.info(k).op_type == "Add"]
     if norm is not None and adds:  # (ORT's Skip*LayerNormalization op has no Add)
@@ -210,9 +221,16 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
         return [kernel_of(mg, list(group.nodes), costs, cls, NCHW, NCHW,
                         calls=matmul_calls(matmul) if matmul else 1)]
     kernels: list[tuple[list[str], str]] = []  # (nodes, role: anchor / closed / vector / other)
+    riders: list[str] = []  # quantization edges waiting for the kernel that reads them
     for key in group.nodes:
         info = mg.info(key)
         if info.op_type == "Constant":
+            continue
+        if info.op_type == "QuantizeLinear" and kernels:
+            kernels[-1][0].append(key)
+            continue
+        if _rides_ahead(mg, info):
+            riders.append(key)
             continue
         last = kernels[-1] if kernels else None
         reads_last = last is not None and any(
@@ -222,7 +240,9 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
         if info.op_type in _ANCHORS:
             kernels.append(([key], "anchor"))
         elif last and last[1] == "anchor" and reads_last and sole and (
-                info.op_type in ("BatchNormalization", "Add")):
+                info.op_type in ("BatchNormalization", "Add")
+                or (mg.info(last[0][0]).op_type == "MatMulInteger"
+                    and info.op_type in ("Cast", "Mul"))):
             last[0].append(key)
         elif last and last[1] == "anchor" and reads_last and sole and (
                 info.op_type in ORT_FUSED_ACTIVATIONS):
@@ -234,8 +254,24 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
             kernels.append(([key], "anchor"))
         else:
             kernels.append(([key], "vector" if node_class(info) == "elementwise" else "other"))
+        if riders:  # ahead of the node they feed: `_ort_kernel` reads the first other node
+            kernels[-1][0].extend(riders)
+            riders = []
+    if riders and kernels:  # the DQ a QDQ group ends in (ORT copies it into each reader)
+        kernels[-1][0].extend(riders)
+    elif riders:  # a group of quantization edges alone (the model's input Q, output DQ)
+        kernels.append((riders, "other"))
     return [_ort_kernel(mg, nodes, role, costs, block) for nodes, role in kernels] or [
         Kernel("data_movement", Cost(), (), launches=0)]
+
+
+def _rides_ahead(mg: ModelGraph, info: NodeInfo) -> bool:
+    """A DQ, a DynamicQuantizeLinear, or a Mul of a DynamicQuantizeLinear's scale."""
+    if info.op_type in _QUANT_EDGES:
+        return True
+    sources = [mg.producer.get(t.name) for t in info.inputs if t is not None]
+    return info.op_type == "Mul" and any(
+        src is not None and mg.info(src).op_type == "DynamicQuantizeLinear" for src in sources)
 
 
 def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Cost | None],
@@ -249,7 +285,8 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
                        reuse=reuse, calls=calls,
                        passes=activation_passes(mg, nodes, writes == NCHWC))
     if head.op_type in _ANCHORS:
-        return kernel_of(mg, nodes, costs, node_class(head), NCHW, NCHW,
+        cls = "gemm" if head.op_type == "MatMulInteger" else node_class(head)
+        return kernel_of(mg, nodes, costs, cls, NCHW, NCHW,
                        calls=matmul_calls(head) if head.op_type == "MatMul" else 1,
                        passes=activation_passes(mg, nodes, False))
     if head.op_type == "BatchNormalization":
