@@ -23,6 +23,7 @@ MAX_DRAWN_GROUPS = 200  # above this, the graph of groups is a collapsible list,
 COLORS = ["#2b6cb0", "#c05621", "#2f855a", "#b83280", "#6b46c1", "#975a16", "#2c7a7b",
           "#c53030"]
 CEILING_COLORS = ["#4a5568", "#718096", "#a0aec0", "#cbd5e0"]
+LABEL_GAP_PX = 13  # between roof labels' baselines: a 10 px label's box is 11-12 px tall
 
 
 def esc(value: object) -> str:
@@ -361,15 +362,20 @@ def _loglog_chart(points: list[tuple[float, float, str, int]],
     if diagonal:
         parts.append(_bands(f))
     lo, hi = 10.0**f.y0, 10.0**f.y1
-    for i, (label, peak, bw) in enumerate(ceilings):
-        knee, xa, xb = peak / bw, 10.0**f.x0, 10.0**f.x1
+    xa, xb = 10.0**f.x0, 10.0**f.x1
+    # Each level's label sits just above its roof at the left edge, moved apart where roofs of
+    # close bandwidths would stack them on one another.
+    label_ys = spread([f.py(max(bw * xa, lo)) - 4 for _, _, bw in ceilings], LABEL_GAP_PX,
+                      top=10 + LABEL_GAP_PX, bottom=f.height - f.bottom - 2)
+    for i, ((label, peak, bw), label_y) in enumerate(zip(ceilings, label_ys, strict=True)):
+        knee = peak / bw
         pts = [(xa, bw * xa), (knee, peak), (xb, peak)] if knee > xa else [(xa, peak),
                                                                            (xb, peak)]
         path = " ".join(f"{f.px(x):.1f},{f.py(min(max(y, lo), hi)):.1f}" for x, y in pts)
         color = CEILING_COLORS[i % len(CEILING_COLORS)]
         parts.append(f'<polyline class="ceiling" points="{path}" stroke="{color}">'
                      f"<title>{esc(label)}; peak {si(peak)}FLOP/s</title></polyline>"
-                     f'<text x="{f.px(xa) + 4:.1f}" y="{f.py(max(bw * xa, lo)) - 4:.1f}" '
+                     f'<text x="{f.px(xa) + 4:.1f}" y="{label_y:.1f}" '
                      f'class="tick" fill="{color}">{esc(label)}</text>')
     if lines:
         series_points: dict[int, list[tuple[float, float]]] = {}
@@ -391,6 +397,24 @@ def _loglog_chart(points: list[tuple[float, float, str, int]],
     return (f'<svg class="chart" viewBox="0 0 {f.width} {f.height}" role="img" '
             f'aria-label="{esc(ylabel)} against {esc(xlabel)}">{"".join(parts)}</svg>'
             f'<div class="legend">{keys}</div>')
+
+
+def spread(ys: Sequence[float], gap: float, top: float, bottom: float) -> list[float]:
+    """Baselines `ys` moved apart, in their order, so that neighbours are at least `gap`
+    apart and all lie in [top, bottom] where they fit: pushed down from the highest, then, if
+    the lowest passed `bottom`, pushed up from it. Deterministic: equal ys keep their order."""
+    order = sorted(range(len(ys)), key=lambda i: (ys[i], i))
+    placed = [max(ys[i], top) for i in order]
+    for k in range(1, len(placed)):
+        placed[k] = max(placed[k], placed[k - 1] + gap)
+    if placed and placed[-1] > bottom:
+        placed[-1] = bottom
+        for k in range(len(placed) - 2, -1, -1):
+            placed[k] = min(placed[k], placed[k + 1] - gap)
+    out = [0.0] * len(ys)
+    for k, i in enumerate(order):
+        out[i] = placed[k]
+    return out
 
 
 def _bands(f: _LogLogFrame) -> str:
@@ -582,12 +606,13 @@ _CSS = """
 Roboto,sans-serif;color:var(--fg);background:var(--bg)}
 header{position:sticky;top:0;background:#f7fafc;border-bottom:1px solid var(--line);
 padding:8px 20px;z-index:2}h1{font-size:18px;margin:0}nav{font-size:13px}
-nav a{color:var(--accent);text-decoration:none}main{padding:0 20px 40px;max-width:1200px}
+nav a{color:var(--accent);text-decoration:none}main{padding:0 20px 40px;max-width:1400px}
 section{content-visibility:auto;contain-intrinsic-size:auto 600px}
 h2{font-size:16px;border-bottom:1px solid var(--line);padding-bottom:4px;margin-top:28px}
 .lead{font-size:15px}.dim{color:var(--dim)}.scroll{overflow-x:auto}
 table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid var(--line);
 text-align:left;white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
+table.data td:not(.n){white-space:normal;overflow-wrap:anywhere;min-width:8em;max-width:36em}
 table.kv th{font-weight:600;color:var(--dim)}
 table.data thead th{position:sticky;top:0;background:#edf2f7;cursor:pointer}
 th[aria-sort=ascending]::after{content:" ▲"}th[aria-sort=descending]::after{content:" ▼"}

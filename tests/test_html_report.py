@@ -31,16 +31,17 @@ def _open(page_path: Path, screenshot: Path) -> dict:
     return open_in_chromium(page_path, screenshot, _use_groups_table)
 
 
-def open_in_chromium(page_path: Path, screenshot: Path, use: Any) -> dict:
-    """Load the page in headless Chromium, let `use(page, start)` work it and return what it
-    found, with the console errors, requests, dialogs, visible text and images in it."""
+def open_in_chromium(page_path: Path, screenshot: Path, use: Any, width: int = 1280) -> dict:
+    """Load the page in headless Chromium, `width` px wide, let `use(page, start)` work it and
+    return what it found, with the console errors, requests, dialogs, visible text and images
+    in it."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page = browser.new_page(viewport={"width": width, "height": 900})
         errors: list[str] = []
         requests: list[str] = []
         dialogs: list[str] = []
@@ -218,3 +219,96 @@ def test_report_of_ten_thousand_nodes_opens(tmp_path: Path) -> None:
     assert path.stat().st_size < 5 * 1024 * 1024
     result = _open(path, tmp_path / "chain.png")
     assert result["errors"] == [] and result["visible_after_filter"] == 0
+
+
+def test_spread_moves_labels_apart_in_order() -> None:
+    from onnxlens.reports.html import spread
+
+    # 102 is within 13 of 100: pushed to 113; the others keep their place.
+    assert spread([100, 102, 50, 300], 13, top=23, bottom=310) == [100, 113, 50, 300]
+    # Pushed past the bottom: the lowest sits on it, the one above 13 higher.
+    assert spread([300, 305], 13, top=23, bottom=310) == [297, 310]
+    assert spread([5, 5], 13, top=23, bottom=310) == [23, 36]  # equal: order kept
+
+
+@pytest.fixture(scope="module")
+def measured_report(resnet18_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ResNet-18 measured on ort-cpu, estimated on a profile whose L2 and HBM bandwidths are
+    10% apart (3300 and 3000 GB/s): every column of the groups table, the validation table,
+    and two roofs whose labels would fall on one another."""
+    from onnxlens.backends.compare import attach_measurements, compare
+    from onnxlens.exporters.torch_export import _provenance
+
+    out = tmp_path_factory.mktemp("measured")
+    # The published figures `analyze resnet18` records: the validation table's rows.
+    model = onnx.load(resnet18_path)
+    helper.set_model_props(model, _provenance("resnet18", 224))
+    resnet18_path = out / "resnet18.onnx"
+    onnx.save(model, resnet18_path)
+    close = out / "close_levels.toml"
+    close.write_text(HW.read_text().replace("bandwidth_gbps = 6000.0", "bandwidth_gbps = 3300.0")
+                     .replace('name = "Test GPU', 'name = "Close levels GPU'))
+    result = onnxlens.analyze(resnet18_path, hardware=[str(close)])
+    comparison = compare(resnet18_path, ["ort-cpu"], analysis=result, runs=3, warmup=1,
+                         profile_runs=2, samples=1, memory=False)
+    d = attach_measurements(result.to_dict(), comparison.to_dict())
+    assert {lv["bandwidth_gbps"] for lv in d["hardware"]["close_levels"]["memory"]} == {
+        3300.0, 3000.0}
+    return write_html(d, out / "measured.html")
+
+
+def _tables_and_labels(page: Any, start: float) -> dict:
+    """Each table's width against its scroll container, and the roofline labels' boxes, each
+    scrolled into view first (sections off screen are not laid out: content-visibility)."""
+    tables, labels = [], []
+    for i in range(page.locator("main table").count()):
+        table = page.locator("main table").nth(i)
+        table.scroll_into_view_if_needed()
+        tables.append(table.evaluate("""t => {const c = t.closest('div.scroll') || t.parentElement;
+            return {table: t.id || t.className, head: t.tHead ? t.tHead.textContent : '',
+                    right: t.getBoundingClientRect().right,
+                    container_right: c.getBoundingClientRect().right, scroll: c.scrollWidth,
+                    client: c.clientWidth, overflow: getComputedStyle(c).overflowX};}"""))
+    for i in range(page.locator("section[id^=roofline] svg.chart").count()):
+        chart = page.locator("section[id^=roofline] svg.chart").nth(i)
+        chart.scroll_into_view_if_needed()
+        labels.append(chart.evaluate("""svg => Array.from(svg.querySelectorAll('text[fill]'))
+            .map(t => {const b = t.getBBox();
+                       return {text: t.textContent, x: b.x, y: b.y, w: b.width, h: b.height};})
+            """))
+    page_width = page.evaluate("() => [document.documentElement.scrollWidth, innerWidth]")
+    return {"tables": tables, "labels": labels, "page_width": page_width}
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return (a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"]
+            and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"])
+
+
+@needs_chromium
+def test_tables_fit_and_roof_labels_apart_at_1400_px(measured_report: Path) -> None:
+    result = open_in_chromium(measured_report, measured_report.with_suffix(".png"),
+                              _tables_and_labels, width=1400)
+    assert result["errors"] == []
+    names = [t["table"] for t in result["tables"]]
+    assert "groups-table" in names and len(names) >= 4  # glance, groups, backends, validation
+    heads = " ".join(t["head"] for t in result["tables"])
+    assert "why they differ" in heads and "bound" in heads and "est/meas" in heads
+    for t in result["tables"]:  # nothing clipped: every table fits inside its container
+        assert t["scroll"] <= t["client"] and t["right"] <= t["container_right"] + 0.5, t
+    width, viewport = result["page_width"]
+    assert width <= viewport  # nor does the page itself scroll sideways
+    (labels,) = result["labels"]
+    assert [lb["text"] for lb in labels] == ["L2 3300 GB/s", "HBM 3000 GB/s"]
+    assert not _overlap(*labels), labels
+
+
+@needs_chromium
+def test_wide_tables_scroll_in_their_own_container(measured_report: Path) -> None:
+    """At 700 px the groups table cannot fit: its own container scrolls, not the page."""
+    result = open_in_chromium(measured_report, measured_report.with_suffix(".700.png"),
+                              _tables_and_labels, width=700)
+    (groups,) = [t for t in result["tables"] if t["table"] == "groups-table"]
+    assert groups["scroll"] > groups["client"] and groups["overflow"] == "auto"
+    width, viewport = result["page_width"]
+    assert width <= viewport
