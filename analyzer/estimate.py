@@ -57,12 +57,7 @@ from .calibration import constant_efficiency
 from .cost.base import Cost
 from .fusion import Group
 from .graph import ModelGraph
-from .hardware import (
-    GRAPH,
-    PRECISION_BYTES,
-    HardwareProfile,
-    MemoryLevel,
-)
+from .hardware import HardwareProfile, MemoryLevel, Precision, precision_for
 from .loader import LoadedModel
 from .runtimes import Kernel, kernel_model
 
@@ -87,33 +82,6 @@ class Bound:
 
 
 COMPUTE, OVERHEAD = Bound("compute"), Bound("overhead")
-
-
-@dataclass(frozen=True, slots=True)
-class Precision:
-    """What a kernel runs at: `peak` names the profile peak its MACs run at (fp32, fp16, bf16,
-    int8), `byte_scale` scales the graph's bytes. The graph's own precision (GRAPH) keeps the
-    bytes as stored and runs each group's MACs at the precision that does them (a QDQ Conv's
-    uint8 x int8 at int8, an fp16 model's at fp16: `analysis.group_precisions`); a what-if
-    (`what_if`) runs an fp32 graph at another precision, its bytes scaled to that width."""
-
-    peak: str
-    byte_scale: float = 1.0
-
-
-def what_if(precision: str) -> Precision:
-    """The fp32 graph's tensors and MACs at `precision` (fp16: half the bytes)."""
-    return Precision(precision, PRECISION_BYTES[precision] / 4)
-
-
-def stored(group_precision: str) -> Precision:
-    """A group at the precision its graph gives (`cost.precision.group_precision`): floats by
-    width (float16, bfloat16, else fp32: float8 types have no peak of their own in a profile),
-    any integer type on the int8 units (int4 weights are unpacked to int8 to multiply)."""
-    floats = {"float16": "fp16", "bfloat16": "bf16"}
-    peak = "int8" if group_precision.startswith(("int", "uint")) else floats.get(
-        group_precision, "fp32")
-    return Precision(peak)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,18 +280,10 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
     each group costed as the kernels the profile's runtime runs for it (`analyzer.runtimes`:
     one kernel per group on an uncalibrated profile), at `precision`: a what-if of an fp32
     graph, or GRAPH, each group at its own (`group_precisions`; float32 where not given)."""
-    if precision != GRAPH and precision not in PRECISION_BYTES:
-        from .errors import UsageError
-
-        raise UsageError(f"precision {precision!r}: expected one of "
-                         f"{', '.join([GRAPH, *PRECISION_BYTES])}")
+    at = precision_for(precision, group_precisions or {})
     eff = efficiency or constant_efficiency(hw)
-    runtime = kernel_model(hw.runtime.name)
-    kernels = runtime.kernels(mg, groups, node_costs, group_costs, hw, model)
-    own = group_precisions or {}
-    out = {g: None if ks is None else cost_kernels(
-               ks, hw, stored(own.get(g, "float32")) if precision == GRAPH else what_if(precision),
-               eff)
+    kernels = kernel_model(hw.runtime.name).kernels(mg, groups, node_costs, group_costs, hw, model)
+    out = {g: None if ks is None else cost_kernels(ks, hw, at(g), eff)
            for g, ks in kernels.items()}
     known = [e for e in out.values() if e is not None]
     return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,

@@ -61,6 +61,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,48 @@ GPU_RUNTIMES = (ORT_CUDA, NATIVE_CUDA)
 RUNTIMES = (*HOST_RUNTIMES, *GPU_RUNTIMES)
 PROFILES_DIR = Path(__file__).parent / "profiles"
 KINDS = ("cpu", "gpu", "tpu", "npu")
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """What a kernel runs at: `peak` names the profile peak its MACs run at (fp32, fp16, bf16,
+    int8), `byte_scale` scales the graph's bytes. The graph's own precision (GRAPH) keeps the
+    bytes as stored and runs each group's MACs at the precision that does them (a QDQ Conv's
+    uint8 x int8 at int8, an fp16 model's at fp16: `analysis.group_precisions`); a what-if
+    (`what_if`) runs an fp32 graph at another precision, its bytes scaled to that width."""
+
+    peak: str
+    byte_scale: float = 1.0
+
+
+def what_if(precision: str) -> Precision:
+    """The fp32 graph's tensors and MACs at `precision` (fp16: half the bytes)."""
+    return Precision(precision, PRECISION_BYTES[precision] / 4)
+
+
+def stored(group_precision: str) -> Precision:
+    """A group at the precision its graph gives (`cost.precision.group_precision`): floats by
+    width (float16, bfloat16, else fp32: float8 types have no peak of their own in a profile),
+    any integer type on the int8 units (int4 weights are unpacked to int8 to multiply)."""
+    floats = {"float16": "fp16", "bfloat16": "bf16"}
+    peak = "int8" if group_precision.startswith(("int", "uint")) else floats.get(
+        group_precision, "fp32")
+    return Precision(peak)
+
+
+def precision_for(precision: str, group_precisions: Mapping[int, str]
+                  ) -> Callable[[int], Precision]:
+    """Group id -> what its kernels run at: under GRAPH, the group's own precision
+    (`group_precisions`, float32 where not given); else the what-if `precision`."""
+    if precision == GRAPH:
+        return lambda g: stored(group_precisions.get(g, "float32"))
+    if precision not in PRECISION_BYTES:
+        from .errors import UsageError
+
+        raise UsageError(f"precision {precision!r}: expected one of "
+                         f"{', '.join([GRAPH, *PRECISION_BYTES])}")
+    at = what_if(precision)
+    return lambda g: at
 
 
 class HardwareProfileError(OnnxLensError):

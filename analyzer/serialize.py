@@ -114,7 +114,7 @@ def _group_edges(mg: ModelGraph, group_of: dict[str, int]) -> list[tuple[int, in
 def _profile_summary(est: Any, macs_by_dtype: dict[str, int]) -> dict[str, Any]:
     """What a reader (or the HTML roofline) needs of the profile an estimate used; at the
     graph's own precision, the peak is that of the precision doing most MACs."""
-    from .estimate import GRAPH, stored
+    from .hardware import GRAPH, stored
 
     hw = est.profile
     peak = est.precision if est.precision != GRAPH else stored(

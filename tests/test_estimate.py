@@ -18,7 +18,6 @@ from onnxlens.analyzer.estimate import (
     estimate_group,
     estimate_model,
     memory_level,
-    what_if,
 )
 from onnxlens.analyzer.hardware import (
     ORT_CPU,
@@ -27,6 +26,7 @@ from onnxlens.analyzer.hardware import (
     available_profiles,
     load_profile,
     profile_from_dict,
+    what_if,
 )
 from onnxlens.analyzer.ir import NodeInfo, TensorInfo
 from onnxlens.analyzer.runtimes import node_class

@@ -23,8 +23,8 @@ from ...analyzer.calibration import (
     apply_calibration,
     host_name,
 )
-from ...analyzer.estimate import Precision, activation_pass, estimate_group, memory_level
-from ...analyzer.hardware import HardwareProfile, load_profile
+from ...analyzer.estimate import activation_pass, estimate_group, memory_level
+from ...analyzer.hardware import HardwareProfile, Precision, load_profile
 from ...analyzer.host import detect_cpu, host_profile
 from .catalogue import SQUARE_GEMM
 
