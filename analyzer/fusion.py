@@ -56,7 +56,7 @@ depthwise Conv (``group`` == input channels > 1); activations are named by ONNX 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -530,7 +530,8 @@ class _Matcher:
                 for slot, region in _SEEDS.items():
                     if slot in self.bound:
                         self.seeds.setdefault(self.bound[slot], region)
-                return self._name(pattern), [*self.member_set, *self._baked_static()]
+                return self._name(pattern), [*self.member_set,
+                                             *self._baked_static(self.member_set, self.member_set)]
             if not self.progressed:
                 refused.add(index)
         return None
@@ -658,18 +659,18 @@ class _Matcher:
                     return False
         return True
 
-    def _baked_static(self) -> set[str]:
+    def _baked_static(self, members: set[str], start: Iterable[str]) -> set[str]:
         """Unclaimed static nodes (`_static_nodes`: Constant, TorchScript's shape arithmetic)
-        whose outputs only the matched nodes read, and so on up their inputs: a fusing runtime
-        folds them into the kernel."""
+        whose outputs only `members` read, found up the inputs of the nodes `start`, and so on
+        up their inputs: a fusing runtime folds them into the kernel."""
         found: set[str] = set()
-        frontier = list(self.member_set)
+        frontier = list(start)
         while frontier:
             for t in self.infos[frontier.pop()].inputs:
                 src = self.producer.get(t.name) if t is not None else None
                 if (src is not None and src in self.static and src not in found
-                        and src not in self.claimed and src not in self.member_set
-                        and self._read_only_by(src, self.member_set | found)):
+                        and src not in self.claimed and src not in members
+                        and self._read_only_by(src, members | found)):
                     found.add(src)
                     frontier.append(src)
         return found
@@ -717,7 +718,8 @@ class _Matcher:
                         and self.infos[src].op_type == DEQUANTIZE
                         and self._read_only_by(src, members)):
                     members.add(src)
-        return list(members)
+        # The edges' own constants (a scale or zero point given by a Constant node).
+        return [*members, *self._baked_static(members, members.difference(keys))]
 
     def _sole_reader(self, key: str, op_type: str) -> str | None:
         """The unclaimed node of `op_type` that alone reads `key`'s one output, if any."""
@@ -789,13 +791,15 @@ _INDEX_TYPES = frozenset({TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
 
 def _static_nodes(mg: ModelGraph) -> set[str]:
     """Constant nodes, and nodes of integer or bool outputs whose inputs are all initializers
-    or outputs of static nodes (shape arithmetic). Float values computed from weights (Swin's
+    or outputs of static nodes (shape arithmetic), or that quantize or dequantize such inputs
+    (weights; a constant scale quantized). Float values computed from weights (Swin's
     relative position bias) are left out: they are work a runtime may do per run."""
     static: set[str] = set()
     for key in mg.order:
         info = mg.infos[key]
         if info.op_type == "Constant" or (
-                all(t.elem_type in _INDEX_TYPES for t in info.outputs)
+                (info.op_type in (QUANTIZE, DEQUANTIZE)
+                 or all(t.elem_type in _INDEX_TYPES for t in info.outputs))
                 and all(t is None or t.name in mg.initializers or mg.producer.get(t.name) in static
                         for t in info.inputs)):
             static.add(key)
