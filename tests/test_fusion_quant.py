@@ -255,3 +255,48 @@ def test_a_shared_dynamic_quantizer_is_its_own_group(tmp_path: Path) -> None:
     patterns = Counter(g.pattern for g in result.groups)
     assert patterns == {"DynamicQuantizeLinear": 1, "MatMul+Add": 1, "MatMul": 1}
     assert _ops(result, 0) == ["DynamicQuantizeLinear"]
+
+
+# ---- transformers -----------------------------------------------------------------------------
+
+class _TokenReader(quantization.CalibrationDataReader):
+    """Two random 16-token sequences of the tiny models' vocabulary, no padding."""
+
+    def __init__(self) -> None:
+        self.rng, self.left = np.random.default_rng(0), 2
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if not self.left:
+            return None
+        self.left -= 1
+        return {"input_ids": self.rng.integers(0, 60, (1, 16)),
+                "attention_mask": np.ones((1, 16), np.int64)}
+
+
+def test_qdq_bert_keeps_its_layers(tmp_path: Path) -> None:
+    """quantize_static QDQ of a 2-layer BERT: one attention group per layer and its norms, as
+    the fp32 model, every MAC group int8; the only new groups are the output's DQ and weights'
+    DQs that several groups read (LayerNorm weights shared through TorchScript's Identity
+    nodes)."""
+    pytest.importorskip("transformers")
+    from hf_models import export
+
+    from onnxlens.analyzer.fusion import ATTENTION, NORMS
+
+    fp32 = export("bert", tmp_path / "bert.onnx", layers=2, hidden=64, seq=16, dynamo=False)
+    quantization.quantize_static(fp32, tmp_path / "qdq.onnx", _TokenReader(),
+                                 quant_format=quantization.QuantFormat.QDQ)
+    before, after = analyze(fp32), _checked(analyze(tmp_path / "qdq.onnx"))
+    assert Counter(g.pattern for g in after.groups) - Counter(g.pattern for g in before.groups) \
+        == Counter({"DequantizeLinear": 4})
+    for result in (before, after):
+        assert sum(ATTENTION in g.pattern for g in result.groups) == 2
+        assert sum(g.pattern in NORMS for g in result.groups) == 5
+    *shared, output = [after.graph.info(g.nodes[0]) for g in after.groups
+                       if g.pattern == "DequantizeLinear"]
+    assert output.outputs[0].name in after.graph.graph_outputs
+    for info in shared:
+        assert info.inputs[0].name in after.graph.initializers
+        assert len(after.graph.consumers[info.outputs[0].name]) > 1
+    assert {after.group_precisions[g.id] for g in after.groups
+            if after.group_costs[g.id].cost.macs} == {"int8"}
