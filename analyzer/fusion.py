@@ -485,11 +485,14 @@ class _Matcher:
         self.graph_outputs = frozenset(mg.graph_outputs)
         self.position = {key: i for i, key in enumerate(mg.order)}
         # What patterns see of a node: its op_type, SATURATING_Q for a QuantizeLinear that is
-        # a folded ReLU; and of a tensor, its producer's (through a Q -> DQ pair: `through`).
+        # a folded ReLU; and of a tensor, its producer's (through a Q -> DQ pair: `through`),
+        # or, through a saturating Q (`relu_through`), also that Q.
         self.saturating = _saturating_quantizers(mg, constant)
         self.op_of = {t: self.kind(k) for t, k in mg.producer.items()}
         self.through = _qdq_pairs(mg)
-        for t, (source, _) in self.through.items():
+        self.relu_through = {t for t, (_, _, (_, q)) in self.through.items()
+                             if q in self.saturating}
+        for t, (source, _, _) in self.through.items():
             self.op_of[t] = self.op_of.get(source)  # type: ignore[assignment]
         self.claimed: set[str] = set()
         self.group_of: dict[str, int] = {}  # claimed node -> the index of its group in `fuse`
@@ -540,9 +543,10 @@ class _Matcher:
         """What decides whether a pattern's first op fits `info` as its sink (`_match_op`
         before `where`): the op_type, each input's producer op_type (`_ABSENT` for an omitted
         input), and whether the first two inputs are the same tensor."""
-        inputs, op_of = info.inputs, self.op_of
+        inputs, op_of, relu = info.inputs, self.op_of, self.relu_through
         return (self.kind(info.name),
-                tuple([_ABSENT if t is None else op_of.get(t.name) for t in inputs]),
+                tuple([_ABSENT if t is None else (op_of.get(t.name), t.name in relu)
+                       if relu else op_of.get(t.name) for t in inputs]),
                 len(inputs) > 1 and inputs[0] == inputs[1])
 
     # Matching is backtracking in continuation-passing style: `_match(pat, tensor, then)`
@@ -561,7 +565,7 @@ class _Matcher:
             ok = self._match_op(pat, tensor, then)  # type: ignore[arg-type]
         elif kind is Alt:
             ok = False
-            for alt in pat.by_op.get(self.op_of.get(tensor), pat.by_op[None]):  # type: ignore
+            for alt in self._alternatives(pat, tensor):  # type: ignore[arg-type]
                 if self._match(alt, tensor, then):
                     ok = True
                     break
@@ -570,6 +574,14 @@ class _Matcher:
         if not ok and name is not None:
             del self.bound[name]
         return ok
+
+    def _alternatives(self, pat: Alt, tensor: str) -> tuple[Pat, ...]:
+        """The alternatives of `pat` that may match at `tensor`, by what made it."""
+        alts = pat.by_op.get(self.op_of.get(tensor), pat.by_op[None])
+        if tensor in self.relu_through and SATURATING_Q in pat.by_op:
+            relu = pat.by_op[SATURATING_Q]
+            return tuple(a for a in pat.alts if a in alts or a in relu)
+        return alts
 
     def kind(self, key: str) -> str:
         return SATURATING_Q if key in self.saturating else self.infos[key].op_type
@@ -607,16 +619,19 @@ class _Matcher:
         self.member_set.discard(key)
         return False
 
-    def _match_through(self, pat: Op, pair: tuple[str, tuple[str, str]],
+    def _match_through(self, pat: Op, pair: tuple[str, str, tuple[str, str]],
                        then: Callable[[], bool]) -> bool:
-        """`pat` at the tensor a Q -> DQ pair quantized, the pair taken into the match."""
-        source, keys = pair
+        """`pat` at the tensor a Q -> DQ pair quantized, the pair taken into the match; or,
+        when `pat` is a saturating Q (a ReLU) and the pair's Q is one, at that Q."""
+        source, quantized, (dq, q) = pair
+        keys, at = ((dq,), quantized) if SATURATING_Q in pat.ops and q in self.saturating else (
+            (dq, q), source)
         if any(k in self.claimed or k in self.member_set for k in keys):
             return False
         for k in keys:
             self.members.append((k, _THROUGH))
             self.member_set.add(k)
-        if self._match_op(pat, source, then):
+        if self._match_op(pat, at, then):
             return True
         for k in keys:
             self.members.pop()
@@ -628,7 +643,8 @@ class _Matcher:
         op_of = self.op_of
         for i in pat.checked:
             t, first = inputs[i], pat.srcs[i].first
-            if t is None or (first is not None and op_of.get(t.name) not in first):
+            if t is None or (first is not None and op_of.get(t.name) not in first and not (
+                    SATURATING_Q in first and t.name in self.relu_through)):
                 return False
         return True
 
@@ -743,16 +759,16 @@ class _Matcher:
 _THROUGH = Op(frozenset({QUANTIZE, DEQUANTIZE}))  # a member seen through: a Q -> DQ pair
 
 
-def _qdq_pairs(mg: ModelGraph) -> dict[str, tuple[str, tuple[str, str]]]:
+def _qdq_pairs(mg: ModelGraph) -> dict[str, tuple[str, str, tuple[str, str]]]:
     """The output of each DequantizeLinear of a QuantizeLinear's output -> (the tensor that
-    QuantizeLinear quantized, (the DQ's key, the Q's key))."""
+    QuantizeLinear quantized, its quantized output, (the DQ's key, the Q's key))."""
     pairs = {}
     for key in mg.order:
         info = mg.infos[key]
         x = info.input(0)
         q = mg.producer.get(x.name) if info.op_type == DEQUANTIZE and x is not None else None
         if q is not None and mg.infos[q].op_type == QUANTIZE and mg.infos[q].inputs[0]:
-            pairs[info.outputs[0].name] = (mg.infos[q].inputs[0].name, (key, q))
+            pairs[info.outputs[0].name] = (mg.infos[q].inputs[0].name, x.name, (key, q))
     return pairs
 
 

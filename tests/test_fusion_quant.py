@@ -139,6 +139,56 @@ def test_ort_runs_qdq_groups_as_its_quantized_kernels(resnets: dict[str, Analysi
         qdq.group_costs[block.id].cost.other_flops
 
 
+class _ImageReader(quantization.CalibrationDataReader):
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.rng, self.left, self.shape = np.random.default_rng(0), 2, shape
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if not self.left:
+            return None
+        self.left -= 1
+        return {"x": self.rng.standard_normal(self.shape, dtype=np.float32)}
+
+
+def _blocks() -> dict[str, object]:
+    import torch
+    from torch import nn
+    from torchvision.ops.misc import SqueezeExcitation
+
+    torch.manual_seed(0)
+    se = {"regnet": (nn.ReLU, nn.Sigmoid), "mobilenet_v3": (nn.ReLU, nn.Hardsigmoid)}
+    blocks = {name: nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+                                  SqueezeExcitation(16, 4, act, gate))
+              for name, (act, gate) in se.items()}
+    blocks["efficientnet"] = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.SiLU(),
+                                           nn.Conv2d(16, 16, 3, padding=1, groups=16),
+                                           nn.Hardswish())
+    return blocks
+
+
+@pytest.mark.parametrize("name", ["regnet", "mobilenet_v3", "efficientnet"])
+def test_qdq_cnn_blocks_keep_their_groups(tmp_path: Path, name: str) -> None:
+    """Squeeze-excite (its ReLU folded into a Q in the middle of the pattern, its gate's
+    output quantized) and spelled-out activations (SiLU: x · σ(x), each operand through its
+    own Q -> DQ) match through the quantization as in fp32. ORT leaves a final HardSwish
+    unquantized: no output DQ then."""
+    import torch
+
+    from onnxlens.exporters.torch_export import export_module
+
+    shape = (1, 8, 16, 16)
+    fp32 = export_module(_blocks()[name].eval(), (torch.randn(*shape),), tmp_path / "f.onnx",
+                         input_names=["x"])
+    quantization.quantize_static(fp32, tmp_path / "q.onnx", _ImageReader(shape),
+                                 quant_format=quantization.QuantFormat.QDQ, per_channel=True)
+    before, after = analyze(fp32), _checked(analyze(tmp_path / "q.onnx"))
+    dangling = Counter({"QuantizeLinear": 1, "DequantizeLinear": name != "efficientnet"})
+    assert Counter(g.pattern for g in after.groups) == Counter(
+        g.pattern for g in before.groups) + dangling
+    assert {after.group_precisions[g.id] for g in after.groups[1:len(before.groups) + 1]
+            if after.group_costs[g.id].cost.macs} == {"int8"}
+
+
 # ---- hand-built QDQ graphs --------------------------------------------------------------------
 
 def _qdq_conv(relu: bool, out_zero_point: int) -> onnx.ModelProto:
