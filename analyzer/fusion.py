@@ -245,20 +245,33 @@ def activation(x: Pat) -> Alt:
 
 
 def _conv_chain(bn: bool) -> Pat:
-    conv = op("Conv", ANY, fills=("conv", _conv_kind))
+    # A dynamic Conv only with its bias Add: alone, its scale Mul would take the bias Add
+    # for a residual one.
+    conv = Alt((op("Conv", ANY, fills=("conv", _conv_kind)), _dynamic_conv()[0]))
     return op("BatchNormalization", conv) if bn else conv
+
+
+def _dynamic_conv() -> tuple[Op, Op]:
+    """quantize_dynamic's Conv: ConvInteger of the dynamically quantized input, scaled, plus
+    the bias reshaped to [C, 1, 1] (none when the Conv has no bias)."""
+    scaled = _dynamic_quantized("ConvInteger", fills=("conv", _conv_kind))
+    return op("Add", scaled, op("Reshape", CONST)), scaled
 
 
 def _conv_residual(bn: bool) -> Pat:
     return activation(bind("x", op("Add", _conv_chain(bn), ANY)))
 
 
-def _dynamic_matmul() -> Op:
-    """quantize_dynamic's MatMul: MatMulInteger of the dynamically quantized input (its
-    DynamicQuantizeLinear inside when no other group reads it), cast to float and scaled by
-    the product of the input's and the weight's scales."""
+def _dynamic_quantized(ops: str, fills: Fill | None = None) -> Op:
+    """quantize_dynamic's MatMul or Conv (`ops`: MatMulInteger, ConvInteger) of the
+    dynamically quantized input (its DynamicQuantizeLinear inside when no other group reads
+    it), cast to float and scaled by the product of the input's and the weight's scales."""
     quantized = Alt((op("DynamicQuantizeLinear", ANY), ANY))
-    return op("Mul", op("Cast", op("MatMulInteger", quantized)), op("Mul", ANY, ANY))
+    return op("Mul", op("Cast", op(ops, quantized, fills=fills)), op("Mul", ANY, ANY))
+
+
+def _dynamic_matmul() -> Op:
+    return _dynamic_quantized("MatMulInteger")
 
 
 def _matmul_bias() -> Op:
@@ -437,6 +450,11 @@ PATTERNS: tuple[Pattern, ...] = (
         DQ ─ Conv ─ Q(>=0) ─►   (QDQ: a Q whose range starts at 0 is the ReLU)""",
             "torch TorchScript (BatchNorm folded); onnxruntime quantize_static (QDQ)",
             activation(bind("x", _conv_chain(bn=False)))),
+    Pattern("{conv}", """
+        x ─ DynamicQuantizeLinear ─┬─ ConvInteger W ─ Cast ─┐
+                                   └─ Mul w_scale ──────── Mul ─ Add (Reshape bias) ─►
+        (a Conv without activation; with one: {conv}+{act}, as a Conv)""",
+            "onnxruntime.quantization.quantize_dynamic", Alt(_dynamic_conv())),
     Pattern("{conv}+BN", "Conv ─ BatchNormalization ─►   (ResNet downsample)",
             "torch TorchScript with --keep-batchnorm", _conv_chain(bn=True)),
     Pattern(SWIGLU, """

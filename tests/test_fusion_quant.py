@@ -58,7 +58,8 @@ def _ort_kernels(result: AnalysisResult, index: int) -> list[Kernel]:
 def resnets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AnalysisResult]:
     d = tmp_path_factory.mktemp("resnet18")
     fp32 = resnet18(d)
-    return {"fp32": analyze(fp32),
+    quantization.quantize_dynamic(fp32, d / "dynamic.onnx")
+    return {"fp32": analyze(fp32), "dynamic": analyze(d / "dynamic.onnx"),
             "per_tensor": analyze(quantize_qdq(fp32, d / "per_tensor.onnx")),
             "per_channel": analyze(quantize_qdq(fp32, d / "per_channel.onnx",
                                                 per_channel=True))}
@@ -187,6 +188,23 @@ def test_qdq_cnn_blocks_keep_their_groups(tmp_path: Path, name: str) -> None:
         g.pattern for g in before.groups) + dangling
     assert {after.group_precisions[g.id] for g in after.groups[1:len(before.groups) + 1]
             if after.group_costs[g.id].cost.macs} == {"int8"}
+
+
+def test_dynamic_resnet18_has_the_fp32_groups(resnets: dict[str, AnalysisResult]) -> None:
+    """quantize_dynamic: each Conv is DynamicQuantizeLinear, ConvInteger, Cast, the scale Mul
+    and the bias Add of a reshaped bias, matched as a Conv; the Gemm a MatMulInteger chain with
+    its bias (MatMul+Add). A DynamicQuantizeLinear read by two convolutions (a downsampling
+    block's first Conv and its downsample) is a group of its own."""
+    fp32, dynamic = resnets["fp32"], _checked(resnets["dynamic"])
+    expected = Counter(g.pattern for g in fp32.groups) - Counter({"Gemm": 1}) + Counter(
+        {"MatMul+Add": 1, "DynamicQuantizeLinear": 3})
+    assert Counter(g.pattern for g in dynamic.groups) == expected
+    assert {dynamic.group_precisions[g.id] for g in dynamic.groups
+            if dynamic.group_costs[g.id].cost.macs} == {"int8"}
+    stem = dynamic.groups[0]
+    assert stem.pattern == "Conv+Relu" and Counter(_ops(dynamic, 0)) == Counter(
+        {"DynamicQuantizeLinear": 1, "ConvInteger": 1, "Cast": 1, "Mul": 2, "Reshape": 1,
+         "Add": 1, "Relu": 1})
 
 
 # ---- hand-built QDQ graphs --------------------------------------------------------------------
