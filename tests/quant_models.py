@@ -13,17 +13,18 @@ SIZE = 64
 
 
 class Reader(quantization.CalibrationDataReader):
-    """Two random images: enough for ranges (the numbers do not matter, the graph does)."""
+    """Two random images for input "x" (values in [0, 1)): enough for ranges (the numbers do
+    not matter, the graph does)."""
 
-    def __init__(self) -> None:
-        self.left = 2
+    def __init__(self, shape: tuple[int, ...] = (1, 3, SIZE, SIZE)) -> None:
+        self.left, self.shape = 2, shape
         self.rng = np.random.default_rng(0)
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         if not self.left:
             return None
         self.left -= 1
-        return {"x": self.rng.random((1, 3, SIZE, SIZE), dtype=np.float32)}
+        return {"x": self.rng.random(self.shape, dtype=np.float32)}
 
 
 def resnet18(directory: Path) -> Path:

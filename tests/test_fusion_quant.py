@@ -26,7 +26,7 @@ from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
 quantization = pytest.importorskip("onnxruntime.quantization")
 pytest.importorskip("torchvision")
 
-from quant_models import quantize_qdq, resnet18  # noqa: E402
+from quant_models import Reader, quantize_qdq, resnet18  # noqa: E402
 
 MAC_OPS = {"Conv", "Gemm", "MatMul", "MatMulInteger"}
 
@@ -140,17 +140,6 @@ def test_ort_runs_qdq_groups_as_its_quantized_kernels(resnets: dict[str, Analysi
         qdq.group_costs[block.id].cost.other_flops
 
 
-class _ImageReader(quantization.CalibrationDataReader):
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        self.rng, self.left, self.shape = np.random.default_rng(0), 2, shape
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        if not self.left:
-            return None
-        self.left -= 1
-        return {"x": self.rng.standard_normal(self.shape, dtype=np.float32)}
-
-
 def _blocks() -> dict[str, object]:
     import torch
     from torch import nn
@@ -180,7 +169,7 @@ def test_qdq_cnn_blocks_keep_their_groups(tmp_path: Path, name: str) -> None:
     shape = (1, 8, 16, 16)
     fp32 = export_module(_blocks()[name].eval(), (torch.randn(*shape),), tmp_path / "f.onnx",
                          input_names=["x"])
-    quantization.quantize_static(fp32, tmp_path / "q.onnx", _ImageReader(shape),
+    quantization.quantize_static(fp32, tmp_path / "q.onnx", Reader(shape),
                                  quant_format=quantization.QuantFormat.QDQ, per_channel=True)
     before, after = analyze(fp32), _checked(analyze(tmp_path / "q.onnx"))
     dangling = Counter({"QuantizeLinear": 1, "DequantizeLinear": name != "efficientnet"})
