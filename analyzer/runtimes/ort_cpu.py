@@ -208,7 +208,12 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     QLinearAdd); MatMulInteger is an anchor taking
     the Cast and scale Mul after it (DynamicQuantizeMatMul). The weights' DQ arithmetic stays
     in the kernel's FLOPs (ORT prepacks them: an overcount of 2 FLOPs per weight, under 1% of
-    a Conv's MACs). `block`: the NCHWc block in channels."""
+    a Conv's MACs). Profiled (ORT 1.31, AVX-512 VNNI, QDQ ResNet-18 per channel): with uint8
+    activations ORT runs 20 QLinearConv, 8 QLinearAdd, one kernel per pool, Flatten and QGemm
+    (36 kernels, 2 of them NHWC transposes not modelled here); with int8 activations
+    (quantize_static's default) only 9 Convs become QLinearConv and the others run as DQ,
+    float Conv and Q kernels (124 kernels): not modelled, the estimate assumes the uint8
+    fusion. `block`: the NCHWc block in channels."""
     norm = _RESIDUAL_NORMS.get(group.pattern)
     adds = [i for i, k in enumerate(group.nodes) if mg.info(k).op_type == "Add"]
     if norm is not None and adds:  # (ORT's Skip*LayerNormalization op has no Add)
