@@ -112,7 +112,7 @@ class AnalysisResult:
     @property
     def default_precision(self) -> str:
         """The precision an estimate runs at unless told: fp32 for a graph whose MACs are all
-        float32 (or that has none), else `estimate.GRAPH`: a quantized or fp16 model's groups
+        float32 (or that has none), else `hardware.GRAPH`: a quantized or fp16 model's groups
         each run at the precision their graph gives them."""
         from .hardware import GRAPH
 

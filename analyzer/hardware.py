@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import OnnxLensError
+from .errors import OnnxLensError, UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -135,8 +135,6 @@ def precision_for(precision: str, group_precisions: Mapping[int, str]
     if precision == GRAPH:
         return lambda g: stored(group_precisions.get(g, "float32"))
     if precision not in PRECISION_BYTES:
-        from .errors import UsageError
-
         raise UsageError(f"precision {precision!r}: expected one of "
                          f"{', '.join([GRAPH, *PRECISION_BYTES])}")
     at = what_if(precision)

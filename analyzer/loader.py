@@ -47,7 +47,7 @@ from .ir import (
     packed_bytes,
     read_nodes,
 )
-from .validate import DEFAULT_LIMITS, Limits, check_text, validate_model
+from .validate import CONTRIB_DOMAIN, DEFAULT_LIMITS, Limits, check_text, validate_model
 
 _EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
 # Onnx's checker and shape inference see a light copy of the model: initializers are swapped for
@@ -71,7 +71,6 @@ ORT_DEFAULT_DOMAIN_OPS = frozenset({
     "GivenTensorFill", "ImageScaler", "MemcpyFromHost", "MemcpyToHost",
     "MultilevelCropAndResize_TRT", "ParametricSoftplus", "PyramidROIAlign_TRT", "Scale",
     "ScaledTanh", "SimplifiedLayerNormalization"})
-_CONTRIB_DOMAIN = "com.microsoft"
 _DATA_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
 # A symbolic dim is kept when it is one of the graph inputs' dim names or an expression of them
 # (ORT writes "2*batch", "floor(seq/2)"); names that inference made up ("unk__3", ORT's guesses)
@@ -760,16 +759,16 @@ def _runtime_ops_to_contrib_domain(light: onnx.ModelProto, warnings: list[str]) 
     checker and shape inference see: onnx skips them, ORT's symbolic inference gives their
     shapes. The model itself keeps them as written (their cost formulas are registered
     there)."""
-    moved = sorted({n.op_type for n in light.graph.node
-                    if n.domain in ("", "ai.onnx") and n.op_type in ORT_DEFAULT_DOMAIN_OPS})
+    moved = [n for n in light.graph.node
+             if n.domain in ("", "ai.onnx") and n.op_type in ORT_DEFAULT_DOMAIN_OPS]
     if not moved:
         return
-    for node in light.graph.node:
-        if node.domain in ("", "ai.onnx") and node.op_type in ORT_DEFAULT_DOMAIN_OPS:
-            node.domain = _CONTRIB_DOMAIN
-    if all(o.domain != _CONTRIB_DOMAIN for o in light.opset_import):
-        light.opset_import.add(domain=_CONTRIB_DOMAIN, version=1)
-    warnings.append(f"ONNX Runtime's own op(s) {', '.join(moved)} in the default domain: not "
+    for node in moved:
+        node.domain = CONTRIB_DOMAIN
+    if all(o.domain != CONTRIB_DOMAIN for o in light.opset_import):
+        light.opset_import.add(domain=CONTRIB_DOMAIN, version=1)
+    op_types = sorted({n.op_type for n in moved})
+    warnings.append(f"ONNX Runtime's own op(s) {', '.join(op_types)} in the default domain: not "
                     "ONNX ops (onnx's checker skips them); their shapes come from ONNX "
                     "Runtime's symbolic inference")
 

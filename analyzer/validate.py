@@ -560,7 +560,7 @@ class _Walker:
                     key = (domain, op, node.proto.overload)
                     if key in self.functions:
                         calls.append((level, key))
-                    elif shape_checks and domain == _CONTRIB and op in _CONTRIB_SHAPE_CHECKS:
+                    elif shape_checks and domain == CONTRIB_DOMAIN and op in _CONTRIB_SHAPE_CHECKS:
                         self.validation.shape_checks.append((_CONTRIB_SHAPE_CHECKS[op], NodeView(
                             node, op, index, here, opset, scope, self.for_views, known)))
                     continue
@@ -1283,7 +1283,7 @@ def _n_bits_shapes(v: NodeView) -> None:
                f"values, one per block of {block} of each of N = {n} columns")
 
 
-_CONTRIB = "com.microsoft"
+CONTRIB_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib ops
 _CONTRIB_SHAPE_CHECKS: dict[str, Check] = {
     "MatMulNBits": _n_bits_shapes,
     "QuantizeLinear": _quant_shapes,
