@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..analyzer.hardware import GRAPH
 from .html import _hbars, _loglog_chart, _section, _table, esc, page
 from .terminal import binary, seconds, si
 
@@ -89,7 +90,8 @@ def _matrix(rows: list[Row]) -> str:
     what = f"batch {head[0]['batch']}"
     precision = _first([r for r in head if r["kind"] == "estimate"], "precision")
     if precision:
-        what += f", estimates at {precision}, measurements at the model's own precision"
+        at = "each model's own precision" if precision == GRAPH else precision
+        what += f", estimates at {at}, measurements at the model's own precision"
     return _section("matrix", f"Latency, models × targets ({what})",
                     _table(["model", "MACs", "parameters", "activation peak", *targets], lines))
 
@@ -117,8 +119,9 @@ def _estimate_target(backend: str) -> str | None:
 
 
 def _accuracy(rows: list[Row]) -> str:
-    """Each measurement against the estimate of the same model, batch and precision on the
-    matching target: y = x is a perfect estimate."""
+    """Each measurement against the estimate of the same model and batch on the matching
+    target, at the graph's own precision (what was measured) or else at the precision named
+    like the measurement's: y = x is a perfect estimate."""
     estimates = {(r["model_sha256"], r["batch"], r["precision"], r["target"]): r
                  for r in rows if r["kind"] == "estimate"}
     backends: list[str] = []
@@ -126,8 +129,9 @@ def _accuracy(rows: list[Row]) -> str:
     for r in rows:
         if r["kind"] != "measured":
             continue
-        est = estimates.get((r["model_sha256"], r["batch"], r["precision"],
-                             _estimate_target(r["target"])))
+        sha, batch, hw = r["model_sha256"], r["batch"], _estimate_target(r["target"])
+        est = (estimates.get((sha, batch, GRAPH, hw))
+               or estimates.get((sha, batch, r["precision"], hw)))
         if est is None or not est["latency_s"] or not r["latency_s"]:
             continue
         if r["target"] not in backends:

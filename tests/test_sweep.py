@@ -158,6 +158,35 @@ def test_measured_row_at_the_models_precision(models: dict[str, Path], tmp_path:
     assert 0 < row["latency_s"] < 1 and row["peak_memory_bytes"] > 128 * 128 * 4
 
 
+def test_quantized_model_estimated_at_its_own_precision(models: dict[str, Path],
+                                                        tmp_path: Path) -> None:
+    """The default precision is the graph's own: a quantize_dynamic model's estimate rows are
+    ok, its measurement says int8 and pairs with them in the report; an explicit fp32 what-if
+    of it is an error row that still carries the model's figures."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    from onnxlens.reports.sweep_html import _accuracy
+
+    q = tmp_path / "q.onnx"
+    quantize_dynamic(models["big"], q)
+    spec = {"models": [str(q)], "batch": [2], "hardware": ["host"], "measure": ["ort-cpu"],
+            "runs": 3, "warmup": 1}
+    run_sweep(parse_spec(spec), tmp_path / "out")
+    rows = {r["kind"]: r for r in _rows(tmp_path / "out")}
+    assert rows["estimate"]["status"] == "ok", rows["estimate"]["error"]
+    assert rows["estimate"]["precision"] == "graph" and rows["measured"]["precision"] == "int8"
+    assert rows["estimate"]["macs"] == rows["measured"]["macs"] == 2 * 128 * 128
+    assert "of 1 estimates within 25%" in _accuracy(list(rows.values()))
+
+    run_sweep(parse_spec({**spec, "precision": ["graph", "fp32"], "measure": []}),
+              tmp_path / "what-if")
+    by_precision = {r["precision"]: r for r in _rows(tmp_path / "what-if")}
+    assert by_precision["graph"]["status"] == "ok"
+    failed = by_precision["fp32"]
+    assert failed["status"] == "error" and "int8" in failed["error"]
+    assert (failed["macs"], failed["params"]) == (2 * 128 * 128, by_precision["graph"]["params"])
+
+
 # ---- the report ------------------------------------------------------------------------------
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")

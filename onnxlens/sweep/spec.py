@@ -2,8 +2,9 @@
 
     models = ["resnet18", "path/to/model.onnx", "pkg.module:factory"]
     batch = [1, 8]                  # an integer or a list
-    precision = ["fp32", "fp16"]    # of the estimates; a string or a list ("graph": the
-                                    # graph's own, for quantized and fp16 models)
+    precision = ["graph", "fp16"]   # of the estimates; a string or a list. "graph" (the
+                                    # default): each model's own, what it is measured at;
+                                    # fp32/fp16/bf16/int8: a what-if of an fp32 model
     hardware = ["host", "a100"]     # estimate targets (profile keys or .toml files)
     measure = ["ort-cpu"]           # measured backends, at the model's own precision
     threads = 1                     # of the host profile and of every measured backend
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analyzer.errors import UsageError
+from ..analyzer.hardware import GRAPH
 
 try:  # Python 3.11+
     import tomllib
@@ -37,7 +39,7 @@ except ModuleNotFoundError:  # pragma: no cover - 3.10
 class SweepSpec:
     models: tuple[str, ...]
     batch: tuple[int, ...] = (1,)
-    precision: tuple[str, ...] = ("fp32",)
+    precision: tuple[str, ...] = (GRAPH,)
     hardware: tuple[str, ...] = ()
     measure: tuple[str, ...] = ()
     threads: int = 1
@@ -77,7 +79,7 @@ def parse_spec(data: dict[str, Any]) -> SweepSpec:
     spec = SweepSpec(
         models=_strings(data, "models", ()),
         batch=_positive_ints(data, "batch", (1,)),
-        precision=_strings(data, "precision", ("fp32",)),
+        precision=_strings(data, "precision", (GRAPH,)),
         hardware=_strings(data, "hardware", (), empty_ok=True),
         measure=_strings(data, "measure", (), empty_ok=True),
         threads=_positive_int(data, "threads", 1),
@@ -156,7 +158,7 @@ def _resources(value: Any) -> dict[str, str]:
 
 def _check_names(spec: SweepSpec) -> None:
     """Precisions, profiles and backends exist, and every dims/resources key is swept."""
-    from ..analyzer.hardware import GRAPH, PRECISION_BYTES, available_profiles
+    from ..analyzer.hardware import PRECISION_BYTES, available_profiles
     from ..backends.registry import needs_module
 
     for p in spec.precision:

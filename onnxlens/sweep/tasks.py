@@ -27,10 +27,6 @@ ROW_FIELDS = ("model", "model_sha256", "batch", "precision", "target", "kind", "
               "activation_peak_bytes", "peak_memory_bytes", "host", "onnxlens_version",
               "status", "error")
 STAT_FIELDS = ("macs", "flops", "params", "activation_peak_bytes")
-# A measured row's precision: the element type doing most of the model's MACs, in the words of
-# the estimates' precisions, so that a measurement pairs with the estimate at its precision.
-_PRECISION_OF_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int8": "int8",
-                       "uint8": "int8"}
 
 Source = Path | bytes  # a path on the machine that runs the task, or the model's bytes
 
@@ -65,8 +61,9 @@ def make_row(rid: RowId, precision: str, target: str, kind: str, **values: Any) 
     return row
 
 
-def error_row(rid: RowId, precision: str, target: str, kind: str, why: str) -> dict[str, Any]:
-    return make_row(rid, precision, target, kind, status="error", error=why)
+def error_row(rid: RowId, precision: str, target: str, kind: str, why: str,
+              **values: Any) -> dict[str, Any]:
+    return make_row(rid, precision, target, kind, status="error", error=why, **values)
 
 
 def one_line(e: BaseException) -> str:
@@ -101,28 +98,34 @@ def analyze_task(rid: RowId, source: Source, precisions: Sequence[str],
     One analysis serves every (precision, hardware) row: `sweep_rows` estimates each from it."""
     from ..analyzer.analysis import analyze
     from ..analyzer.calibration import resolve_target
+    from ..analyzer.hardware import stored
     from ..analyzer.sweep import sweep_rows
 
-    grid = list(itertools.product(precisions, hardware))
     try:
         result = analyze(source, **_shape_options(source, rid))
-        stats = {k: result.totals[k] for k in STAT_FIELDS}
+        figures = {k: result.totals[k] for k in STAT_FIELDS}
         dtypes = result.macs_by_dtype
+        # A measured row's precision: that of the element type doing most of the MACs, in the
+        # words of the estimates' precisions.
         top = max(dtypes, key=dtypes.__getitem__) if dtypes else "float32"
-        stats["precision"] = _PRECISION_OF_DTYPE.get(top, top)
+        stats = {**figures, "precision": stored(top).peak}
     except Exception as e:  # a model that fails is an error row, never a failed sweep
         why = one_line(e)
-        return None, why, [error_row(rid, p, hw, "estimate", why) for p, hw in grid]
-    try:
-        targets = [resolve_target(hw, threads) for hw in hardware]
-        estimates = sweep_rows(lambda _b: result, [rid.batch], precisions, targets)
-    except Exception as e:
-        return stats, None, [error_row(rid, p, hw, "estimate", one_line(e)) for p, hw in grid]
-    # sweep_rows orders its rows precision by precision, hardware by hardware: as `grid`.
-    return stats, None, [make_row(rid, p, hw, "estimate", latency_s=r["latency_s"],
-                            throughput_per_s=r["throughput_per_s"], energy_j=r["energy_j"],
-                            **{k: stats[k] for k in STAT_FIELDS})
-                   for (p, hw), r in zip(grid, estimates, strict=True)]
+        return None, why, [error_row(rid, p, hw, "estimate", why)
+                           for p, hw in itertools.product(precisions, hardware)]
+    rows = []
+    for precision in precisions:  # a precision that fails (a what-if of an int8 model) fails alone
+        try:
+            targets = [resolve_target(hw, threads) for hw in hardware]  # milliseconds
+            estimates = sweep_rows(lambda _b: result, [rid.batch], [precision], targets)
+            rows += [make_row(rid, precision, hw, "estimate", latency_s=r["latency_s"],
+                              throughput_per_s=r["throughput_per_s"], energy_j=r["energy_j"],
+                              **figures)
+                     for hw, r in zip(hardware, estimates, strict=True)]
+        except Exception as e:  # the model's figures stand; only these estimates failed
+            rows += [error_row(rid, precision, hw, "estimate", one_line(e), **figures)
+                     for hw in hardware]
+    return stats, None, rows
 
 
 def _shape_options(source: Source, rid: RowId) -> dict[str, Any]:
