@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import TensorProto
 
+from .cost.ops import FUSABLE_ACTIVATIONS
 from .graph import ModelGraph
 from .ir import NodeInfo, TensorInfo, dtype_bits
 
@@ -233,13 +234,9 @@ def _spelled_activations(x: Pat) -> tuple[Op, ...]:
             *_half_x_times(x, tanh_gate, "Gelu"))
 
 
-_ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "HardSwish", "Sigmoid", "HardSigmoid", "Gelu",
-                   "Tanh", "Elu", "Selu", "Softplus", "Mish")
-
-
 def activation(x: Pat) -> Alt:
     """Any activation of `x`: one op (named by its op_type) or a spelled-out one."""
-    single = tuple(op(name, x, fills=("act", name)) for name in _ACTIVATION_OPS)
+    single = tuple(op(name, x, fills=("act", name)) for name in FUSABLE_ACTIVATIONS)
     folded = op(SATURATING_Q, x, fills=("act", "Relu"))  # a ReLU a QDQ quantizer folded
     return Alt((*_spelled_activations(x), *single, folded))
 

@@ -66,12 +66,25 @@ def _package_of(revision: str, into: Path) -> Path:
     return package.parent
 
 
+def _drop_editable_finders() -> None:
+    """An editable install (scikit-build-core's) puts a finder ahead of sys.path that maps
+    `onnxlens` to the working tree, whatever PYTHONPATH says: without this, the base's child
+    imported this tree too, and every row compared the tree with itself."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("_editable")]
+
+
 def _run(models: list[str], profiles: list[str], path: Path | None) -> dict[str, list]:
-    env = dict(os.environ, PYTHONPATH=str(path)) if path else dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if path:
+        env["PYTHONPATH"] = str(path)
     done = subprocess.run([sys.executable, __file__, "--child", "--profiles", *profiles, "--",
                            *models], env=env, capture_output=True, text=True, check=True,
                           cwd=tempfile.gettempdir())
-    return json.loads(done.stdout)
+    out = json.loads(done.stdout)
+    expected = (path or ROOT).resolve()
+    if not Path(out["package"]).resolve().is_relative_to(expected):
+        sys.exit(f"the child imported onnxlens from {out['package']}, not from {expected}")
+    return out["estimates"]
 
 
 def main() -> None:
@@ -82,9 +95,18 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(estimates(args.models, args.profiles)))
+        if os.environ.get("PYTHONPATH"):  # the base's package, not the editable install's
+            _drop_editable_finders()
+        import onnxlens
+
+        print(json.dumps({"package": onnxlens.__file__,
+                          "estimates": estimates(args.models, args.profiles)}))
         return
-    models = [str(Path(m).resolve()) if Path(m).exists() else m for m in args.models]
+    from onnxlens.exporters.torch_export import cached_export
+
+    # A torchvision name is exported here once (the children analyze files).
+    models = [str(Path(m).resolve() if Path(m).exists() else cached_export(m))
+              for m in args.models]
     with tempfile.TemporaryDirectory() as tmp:
         before = _run(models, args.profiles, _package_of(args.base, Path(tmp)))
     after = _run(models, args.profiles, None)

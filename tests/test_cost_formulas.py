@@ -259,6 +259,7 @@ def test_clip_counts_bounds_given() -> None:
     ("Softplus", 1 + 1 + 1, 2),  # exp, + 1, log
     ("Softsign", 1 + 1 + 1, 0),  # |x|, 1 +, divide
     ("Mish", 1 + 1 + 1 + 1 + 1, 3),  # exp, + 1, log, tanh, * x
+    ("Shrink", 1 + 1 + 1, 0),  # x < -lambd, x > lambd, x +- bias
 ])
 def test_activation(op: str, flops: int, transcendental: int) -> None:
     # [2,3,5] = 30 elements.

@@ -9,28 +9,14 @@ from __future__ import annotations
 from ..ir import NodeInfo
 from .base import MS, Cost, register
 from .common import along_axis, pointwise
+from .ops import ACTIVATION, costed
 
-# op_type: (FLOPs, transcendental) per output element, with the derivation.
-ACTIVATIONS: dict[str, tuple[int, int]] = {
-    "Relu": (1, 0),  # max(x, 0)
-    "LeakyRelu": (2, 0),  # x < 0 ? alpha*x : x: compare, multiply
-    "PRelu": (2, 0),  # x < 0 ? slope*x : x: compare, multiply
-    "ThresholdedRelu": (1, 0),  # x > alpha ? x : 0: compare
-    "Sigmoid": (1, 1),  # one sigmoid evaluation
-    "HardSigmoid": (4, 0),  # max(0, min(1, alpha*x + beta)): mul, add, min, max
-    "HardSwish": (5, 0),  # x * HardSigmoid(x): HardSigmoid's 4, then mul
-    "Swish": (3, 1),  # x * sigmoid(alpha*x): mul, sigmoid, mul
-    "Elu": (4, 1),  # x < 0 ? alpha*(exp(x) - 1) : x: compare, exp, sub, mul
-    "Selu": (5, 1),  # gamma * Elu_alpha(x): compare, exp, sub, mul, mul
-    # max(0, x) + min(0, alpha*(exp(x/alpha) - 1)): div, exp, sub, mul, min, max, add
-    "Celu": (7, 1),
-    "Softplus": (3, 2),  # log(exp(x) + 1): exp, add, log
-    "Softsign": (3, 0),  # x / (1 + |x|): abs, add, div
-    "Mish": (5, 3),  # x * tanh(log(1 + exp(x))): exp, add, log, tanh, mul
-}
+# op_type: (FLOPs, transcendental) per output element; the derivations are the op catalogue's
+# (`ops.POINTWISE`).
+ACTIVATIONS = costed(ACTIVATION)
 
 for _op, (_flops, _transcendental) in ACTIVATIONS.items():
-    register(_op, family="activation")(pointwise(_flops, _transcendental))
+    register(_op, family=ACTIVATION)(pointwise(_flops, _transcendental))
 
 
 # tanh-approximate GELU: 9 FLOPs and 1 tanh per element (derivation in `gelu`).

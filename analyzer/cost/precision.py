@@ -24,13 +24,14 @@ import onnx
 
 from ..ir import NodeInfo, TensorInfo, dtype_bits, dtype_name
 from .base import lookup
+from .ops import RESHAPES
 
 _T = onnx.TensorProto
 _FLOATS = frozenset({_T.FLOAT, _T.DOUBLE, _T.FLOAT16, _T.BFLOAT16})
 _INTEGERS = frozenset({_T.INT2, _T.UINT2, _T.INT4, _T.UINT4, _T.INT8, _T.UINT8, _T.INT16,
                        _T.UINT16, _T.INT32, _T.UINT32, _T.INT64, _T.UINT64})
 DEQUANTIZE = frozenset({"DequantizeLinear"})
-LAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+LAYOUT = frozenset({*RESHAPES, "Transpose"})
 
 
 def precision_name(elem_type: int) -> str:

@@ -21,6 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..cost.base import ZERO, Cost
+from ..cost.ops import RESHAPES
 from ..fold import fold_nodes
 from ..fusion import ADD_LAYER_NORM, ADD_RMS_NORM, ATTENTION, LAYER_NORM, RMS_NORM, Group
 from ..graph import ModelGraph
@@ -371,7 +372,7 @@ def _folded(mg: ModelGraph, k: Kernel, open_sums: dict[str, Kernel]) -> Kernel |
 # probability it lands on a denormal (Swin-T: the share of -100 entries equals the share of
 # denormal probabilities, measured), and the MatMul reading P stalls on them.
 DENORMAL_BAND = (math.log(2.0 ** -149), math.log(2.0 ** -126))
-_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+_VIEWS = frozenset(RESHAPES)
 
 
 def denormal_share(values: np.ndarray) -> float:

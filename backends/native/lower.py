@@ -3,9 +3,11 @@
 Three kinds of node:
 
 - *elementwise* (`ELEMENTWISE`): float32 ops that become instructions of an elementwise program
-  (`Instr`), fused after a Conv / Gemm / MatMul as its epilogue or run as an `Elementwise`
-  kernel of their own. QuantizeLinear and DequantizeLinear are among them (simulated
-  quantization, `_quantize`): inside a program an integer tensor is held as the float of the
+  (`Instr`; which instruction, and which attributes are its parameters, is the op catalogue's
+  row, `analyzer.cost.ops`; Clip, Gelu, BatchNormalization and Q/DQ have rules here), fused
+  after a Conv / Gemm / MatMul as its epilogue or run as an `Elementwise` kernel of their own.
+  QuantizeLinear and DequantizeLinear are among them (simulated quantization, `_quantize`):
+  inside a program an integer tensor is held as the float of the
   same value (exact up to 2^24), so a Q -> DQ pair costs a few instructions and no memory;
   where such a tensor enters or leaves a kernel, a Cast converts it (`float_twin`);
 - *main* (`MAIN_OPS`): Conv, Gemm, MatMul, which take such an epilogue;
@@ -17,15 +19,16 @@ A node the core cannot run (an op missing here, a float64 input, a 3-D convoluti
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import onnx
 
+from ...analyzer.cost.ops import POINTWISE, PointwiseOp
 from ...analyzer.ir import NodeInfo, TensorInfo
-from .catalogue import EW_OPS, REDUCE_OPS
+from .catalogue import EW_OPS, REDUCE_OPS, EwOp
 
 FLOAT = onnx.TensorProto.FLOAT
 _T = onnx.TensorProto
@@ -132,25 +135,26 @@ class Lowering:
 
 # ---- elementwise ------------------------------------------------------------------------------
 
-_UNARY = {op: op for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Neg",
-                            "Abs", "Erf", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
-                            "Softplus", "Softsign", "Mish", "HardSwish", "Identity")}
-_UNARY["Dropout"] = "Identity"
-# op -> (core op, ((attribute, default), ...))
-_PARAM_UNARY: dict[str, tuple[str, tuple[tuple[str, float], ...]]] = {
-    "LeakyRelu": ("LeakyRelu", (("alpha", 0.01),)),
-    "Elu": ("Elu", (("alpha", 1.0),)),
-    "Selu": ("Selu", (("alpha", 1.67326319217681884765625),
-                      ("gamma", 1.05070102214813232421875))),
-    "Celu": ("Celu", (("alpha", 1.0),)),
-    "HardSigmoid": ("HardSigmoid", (("alpha", 0.2), ("beta", 0.5))),
-    "ThresholdedRelu": ("ThresholdedRelu", (("alpha", 1.0),)),
-    "Shrink": ("Shrink", (("bias", 0.0), ("lambd", 0.5))),
-}
-_BINARY = {op: op for op in ("Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Mod")}
-_VARIADIC = {"Max": "Max", "Min": "Min", "Sum": "Add", "Mean": "Add"}
-ELEMENTWISE = frozenset({*_UNARY, *_PARAM_UNARY, *_BINARY, *_VARIADIC, "Clip", "Gelu",
-                         "BatchNormalization", *QDQ})
+def instructions(table: Mapping[str, PointwiseOp], ops: Mapping[str, EwOp]
+                 ) -> dict[str, tuple[str, PointwiseOp]]:
+    """op -> (instruction, row) for the rows of the op catalogue (`analyzer.cost.ops`) that run
+    as an instruction of ops.def (`ops`: n - 1 of them for a variadic op). Each is checked
+    against ops.def: an instruction it lacks, or that disagrees on the parameters or operands,
+    is a ValueError when this module is imported, not a wrong program at run time."""
+    out: dict[str, tuple[str, PointwiseOp]] = {}
+    for op, row in table.items():
+        if row.native is None:
+            continue
+        spec = ops.get(row.native)
+        if spec is None or spec.params != len(row.params) or (row.variadic and spec.arity != 2):
+            raise ValueError(f"op catalogue: {op} runs as {row.native} with {len(row.params)} "
+                             "parameter(s), an instruction ops.def does not define")
+        out[op] = row.native, row
+    return out
+
+
+_INSTRUCTION = instructions(POINTWISE, EW_OPS)
+ELEMENTWISE = frozenset({*_INSTRUCTION, "Clip", "Gelu", "BatchNormalization", *QDQ})
 # Ops whose inputs after the first are parameters the lowering lays out (per channel, per
 # axis, per block), not operands broadcast by numpy's rules.
 PARAMETRIZED = frozenset({"BatchNormalization", *QDQ})
@@ -204,15 +208,12 @@ def elementwise_instrs(node: NodeInfo, low: Lowering, src: Source, new_reg: NewR
     """The instructions computing `node`'s output from its inputs, and its register."""
     op = node.op_type
     ins = [t.name if t is not None else None for t in node.inputs]
-    if op in _UNARY or op in _PARAM_UNARY or op == "Gelu":
-        core, params = _unary(node)
+    if op in _INSTRUCTION and _INSTRUCTION[op][1].variadic:
+        return _variadic(node, _INSTRUCTION[op][0], ins, src, new_reg)
+    if op in _INSTRUCTION or op == "Gelu":
+        core, params = _instruction(node)
         dst = new_reg()
-        return [Instr(core, dst, (src(ins[0]),), params)], dst
-    if op in _BINARY:
-        dst = new_reg()
-        return [Instr(_BINARY[op], dst, (src(ins[0]), src(ins[1])))], dst
-    if op in _VARIADIC:
-        return _variadic(node, ins, src, new_reg)
+        return [Instr(core, dst, tuple(src(n) for n in ins[:EW_OPS[core].arity]), params)], dst
     if op == "Clip":
         return _clip(node, low, ins, src, new_reg)
     if op in QDQ:
@@ -220,19 +221,16 @@ def elementwise_instrs(node: NodeInfo, low: Lowering, src: Source, new_reg: NewR
     return _batch_norm(node, low, src, new_reg)
 
 
-def _unary(node: NodeInfo) -> tuple[str, tuple[float, ...]]:
-    op = node.op_type
-    if op == "Gelu":
+def _instruction(node: NodeInfo) -> tuple[str, tuple[float, ...]]:
+    """The instruction of a one-instruction op and its parameters (attributes or defaults)."""
+    if node.op_type == "Gelu":
         return ("GeluTanh" if node.attr("approximate", "none") == "tanh" else "Gelu"), ()
-    if op in _UNARY:
-        return _UNARY[op], ()
-    core, attrs = _PARAM_UNARY[op]
-    return core, tuple(float(node.attr(a, d)) for a, d in attrs)
+    core, row = _INSTRUCTION[node.op_type]
+    return core, tuple(float(node.attr(a, d)) for a, d in row.params)
 
 
-def _variadic(node: NodeInfo, ins: list[str | None], src: Source, new_reg: NewReg
+def _variadic(node: NodeInfo, core: str, ins: list[str | None], src: Source, new_reg: NewReg
               ) -> tuple[list[Instr], int]:
-    core = _VARIADIC[node.op_type]
     names = [n for n in ins if n]
     code: list[Instr] = []
     acc = src(names[0])
