@@ -84,6 +84,20 @@ def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
     assert [k.cls for k in out[r.groups[0].id]] == ["depthwise"]
 
 
+def test_a_view_is_a_copy_of_its_bytes(tmp_path: Path) -> None:
+    """Relu -> Reshape: the analysis charges the Reshape nothing (a view), but the executor
+    runs it as a Copy into a tensor of its own: 2x3x8 floats read and written, 192 bytes
+    each way."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    shape = numpy_helper.from_array(np.array([6, 8], np.int64), "shape")
+    r, kernels = _kernels(_save(tmp_path, nodes, [shape], [2, 3, 8], [6, 8]))
+    view = next(g for g in r.groups if g.pattern == "Reshape")
+    assert r.group_costs[view.id].cost.bytes_read == 0
+    (k,) = kernels[view.id]
+    assert (k.cls, k.cost.bytes_read, k.cost.bytes_written) == ("data_movement", 192, 192)
+
+
 def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:
     """softmax(Q·Kᵀ)·V, one fused group, runs as the planner's three kernels (MatMul, Softmax,
     MatMul); the scores pass through scratch memory, so each kernel pays its own traffic: the

@@ -14,6 +14,8 @@ native-cpu`) costs what the executor runs, read from the planner itself
 - any other group (attention, a norm, a squeeze-excite) runs as the planner's sequence of
   kernels, their intermediate values in scratch memory: each kernel pays its own traffic and
   launch;
+- a view (Reshape, Squeeze, ...) is a Copy kernel of its bytes, not free as the analysis
+  charges it: the executor gives its output a tensor of its own;
 - nodes computed from constants are folded before the run and cost nothing; a folded tensor
   that crosses a group boundary is copied into the arena (a `data_movement` kernel of its
   bytes).
@@ -36,6 +38,7 @@ import functools
 from collections.abc import Callable
 
 from ...analyzer.cost.base import Cost
+from ...analyzer.cost.ops import VIEWS
 from ...analyzer.fusion import Group
 from ...analyzer.graph import ModelGraph
 from ...analyzer.hardware import NATIVE_CPU, NATIVE_CUDA, HardwareProfile
@@ -91,8 +94,20 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
         name = k.inputs[0] or ""
         return Kernel("data_movement", Cost(bytes_read=nbytes, bytes_written=nbytes),
                       (name.removesuffix(FOLDED),))
+    if k.op == "Copy" and len(k.nodes) == 1 and mg.info(k.nodes[0]).op_type in VIEWS:
+        return _copied_view(mg, k)
     cls = "elementwise" if k.op == "Elementwise" else node_class(mg.info(k.nodes[0]))
     return kernel_of(mg, k.nodes, costs, cls, ANY, ANY)
+
+
+def _copied_view(mg: ModelGraph, k: lower.Kernel) -> Kernel:
+    """A view the planner runs as a Copy kernel (`lower._view`: the output has a tensor of its
+    own): it reads its input and writes its output, where the analysis charges a view nothing."""
+    info = mg.info(k.nodes[0])
+    x, y = info.inputs[0], info.outputs[0]
+    cost = Cost(bytes_read=x.nbytes if x is not None else 0, bytes_written=y.nbytes)
+    return Kernel("data_movement", cost, (k.nodes[0],),
+                  inputs=(x,) if x is not None else (), outputs=(y,))
 
 
 @functools.cache
