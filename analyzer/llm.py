@@ -51,6 +51,7 @@ class KvLayout:
     new_dim: str | None    # the new tokens' dim name (sequence_length)
     total_dim: str | None  # the attention mask's length (total_sequence_length)
     head_dim_name: str | None = None  # a head dim the inputs name (kv_cache_dim), pinned too
+    batch: int | None = None  # the batch the cache inputs fix (pinned by --dim); None: named
 
     @property
     def kv_cache_bytes_per_token(self) -> int:
@@ -86,7 +87,7 @@ def kv_layout(inputs: Sequence[TensorInfo], graph: ModelGraph | None = None) -> 
     if shape is None or len(shape) != 4:
         raise UsageError(f"KV-cache input {key.name!r}: expected a 4-D [batch, kv_heads, "
                          f"past_sequence_length, head_dim] shape, found {shape}")
-    _, kv_heads, past, head_dim = shape
+    batch, kv_heads, past, head_dim = shape
     if not isinstance(head_dim, int) and graph is not None:
         head_dim = _head_dim_from_attention(graph, key.name) or head_dim
     if not isinstance(kv_heads, int) or not isinstance(head_dim, int):
@@ -99,7 +100,8 @@ def kv_layout(inputs: Sequence[TensorInfo], graph: ModelGraph | None = None) -> 
     head_dim_name = shape[3] if isinstance(shape[3], str) else None
     return KvLayout(len(layers), kv_heads, head_dim, dtype_bytes(key.elem_type), past,
                     _named_dim(by_name, ("input_ids", "inputs_embeds"), 1, past),
-                    _named_dim(by_name, ("attention_mask",), -1, past), head_dim_name)
+                    _named_dim(by_name, ("attention_mask",), -1, past), head_dim_name,
+                    batch if isinstance(batch, int) else None)
 
 
 def _head_dim_from_attention(graph: ModelGraph, cache: str) -> int | None:

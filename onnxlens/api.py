@@ -110,6 +110,7 @@ def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
     path: the caller's dims, every other named dim at `batch`, then the phase's)."""
     from .analyzer.llm import decode_dims, memory_at_context, prefill_dims
 
+    batch = layout.batch or batch  # a batch dim --dim pinned: the MACs follow it, so do tokens
     inputs = result.declared_inputs
     if any(t.shape is None or None in t.shape for t in inputs):
         raise UsageError("LLM view: an input's shape is unknown; pin it with --input-shape")

@@ -151,3 +151,16 @@ def test_prompt_len_on_a_model_without_cache_is_a_usage_error(tmp_path) -> None:
     onnx.save(helper.make_model(g), path)
     with pytest.raises(UsageError, match="no KV-cache"):
         analyze(str(path), prompt_len=8)
+
+
+def test_a_batch_pinned_by_dim_is_the_views_batch(decoder: str) -> None:
+    """--dim batch_size=2 doubles the MACs (two sequences); tokens/s and the KV cache follow
+    the same batch, not --batch's default of 1."""
+    one = analyze(decoder, hardware=["a100"], prompt_len=8, context_len=32).llm
+    two = analyze(decoder, hardware=["a100"], prompt_len=8, context_len=32,
+                  dims={"batch_size": 2}).llm
+    assert two["prefill"]["macs"] == 2 * one["prefill"]["macs"] == 2 * _matmul_macs(8, 0)
+    assert (one["batch"], two["batch"]) == (1, 2)
+    dec = two["decode"]["estimates"]["a100"]
+    assert dec["tokens_per_s"] == pytest.approx(2 / dec["latency_s"])
+    assert two["decode"]["memory"]["kv_cache_bytes"] == 2 * 32 * 512
