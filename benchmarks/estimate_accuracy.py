@@ -65,12 +65,12 @@ from onnxlens.analyzer.calibration import Calibration, apply_calibration, find_c
 from onnxlens.analyzer.hardware import HOST_RUNTIMES, ORT_CPU
 from onnxlens.analyzer.host import host_profile
 from onnxlens.analyzer.runtimes import op_class
-from onnxlens.backends.base import input_specs, load_proto, random_inputs
+from onnxlens.backends.base import input_specs, load_proto, pin_dims, random_inputs
 from onnxlens.backends.calibrate.catalogue import benchmarks
 from onnxlens.backends.calibrate.fit import describe_fit_check
 from onnxlens.backends.calibrate.measure import BackendSession, prepare_ort, run_calibration
 from onnxlens.backends.native_cpu import NativeCpuBackend
-from onnxlens.backends.ort_timing import time_model, time_session
+from onnxlens.backends.ort_timing import Runnable, make_session, time_session
 from onnxlens.exporters.torch_export import cached_export
 
 MODELS = ("resnet18", "resnet50", "vgg11", "densenet121", "googlenet", "squeezenet1_0",
@@ -126,13 +126,16 @@ def calibration(threads: int, recalibrate: bool, budget_s: float, backend: str
     return cal
 
 
-def estimate(model: str, cal: Calibration) -> tuple[float, float, int, int, dict[str, float]]:
-    """Calibrated and naive estimates (seconds), groups, groups without a cost, and estimated
+def estimate(path: Path, cal: Calibration, dims: dict[str, int] | None = None
+             ) -> tuple[float, float, int, int, dict[str, float]]:
+    """Calibrated and naive estimates (seconds) of the model in `path` (its named dims
+    pinned to `dims`, as `--dim` does), at the graph's own precision (fp32 for an fp32 graph;
+    each group's for a quantized or fp16 one), groups, groups without a cost, and estimated
     seconds per class."""
-    result = onnxlens.analyze(cached_export(model, image_size=IMAGE_SIZE))
+    result = onnxlens.analyze(path, dims=dims)
     hw = apply_calibration(host_profile(cal.threads), cal)
     node_costs = {k: nc.cost for k, nc in result.node_costs.items()}
-    est = result.estimate(hw, "fp32", cal.efficiency)
+    est = result.estimate(hw, None, cal.efficiency)
     by_class: dict[str, float] = defaultdict(float)
     for g in result.groups:
         ge = est.groups[g.id]
@@ -174,23 +177,25 @@ class Probe:
                                          for n in names))
 
 
-def measured(model: str, threads: int, runs: int, backend: str) -> float:
-    """Median of `runs` runs after 3 warm-up runs (CPU time at one thread, else wall)."""
-    path = cached_export(model, image_size=IMAGE_SIZE)
+def measured(path: Path, threads: int, runs: int, backend: str,
+             dims: dict[str, int] | None = None) -> float:
+    """Median of `runs` runs after 3 warm-up runs (CPU time at one thread, else wall), on
+    random inputs of the named dims pinned to `dims` (an attention mask all ones)."""
     clock = "cpu" if threads == 1 else "wall"
+    specs = pin_dims(input_specs(load_proto(path, weights=False)), dims or {})
+    feeds = random_inputs(specs, count=1, batch=1)[0]
     if backend == ORT_CPU:
-        return time_model(path, threads, runs=runs, warmup=3, clock=clock).median_s
-    native = NativeCpuBackend(threads)
-    native.prepare(path)
-    feeds = random_inputs(input_specs(load_proto(path, weights=False)), count=1, batch=1)[0]
-    return time_session(BackendSession(native.run), feeds, runs=runs, warmup=3,
-                        clock=clock).median_s
+        session: Runnable = make_session(path, threads)
+    else:
+        native = NativeCpuBackend(threads)
+        native.prepare(path)
+        session = BackendSession(native.run)
+    return time_session(session, feeds, runs=runs, warmup=3, clock=clock).median_s
 
 
-def measurement_key(model: str, threads: int, runs: int, backend: str) -> str:
+def measurement_key(path: Path, threads: int, runs: int, backend: str) -> str:
     """What a cached measurement is valid for: the model file, threads, runs, the backend
     and ORT's version."""
-    path = Path(cached_export(model, image_size=IMAGE_SIZE))
     suffix = "" if backend == ORT_CPU else f" {backend}"
     return f"{path.name} t{threads} r{runs} ort{ort.__version__}{suffix}"
 
@@ -198,13 +203,14 @@ def measurement_key(model: str, threads: int, runs: int, backend: str) -> str:
 Probes = dict[str, list[dict[str, float]]]  # model -> per round: probe benchmark -> seconds
 
 
-def measure_all(models: list[str], threads: int, runs: int, rounds: int,
+def measure_all(paths: dict[str, Path], threads: int, runs: int, rounds: int,
                 cache: Path | None, probe: Probe, backend: str = ORT_CPU
                 ) -> tuple[dict[str, list[float]], Probes]:
-    """Each model's round medians, and the probe timed right before each (cached ones reused,
-    with the probes cached beside them, if any)."""
+    """Each model's round medians (`paths`: name -> model file), and the probe timed right
+    before each (cached ones reused, with the probes cached beside them, if any)."""
     saved = json.loads(cache.read_text(encoding="utf-8")) if cache and cache.is_file() else {}
-    keys = {m: measurement_key(m, threads, runs, backend) for m in models}
+    models = list(paths)
+    keys = {m: measurement_key(paths[m], threads, runs, backend) for m in models}
     out = {m: saved[keys[m]] for m in models if len(saved.get(keys[m], ())) >= rounds}
     probes: Probes = {m: saved.get(keys[m] + " probe", []) for m in out}
     todo = [m for m in models if m not in out]
@@ -215,7 +221,7 @@ def measure_all(models: list[str], threads: int, runs: int, rounds: int,
             print(f"\rmeasuring: round {r + 1}/{rounds}, {model:24s}", end="",
                   file=sys.stderr, flush=True)
             probes[model].append(probe())
-            out[model].append(measured(model, threads, runs, backend))
+            out[model].append(measured(paths[model], threads, runs, backend))
     print(file=sys.stderr)
     if cache and todo:
         for m in todo:
@@ -253,6 +259,82 @@ def print_summary(models: int, ours: dict[str, float], corrected: dict[str, floa
         print(f"{label:24s}{ours[key]:12.1%}{fixed}{naive[key]:12.1%}{target:>10s}")
 
 
+def describe_calibration(cal: Calibration) -> str:
+    """The calibration's measured numbers, as printed above the table."""
+    lines = [f"calibration {cal.created}, {cal.threads} thread(s), {cal.duration_s:.0f} s: "
+             f"peak {cal.peak_fp32_tflops * 1e3:.1f} GFLOP/s, best GEMM "
+             f"{cal.gemm_tflops * 1e3:.1f} GFLOP/s, {cal.kernel_overhead_us:.2f} us/kernel, "
+             + ", ".join(f"{k} {v:.1f} GB/s" for k, v in
+                         sorted(cal.bandwidth_gbps.items(), key=lambda kv: -kv[1]))]
+    lines += [f"  {cls:12s} e_max {c.e_max:.3f}  f_half {c.f_half:9.3g}  i_half {c.i_half:6.3g}"
+              f"  ({c.points} benchmarks, mean |log error| {c.log_error:.2f})"
+              for cls, c in cal.curves.items()]
+    lines.append(f"a transcendental costs {cal.transcendental_flops:.2f} plain FLOPs; denormal "
+                 f"MatMul factor {cal.denormal_factor:.1f}; cold weights fetched at "
+                 f"{cal.cold_weight_gbps:.1f} GB/s\n{describe_fit_check(cal)}")
+    return "\n".join(lines)
+
+
+def measure_rows(paths: dict[str, Path], cal: Calibration, args: argparse.Namespace
+                 ) -> tuple[list[Row], Probe, Probes]:
+    """Estimate, then measure (`measure_all`), each model in `paths` and print its row;
+    `args`: threads, runs, rounds, measured_cache, backend, breakdown. Also the drift probe
+    and its timings."""
+    clock = "CPU time" if args.threads == 1 else "wall"
+    estimates = {m: estimate(path, cal) for m, path in paths.items()}
+    probe = Probe(cal)
+    print(f"drift probe: {', '.join(probe.reference) or 'none (no ORT calibration points)'}"
+          + "".join(f"; {n} {t * 1e3:.3f} ms at calibration"
+                    for n, t in probe.reference.items()))
+    start = time.perf_counter()
+    rounds, probes = measure_all(paths, args.threads, args.runs, args.rounds,
+                                 args.measured_cache, probe, args.backend)
+    spent = time.perf_counter() - start
+    print(f"measuring took {spent:.0f} s, of which the probe {probe.spent_s:.1f} s "
+          f"({probe.spent_s / max(spent, 1e-9):.1%})")
+    width = max(20, *map(len, paths))
+    print(f"\n{'model':{width}s} {'groups':>6s} {'measured':>10s} {'estimated':>10s} "
+          f"{'error':>7s} {'naive':>9s} {'error':>7s} {'drift':>6s} {'corr.':>7s}   (ms; "
+          f"measured: fastest of {args.rounds} rounds' medians of {args.runs} runs, {clock}; "
+          "drift: probe now / at calibration, in that round; corr.: error of the estimate x "
+          "drift)")
+    rows = []
+    for model in paths:
+        row = Row(model, min(rounds[model]), tuple(rounds[model]), *estimates[model],
+                  drift=kept_drift(rounds[model], probes[model], probe))
+        rows.append(row)
+        drift = ("-", "-") if row.drift is None else (f"{row.drift:.2f}",
+                                                       f"{row.corrected_error:+.1%}")
+        print(f"{model:{width}s} {row.groups:6d} {row.measured_s * 1e3:10.2f} "
+              f"{row.estimated_s * 1e3:10.2f} {row.error:+7.1%} {row.naive_s * 1e3:9.2f} "
+              f"{row.naive_error:+7.1%} {drift[0]:>6s} {drift[1]:>7s}   rounds "
+              + " ".join(f"{t * 1e3:.1f}" for t in row.rounds_s) + "   drift "
+              + " ".join(f"{d:.2f}" for r in probes[model]
+                         if (d := probe.ratio(r)) is not None)
+              + (f"   INCOMPLETE: {row.unknown_groups} groups without a cost, not in the "
+                 "summary" if row.unknown_groups else ""))
+        if args.breakdown:
+            print("      " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in
+                                      sorted(row.by_class_s.items(), key=lambda kv: -kv[1])))
+    return rows, probe, probes
+
+
+def summaries(rows: list[Row]) -> tuple[dict[str, float], dict[str, float] | None,
+                                        dict[str, float]]:
+    """Calibrated, drift-corrected (None without a probe) and naive summaries over the rows
+    whose estimates are complete, printed side by side."""
+    complete = [r for r in rows if not r.unknown_groups]
+    ours = summary([r.error for r in complete])
+    naive = summary([r.naive_error for r in complete])
+    drifted = [r.corrected_error for r in complete if r.corrected_error is not None]
+    corrected = summary(drifted) if drifted else None
+    print_summary(len(complete), ours, corrected, naive)
+    if len(drifted) < len(complete):
+        print(f"corrected: over the {len(drifted)} models with a probe (cached measurements "
+              "taken before the probe have none)")
+    return ours, corrected, naive
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -270,60 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     cal = calibration(args.threads, args.recalibrate, args.budget, args.backend)
-    print(f"calibration {cal.created}, {cal.threads} thread(s), {cal.duration_s:.0f} s: "
-          f"peak {cal.peak_fp32_tflops * 1e3:.1f} GFLOP/s, best GEMM "
-          f"{cal.gemm_tflops * 1e3:.1f} GFLOP/s, {cal.kernel_overhead_us:.2f} us/kernel, "
-          + ", ".join(f"{k} {v:.1f} GB/s"
-                     for k, v in sorted(cal.bandwidth_gbps.items(), key=lambda kv: -kv[1])))
-    for cls, c in cal.curves.items():
-        print(f"  {cls:12s} e_max {c.e_max:.3f}  f_half {c.f_half:9.3g}  i_half {c.i_half:6.3g}"
-              f"  ({c.points} benchmarks, mean |log error| {c.log_error:.2f})")
-    print(f"a transcendental costs {cal.transcendental_flops:.2f} plain FLOPs; denormal MatMul "
-          f"factor {cal.denormal_factor:.1f}; cold weights fetched at {cal.cold_weight_gbps:.1f} "
-          f"GB/s\n{describe_fit_check(cal)}")
-    clock = "CPU time" if args.threads == 1 else "wall"
-    estimates = {m: estimate(m, cal) for m in args.models}
-    probe = Probe(cal)
-    print(f"drift probe: {', '.join(probe.reference) or 'none (no ORT calibration points)'}"
-          + "".join(f"; {n} {t * 1e3:.3f} ms at calibration"
-                    for n, t in probe.reference.items()))
-    start = time.perf_counter()
-    rounds, probes = measure_all(args.models, args.threads, args.runs, args.rounds,
-                                 args.measured_cache, probe, args.backend)
-    spent = time.perf_counter() - start
-    print(f"measuring took {spent:.0f} s, of which the probe {probe.spent_s:.1f} s "
-          f"({probe.spent_s / max(spent, 1e-9):.1%})")
-    print(f"\n{'model':20s} {'groups':>6s} {'measured':>10s} {'estimated':>10s} {'error':>7s} "
-          f"{'naive':>9s} {'error':>7s} {'drift':>6s} {'corr.':>7s}   (ms; measured: fastest "
-          f"of {args.rounds} rounds' medians of {args.runs} runs, {clock}; drift: probe now / "
-          "at calibration, in that round; corr.: error of the estimate x drift)")
-    rows = []
-    for model in args.models:
-        row = Row(model, min(rounds[model]), tuple(rounds[model]), *estimates[model],
-                  drift=kept_drift(rounds[model], probes[model], probe))
-        rows.append(row)
-        drift = ("-", "-") if row.drift is None else (f"{row.drift:.2f}",
-                                                       f"{row.corrected_error:+.1%}")
-        print(f"{model:20s} {row.groups:6d} {row.measured_s * 1e3:10.2f} "
-              f"{row.estimated_s * 1e3:10.2f} {row.error:+7.1%} {row.naive_s * 1e3:9.2f} "
-              f"{row.naive_error:+7.1%} {drift[0]:>6s} {drift[1]:>7s}   rounds "
-              + " ".join(f"{t * 1e3:.1f}" for t in row.rounds_s) + "   drift "
-              + " ".join(f"{d:.2f}" for r in probes[model]
-                         if (d := probe.ratio(r)) is not None)
-              + (f"   INCOMPLETE: {row.unknown_groups} groups without a cost, not in the "
-                 "summary" if row.unknown_groups else ""))
-        if args.breakdown:
-            print("      " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in
-                                      sorted(row.by_class_s.items(), key=lambda kv: -kv[1])))
-    complete = [r for r in rows if not r.unknown_groups]
-    ours = summary([r.error for r in complete])
-    naive = summary([r.naive_error for r in complete])
-    drifted = [r.corrected_error for r in complete if r.corrected_error is not None]
-    corrected = summary(drifted) if drifted else None
-    print_summary(len(complete), ours, corrected, naive)
-    if len(drifted) < len(complete):
-        print(f"corrected: over the {len(drifted)} models with a probe (cached measurements "
-              "taken before the probe have none)")
+    print(describe_calibration(cal))
+    paths = {m: cached_export(m, image_size=IMAGE_SIZE) for m in args.models}
+    rows, probe, probes = measure_rows(paths, cal, args)
+    ours, corrected, naive = summaries(rows)
     met = (ours["median"] <= TARGETS["median"] and ours["within_10"] >= TARGETS["within_10"]
            and ours["within_25"] >= TARGETS["within_25"])
     better = (ours["median"] < naive["median"] and ours["within_10"] > naive["within_10"]
@@ -333,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "calibration": {k: v for k, v in cal.to_dict().items() if k != "points"},
-            "runs": args.runs, "rounds": args.rounds, "clock": clock,
+            "runs": args.runs, "rounds": args.rounds,
+            "clock": "CPU time" if args.threads == 1 else "wall",
             "rows": [asdict(r) for r in rows],
             "probe": {"benchmarks_s_at_calibration": probe.reference,
                       "rounds_s": probes, "seconds": probe.spent_s},
