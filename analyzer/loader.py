@@ -206,7 +206,7 @@ def load_model(
     symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
     inferred, tensors = _infer_shapes(light, serialized, weights, symbols, produced, pinned,
                                       warnings, data_prop=validation.data_prop)
-    validation.check_shapes(tensors)
+    warnings += validation.check_shapes(tensors)
     _check_sizes(tensors, max_tensor_bytes)
     # The returned proto carries the inferred types, for backends and reports.
     del graph.value_info[:]

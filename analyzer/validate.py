@@ -170,13 +170,15 @@ class Validation:
                     del node.attribute[:]
                     node.attribute.append(to)
 
-    def check_shapes(self, tensors: Mapping[str, TensorInfo]) -> None:
-        """The checks that need inferred shapes, on the main graph's nodes.
+    def check_shapes(self, tensors: Mapping[str, TensorInfo]) -> list[str]:
+        """The checks that need inferred shapes, on the main graph's nodes; the warnings they
+        add.
 
         A check that reads only attributes and shapes passes or fails alike on nodes that
         agree in both (most Conv nodes of a model do): each such combination is checked once.
         """
         passed: set[tuple[Any, ...]] = set()
+        before = len(self.warnings)
         for check, view in self.shape_checks:
             view.tensors = tensors
             key = view.signature(check) if check in _SHAPE_ONLY else None
@@ -184,6 +186,7 @@ class Validation:
                 check(view)
                 if key is not None:
                     passed.add(key)
+        return self.warnings[before:]
 
 
 def validate_model(proto: onnx.ModelProto, *, limits: Limits = DEFAULT_LIMITS,
@@ -1167,16 +1170,24 @@ _QUANT_PARAMS: dict[str, tuple[tuple[int, int, int], ...]] = {
 
 
 def _quant_shapes(v: NodeView) -> None:
-    """Scales that are constants are positive and finite (a zero scale divides by zero, a
-    negative one flips the values); a zero point has the type of the tensor it quantizes; for
+    """Scales that are constants are positive and not NaN (a zero scale divides by zero, a
+    negative one flips the values); an infinite one is a warning: ORT's quantizer writes it
+    for a tensor whose range overflows float32 (a TorchScript attention mask's -3.4e38), and
+    ORT runs the model (the tensor quantizes to its zero point and dequantizes to NaN); the
+    cost does not depend on it. A zero point has the type of the tensor it quantizes; for
     QuantizeLinear and DequantizeLinear, a per-axis or blocked scale fits the tensor."""
     for scale_at, zero_at, data_at in _QUANT_PARAMS[v.op]:
         scale = v.const(scale_at)
-        if scale is not None and scale.dtype.kind == "f" and scale.size and not (
-                np.all(scale > 0) and np.all(np.isfinite(scale))):
-            bad = scale[~((scale > 0) & np.isfinite(scale))].flat[0]
+        if scale is not None and scale.dtype.kind == "f" and scale.size and not np.all(
+                scale > 0):
+            bad = scale[~(scale > 0)].flat[0]
             v.fail(InvalidModelError, f"scale {v.input_name(scale_at)!r} holds {bad}: a "
                    "quantization scale must be positive and finite")
+        if scale is not None and scale.dtype.kind == "f" and np.any(np.isinf(scale)):
+            v.validation.warnings.append(
+                f"{v.label}: scale {v.input_name(scale_at)!r} holds inf (the quantizer met a "
+                "range past float32's): the tensor quantizes to its zero point and dequantizes "
+                "to NaN; costed as any other scale")
         if not v.input_name(zero_at):
             continue
         data = v.node.outputs[0] if data_at < 0 else v.input_name(data_at)
