@@ -311,3 +311,36 @@ def test_bytes_at_the_stored_precision(elem_type: int, values: int, nbytes: int)
     from onnxlens.analyzer.ir import TensorInfo
 
     assert TensorInfo("t", elem_type, (values,)).nbytes == nbytes
+
+
+def _qdq_pair(scale: float) -> onnx.ModelProto:
+    """x [2, 4] -> QuantizeLinear -> DequantizeLinear -> y, both at `scale`, zero point 0."""
+    h = onnx.helper
+    consts = [onnx.numpy_helper.from_array(np.array(scale, np.float32), "s"),
+              onnx.numpy_helper.from_array(np.array(0, np.uint8), "z")]
+    graph = h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+                          h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")],
+                         "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2, 4])], consts)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 19)], ir_version=9)
+
+
+def test_an_infinite_scale_is_a_warning() -> None:
+    """ORT's quantizer writes an inf scale for a tensor whose range overflows float32 (a
+    TorchScript attention mask) and ORT runs the model: analyzed with a warning naming node and
+    scale, costed as a finite scale (Q: 5 FLOPs per element with a zero point, DQ: 3); a NaN
+    scale stays an error."""
+    result = analyze(_qdq_pair(np.inf))
+    assert [w for w in result.warnings if "holds inf" in w] == [
+        "node 'q' (QuantizeLinear): scale 's' holds inf (the quantizer met a range past "
+        "float32's): the tensor quantizes to its zero point and dequantizes to NaN; costed as "
+        "any other scale",
+        "node 'dq' (DequantizeLinear): scale 's' holds inf (the quantizer met a range past "
+        "float32's): the tensor quantizes to its zero point and dequantizes to NaN; costed as "
+        "any other scale"]
+    assert result.total == analyze(_qdq_pair(0.5)).total
+    assert result.total.other_flops == 8 * (5 + 3)
+    ort.InferenceSession(_qdq_pair(np.inf).SerializeToString(),
+                         providers=["CPUExecutionProvider"])  # ORT loads it
+    with pytest.raises(OnnxLensError, match="scale 's' holds nan"):
+        analyze(_qdq_pair(np.nan))
