@@ -89,6 +89,7 @@ from .errors import OnnxLensError, UsageError
 from .hardware import (
     GPU_RUNTIMES,
     HOST_RUNTIMES,
+    INT8_CLASSES,
     OP_CLASSES,
     ORT_CPU,
     RUNTIMES,
@@ -102,7 +103,7 @@ from .host import detect_cpu, host_profile, replace_measured
 
 SCHEMA = "onnxlens-calibration/2"  # 2: level factors scale i_half; grouped_conv; backend
 # Op classes with multiply-accumulates get a curve of their own; the others use `elementwise`.
-MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "gemm", "attention")
+MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "gemm", "attention", *INT8_CLASSES)
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
 OWN_VECTOR_CLASSES = ("pool", "normalization", "reduce")
@@ -176,7 +177,7 @@ class Calibration:
     host: str
     cpu: str
     threads: int
-    peak_fp32_tflops: float  # the peak the curves are fractions of
+    peak_fp32_tflops: float  # the peak the curves are fractions of (int8 classes': below)
     gemm_tflops: float  # the largest square GEMM's rate (the naive one-peak estimate uses it)
     kernel_overhead_us: float
     bandwidth_gbps: dict[str, float]  # memory level name -> measured GB/s
@@ -193,6 +194,9 @@ class Calibration:
     transcendental_flops: float = 1.0  # plain vector FLOPs per transcendental; 1: not fitted
     cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
     copy_run_ns: float = 0.0  # a Transpose's cost per contiguous run copied; 0: not fitted
+    # The int8 peak the int8 classes' curves are fractions of: the profile's, raised to the
+    # best int8 rate measured (`fit`); 0: not measured (the profile's stays).
+    peak_int8_tops: float = 0.0
 
     def efficiency(self, cls: str, flops: float, intensity: float) -> float:
         """The estimator's `Efficiency`: fraction of `peak_fp32_tflops` for a group of class
@@ -321,7 +325,9 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
                           lv.energy_pj_per_byte, f"measured: {where}")
               if lv.name in cal.bandwidth_gbps else lv for lv in profile.memory]
     measured = replace_measured(
-        profile, peak_tflops={"fp32": cal.peak_fp32_tflops}, memory=levels,
+        profile, peak_tflops={"fp32": cal.peak_fp32_tflops,
+                              **({"int8": cal.peak_int8_tops} if cal.peak_int8_tops else {})},
+        memory=levels,
         kernel_launch_us=cal.kernel_overhead_us,
         efficiency={c: min(1.0, cal.curve(c).e_max) for c in OP_CLASSES},
         source=f"measured: {where}")

@@ -83,7 +83,17 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
               "pool", "reduce", "data_movement")
 # Finer classes a calibration may measure; a profile without them uses the class given here
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
-SUBCLASS_OF = {"grouped_conv": "conv"}
+SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "depthwise",
+               "gemm_int8": "gemm", "conv_integer": "conv"}
+# A runtime's kernels whose MACs multiply integers (ORT's QLinearConv, QGemm,
+# DynamicQuantizeMatMul) are classes of their own, their efficiencies fractions of the int8
+# peak: measured by `onnxlens calibrate`, never assumed from the float kernels' rates.
+# ConvInteger (quantize_dynamic's Conv) is a class apart: ORT runs it on a path of its own,
+# measured 4-5x slower than a float Conv on this host (AVX-512 VNNI), where QLinearConv is
+# 3x faster.
+INT8_CLASS = {"conv": "conv_int8", "depthwise": "depthwise_int8", "gemm": "gemm_int8"}
+CONV_INTEGER = "conv_integer"
+INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER)
 # The runtime whose kernels a profile's calibration measured (`Runtime.name`; the estimator
 # then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU provider,
 # NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.

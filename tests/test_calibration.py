@@ -117,8 +117,14 @@ def test_run_calibration_fits_a_fake_machine() -> None:
         if point.macs:
             f = 2 * point.macs + point.other_flops
             if point.bytes / 20e9 < f / (0.4 * peak):
+                # An int8 class's efficiency is a fraction of the int8 peak (4x fp32's on a
+                # host with VNNI), which this machine does not reach: its 40% of fp32's.
+                macs_peak = host_profile(1).peak_flops(fit.class_precision(point.op_class).peak)
+                expected = (2 * point.macs / macs_peak + point.other_flops / peak) / (
+                    f / (0.4 * peak))
                 assert cal.efficiency(point.op_class, f, f / point.bytes) == pytest.approx(
-                    0.4, rel=0.15)
+                    expected, rel=0.15)
+    assert {p.op_class for p in cal.points} >= {"conv_int8", "depthwise_int8", "gemm_int8"}
 
 
 def test_a_gpu_calibration_fits_synthetic_gpu_timings(cache: Path) -> None:

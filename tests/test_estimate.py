@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 from onnx import TensorProto, helper
@@ -583,10 +584,12 @@ def test_only_a_calibrated_denormal_factor_slows_the_model(gpu) -> None:
 
 
 @pytest.mark.parametrize("target", ["host", "a100"])
-def test_an_uncalibrated_profile_estimates_a_grouped_convolution(target: str) -> None:
+def test_an_uncalibrated_profile_estimates_a_grouped_convolution(
+        target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A grouped convolution (RegNet's) is class grouped_conv, which an uncalibrated profile
     estimates at its parent class's efficiency (it raised KeyError: 'grouped_conv' where the
     host or a GPU runtime had no calibration)."""
+    monkeypatch.setenv("ONNXLENS_CACHE", str(tmp_path))  # not this host's calibration
     result = _analyzed([helper.make_node("Conv", ["x", "w"], ["c"], group=4, pads=[1, 1, 1, 1])],
                        [1, 16, 8, 8], ("c", [1, 16, 8, 8]), {"w": [16, 4, 3, 3]})
     runtime = "native-cuda" if target == "a100" else "ort-cpu"

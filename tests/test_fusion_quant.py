@@ -248,7 +248,7 @@ def test_per_channel_qdq_conv_is_one_group(relu: bool, zero_point: int, pattern:
     assert cost.bytes_read == 3 * 8 * 8 + consts
     # ORT runs it as one QLinearConv of the group's bytes.
     (kernel,) = _ort_kernels(result, 1)
-    assert kernel.cls == "conv" and kernel.cost == cost
+    assert kernel.cls == "conv_int8" and kernel.cost == cost  # QLinearConv: its own rate
 
 
 def test_a_zero_point_at_the_lowest_value_is_a_relu() -> None:
@@ -304,7 +304,7 @@ def test_a_dynamic_quantized_matmul_is_one_group(tmp_path: Path, bias: bool,
     assert result.group_costs[0].cost.macs == 7 * 16 * 32
     # ORT: one DynamicQuantizeMatMul (MatMulIntegerToFloat with its bias).
     (kernel,) = _ort_kernels(result, 0)
-    assert kernel.cls == "gemm" and kernel.cost == result.group_costs[0].cost
+    assert kernel.cls == "gemm_int8" and kernel.cost == result.group_costs[0].cost
 
 
 def test_a_shared_dynamic_quantizer_is_its_own_group(tmp_path: Path) -> None:

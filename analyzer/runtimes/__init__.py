@@ -35,6 +35,10 @@ ANY = "any"  # a kernel that reads and writes whatever layout its input has
 
 _CLASS_OF_OP = {
     "Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "gemm", "Einsum": "gemm",
+    # quantized: ONNX's integer and QLinear ops, ORT's contrib ones
+    "ConvInteger": "conv", "QLinearConv": "conv", "MatMulInteger": "gemm",
+    "QLinearMatMul": "gemm", "QGemm": "gemm", "DynamicQuantizeMatMul": "gemm",
+    "MatMulIntegerToFloat": "gemm",
     "MaxPool": "pool", "AveragePool": "pool", "GlobalAveragePool": "pool",
     "GlobalMaxPool": "pool", "LpPool": "pool",
     "BatchNormalization": "normalization", "LayerNormalization": "normalization",
@@ -67,7 +71,7 @@ def node_class(info: NodeInfo) -> str:
     `grouped_conv` when its groups see several (neither is a dense convolution's kernel)."""
     cls = _CLASS_OF_OP.get(info.op_type, "elementwise")
     if cls == "conv" and info.attr("group", 1) > 1:
-        w = info.input(1)
+        w = info.input(3 if info.op_type == "QLinearConv" else 1)  # after x, its scale, zp
         return "depthwise" if w is not None and w.known and w.dims[1] == 1 else "grouped_conv"
     return cls
 

@@ -19,13 +19,15 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 import numpy as np
+import onnx
 
 from ..cost.base import ZERO, Cost
 from ..cost.ops import RESHAPES
+from ..cost.precision import mac_precision
 from ..fold import fold_nodes
 from ..fusion import ADD_LAYER_NORM, ADD_RMS_NORM, ATTENTION, LAYER_NORM, RMS_NORM, Group
 from ..graph import ModelGraph
-from ..hardware import ORT_CPU, HardwareProfile
+from ..hardware import CONV_INTEGER, INT8_CLASS, ORT_CPU, HardwareProfile
 from ..ir import NodeInfo, TensorInfo
 from ..loader import LoadedModel
 from . import ANY, GroupKernels, Kernel, _dominant_class, kernel_of, node_class, op_class
@@ -36,7 +38,9 @@ NCHWC, NCHW = "nchwc", "nchw"
 # its own that reads and writes the whole output once more.
 ORT_FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "LeakyRelu",
                                    "Tanh", "HardSwish"})
-_ANCHORS = frozenset({"Conv", "Gemm", "MatMul", "MatMulInteger"})
+_ANCHORS = frozenset({"Conv", "Gemm", "MatMul", "MatMulInteger", "ConvInteger", "QLinearConv",
+                      "QLinearMatMul", "QGemm", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
+_CONVS = frozenset({"Conv", "ConvInteger", "QLinearConv"})
 # Quantization edges (`analyzer.fusion`): ORT's QDQ transformer runs DQ -> op -> Q as the op's
 # quantized kernel (QLinearConv, QGemm, QLinearAdd, MaxPool on uint8 ...) and
 # quantize_dynamic's chain as one DynamicQuantizeMatMul: they ride in a neighbouring kernel.
@@ -247,11 +251,11 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
             kernels.append(([key], "anchor"))
         elif last and last[1] == "anchor" and reads_last and sole and (
                 info.op_type in ("BatchNormalization", "Add")
-                or (mg.info(last[0][0]).op_type == "MatMulInteger"
+                or (mg.info(last[0][0]).op_type in ("MatMulInteger", "ConvInteger")
                     and info.op_type in ("Cast", "Mul"))):
             last[0].append(key)
         elif last and last[1] == "anchor" and reads_last and sole and (
-                info.op_type in ORT_FUSED_ACTIVATIONS):
+                info.op_type in ORT_FUSED_ACTIVATIONS) and not _cast_constants(info):
             last[0].append(key)
             kernels[-1] = (last[0], "closed")
         elif last and last[1] == "vector" and reads_last and node_class(info) == "elementwise":
@@ -280,18 +284,59 @@ def _rides_ahead(mg: ModelGraph, info: NodeInfo) -> bool:
         src is not None and mg.info(src).op_type == "DynamicQuantizeLinear" for src in sources)
 
 
+def _cast_constants(info: NodeInfo) -> bool:
+    """A float16 node with constant inputs (a Clip's bounds): ORT's CPU provider, lacking a
+    float16 kernel, reads them through Casts it inserts, so its fusions, which want constants,
+    leave the node alone and the NCHWc transformer keeps it in NCHW. Profiled (ORT 1.31,
+    MobileNetV2 fp16): 35 Clips (ReLU6) as kernels of their own between 34 ReorderInput and 35
+    ReorderOutput; fp32: each fused into its Conv."""
+    x = info.input(0)
+    return x is not None and x.elem_type == onnx.TensorProto.FLOAT16 and any(
+        i > 0 for i in info.const_inputs)
+
+
+def float16_as_float32(k: Kernel) -> Kernel:
+    """ORT's CPU provider has no float16 Conv, Gemm or MatMul on x86 (MLAS's are ARM's): it
+    puts Casts around them (InsertCastTransformer), folds those of the weights at load and
+    drops back-to-back pairs, so an fp16 model runs the fp32 model's kernels on 4-byte
+    tensors (profiled, ORT 1.31, ResNet-18 fp16: 20 Conv, 1 Gemm and 1 Cast, all float32): a
+    kernel writing float16 moves twice the bytes stored, its weights included. Its MACs run at
+    the profile's fp16 peak, which a CPU without fp16 units reads as fp32's."""
+    if not any(t.elem_type == onnx.TensorProto.FLOAT16 for t in k.outputs):
+        return k
+    c = k.cost
+    return replace(k, cost=Cost(c.macs, c.other_flops, c.transcendental, 2 * c.bytes_read,
+                                2 * c.bytes_written, c.params, 2 * c.param_bytes))
+
+
+def _integer_macs(mg: ModelGraph, head: NodeInfo) -> bool:
+    """Whether `head`'s MACs multiply integers (seen through DequantizeLinear: a QDQ Conv's
+    uint8 x int8; MatMulInteger, ConvInteger): ORT runs its quantized kernel (QLinearConv,
+    QGemm, DynamicQuantizeMatMul), costed at the int8 classes' fitted rates (INT8_CLASS)."""
+    def producer(tensor: str) -> NodeInfo | None:
+        key = mg.producer.get(tensor)
+        return None if key is None else mg.info(key)
+    precision = mac_precision(head, producer)
+    return precision is not None and precision.startswith("int")
+
+
 def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Cost | None],
                 block: int) -> Kernel:
     head = mg.info(nodes[0])
-    if head.op_type == "Conv":
+    if head.op_type in _CONVS:
         cls, reads, writes = ort_conv_path(head, block)
+        if _integer_macs(mg, head):  # QLinearConv / ConvInteger: NHWC, no NCHWc reorders
+            cls = CONV_INTEGER if head.op_type == "ConvInteger" else INT8_CLASS.get(cls, cls)
+            return kernel_of(mg, nodes, costs, cls, NCHW, NCHW,
+                             passes=activation_passes(mg, nodes, True))
         calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
         return kernel_of(mg, nodes, costs, cls, reads, writes,
                        open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
                        reuse=reuse, calls=calls,
                        passes=activation_passes(mg, nodes, writes == NCHWC))
     if head.op_type in _ANCHORS:
-        cls = "gemm" if head.op_type == "MatMulInteger" else node_class(head)
+        cls = node_class(head)
+        cls = INT8_CLASS.get(cls, cls) if _integer_macs(mg, head) else cls
         return kernel_of(mg, nodes, costs, cls, NCHW, NCHW,
                        calls=matmul_calls(head) if head.op_type == "MatMul" else 1,
                        passes=activation_passes(mg, nodes, False))
@@ -307,7 +352,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     elif head.op_type == "Concat":
         layout = _concat_layout(head, block)
     elif cls == "elementwise":
-        layout = _elementwise_layout(head)
+        layout = NCHW if _cast_constants(head) else _elementwise_layout(head)
     else:
         layout = NCHW
     return kernel_of(mg, nodes, costs, cls, layout, layout, runs=transpose_runs(head))
@@ -389,7 +434,6 @@ def constant_value(mg: ModelGraph, name: str) -> np.ndarray | None:
     """The value of tensor `name` when it is computed from Constant nodes alone (Swin's mask:
     Where over ScatterNDs of constants), folded by `analyzer.fold`; None when it depends on a
     graph input or an initializer (whose values the graph does not hold), or cannot fold."""
-    import onnx
     from onnx import helper
 
     nodes: dict[str, NodeInfo] = {}
@@ -484,7 +528,7 @@ class OrtCpu:
                 out[g.id] = None
                 continue
             run: list[Kernel] = []
-            for k in ort_kernels(mg, g, node_costs, block):
+            for k in map(float16_as_float32, ort_kernels(mg, g, node_costs, block)):
                 k = _folded(mg, k, open_sums) or k
                 run += [Kernel("data_movement", reorder_cost(t), ())
                         for t in layout_changes(k, have)]

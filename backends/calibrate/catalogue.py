@@ -5,13 +5,17 @@ onnx.helper, each one fused group (the package docstring says which and why).
 
 from __future__ import annotations
 
+import logging
 import math
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime import quantization
 
 OPSET = 17
 IR_VERSION = 8  # what ORT 1.18+ reads
@@ -375,10 +379,85 @@ def _movement_and_attention() -> list[Bench]:
     return out
 
 
+class _Reader(quantization.CalibrationDataReader):
+    """Two random input sets for quantize_static's ranges (the kernels ORT picks do not
+    depend on them)."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+                  for v in model.graph.input}
+        self.left = [{n: _RNG.standard_normal(s, dtype=np.float32) for n, s in shapes.items()}
+                     for _ in range(2)]
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return self.left.pop() if self.left else None
+
+
+def _without_io_quantization(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A QDQ graph whose input and output are its quantized tensors: the QuantizeLinear of the
+    graph input and the DequantizeLinear of the graph output cut off (in a network those are
+    the neighbouring groups' work, and a micro-benchmark must be one group)."""
+    graph = model.graph
+    inputs, outputs = {v.name for v in graph.input}, {v.name for v in graph.output}
+    edge = [n for n in graph.node if (n.op_type == "QuantizeLinear" and n.input[0] in inputs)
+            or (n.op_type == "DequantizeLinear" and n.output[0] in outputs)]
+    renamed = {n.input[0]: n.output[0] for n in edge if n.op_type == "QuantizeLinear"}
+    renamed |= {n.output[0]: n.input[0] for n in edge if n.op_type == "DequantizeLinear"}
+    for v in [*graph.input, *graph.output]:
+        v.name = renamed.get(v.name, v.name)
+        v.type.tensor_type.elem_type = TensorProto.UINT8
+    for n in edge:
+        graph.node.remove(n)
+    return model
+
+
+def quantized(bench: Bench, mode: str, tier: int = 1) -> Bench:
+    """`bench`'s fp32 graph quantized by ONNX Runtime's own tools, as a user's model is:
+    `mode` "qdq" (quantize_static, QDQ, uint8 activations, int8 weights per channel: ORT runs
+    QLinearConv / QGemm; graph input and output uint8) or "dynamic" (quantize_dynamic, int8
+    weights: DynamicQuantizeLinear, MatMulInteger, scale; ORT runs DynamicQuantizeMatMul)."""
+    def build() -> onnx.ModelProto:
+        fp32 = bench.build()
+        logging.disable(logging.WARNING)  # the quantizer's advice to pre-process, per graph
+        try:
+            with tempfile.TemporaryDirectory(prefix="onnxlens-calibrate-") as tmp:
+                out = Path(tmp) / "q.onnx"
+                if mode == "qdq":
+                    quantization.quantize_static(
+                        fp32, out, _Reader(fp32), quant_format=quantization.QuantFormat.QDQ,
+                        activation_type=quantization.QuantType.QUInt8,
+                        weight_type=quantization.QuantType.QInt8, per_channel=True)
+                else:
+                    quantization.quantize_dynamic(fp32, out,
+                                                  weight_type=quantization.QuantType.QInt8)
+                model = onnx.load(out)
+        finally:
+            logging.disable(logging.NOTSET)
+        return _without_io_quantization(model) if mode == "qdq" else model
+    name = f"{bench.name} {'QDQ u8s8' if mode == 'qdq' else 'dynamic s8'}"
+    return Bench(name, build, tier, bench.work / 2)
+
+
+def _quantized() -> list[Bench]:
+    """Convolutions and GEMMs as ORT's quantization tools leave them (one of each kind in the
+    coarse tier): quantized kernels are measured, never assumed faster than float ones."""
+    qdq = [conv(64, 64, 24), conv(32, 128, 24, 1), depthwise(64, 48), gemm(64, 512, 1024),
+           conv(128, 128, 24, act="Relu"), conv(256, 256, 12), conv(32, 64, 96, 3, 2),
+           conv(64, 256, 24, 1, act="Relu"), conv(512, 128, 12, 1), conv(3, 32, 208, 3, 2),
+           depthwise(128, 24, act="Relu"), depthwise(256, 12), depthwise(96, 48, 3, 2),
+           gemm(1, 1024, 512), matmul(256, 512, 512)]
+    dynamic = [matmul(64, 256, 256), conv(64, 64, 24, act="Relu"), linear(512, 256, 1024),
+               matmul(256, 512, 512), matmul(1, 1024, 1024), linear(256, 1024, 256),
+               conv(32, 128, 24, 1), conv(128, 128, 12)]
+    return ([quantized(b, "qdq", 0 if i < 4 else 1) for i, b in enumerate(qdq)]
+            + [quantized(b, "dynamic", 0 if i < 2 else 1) for i, b in enumerate(dynamic)])
+
+
 def benchmarks() -> list[Bench]:
     """The whole set, coarse tier first; names are unique."""
     out = [chain(n) for n in CHAIN_LENGTHS]
-    for family in (_gemms, _convolutions, _depthwise, _vector, _movement_and_attention):
+    for family in (_gemms, _convolutions, _depthwise, _vector, _movement_and_attention,
+                   _quantized):
         out += family()
     return sorted(out, key=lambda b: b.tier)
 

@@ -24,8 +24,8 @@ from ...analyzer.calibration import (
     host_name,
 )
 from ...analyzer.estimate import activation_pass, estimate_group, memory_level
-from ...analyzer.hardware import HardwareProfile, Precision, load_profile
-from ...analyzer.host import detect_cpu, host_profile
+from ...analyzer.hardware import INT8_CLASSES, HardwareProfile, Precision, load_profile
+from ...analyzer.host import detect_cpu, host_profile, replace_measured
 from .catalogue import SQUARE_GEMM
 
 # A benchmark is informative on efficiency only if memory takes less than this share of it.
@@ -37,7 +37,14 @@ F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
 I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
 # Plain vector FLOPs one transcendental evaluation may cost (1: as cheap as an add).
 TRANSCENDENTAL_GRID = np.logspace(0, 2, 31)
-FP32 = Precision("fp32")  # the benchmarks are fp32 graphs, costed as stored
+FP32 = Precision("fp32")  # the float benchmarks are fp32 graphs, costed as stored
+INT8 = Precision("int8")  # the quantized ones (`catalogue.quantized`): int8 x uint8 MACs
+
+
+def class_precision(cls: str) -> Precision:
+    """The precision a class's kernels run their MACs at: its curve is a fraction of that
+    precision's peak (an int8 class's of the int8 peak, as the estimator reads it)."""
+    return INT8 if cls in INT8_CLASSES else FP32
 
 
 def cold_weight_rate(per_core_gbps: float, threads: int, main_memory_gbps: float) -> float:
@@ -81,13 +88,20 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
     bandwidth, vector, tau = fit_vector(vector_points, hw, peak)
     curves = {VECTOR_CLASS: vector,
               **fit_vector_classes(vector_points, hw, peak, bandwidth, tau)}
+    # The int8 peak, like fp32's, is raised to the best int8 rate measured (AVX-512 VNNI here:
+    # QLinearConv at 1.0 TOPS, above the profile's 4 x fp32 assumption).
+    int8_peak = max([hw.peak_flops("int8"), *(2 * p.macs / p.seconds for p in mac_points
+                                              if class_precision(p.op_class) is INT8)])
+    peaks = replace_measured(hw, peak_tflops={"fp32": peak / 1e12, "int8": int8_peak / 1e12})
     for cls in MAC_CLASSES:
         eff_points = []
+        macs_peak = peaks.peak_flops(class_precision(cls).peak)
         for p in (p for p in mac_points if p.op_class == cls):
             flops = 2 * p.macs + p.other_flops
             intensity = flops / p.bytes
             memory_s = _stream_s(p.bytes, hw, bandwidth)
-            work = 2 * p.macs + p.cost().vector_flops(tau)  # MACs and epilogue
+            # MACs at their precision's peak, the epilogue at fp32's (`peak_seconds`)
+            ideal_s = 2 * p.macs / macs_peak + p.cost().vector_flops(tau) / peak
             # An activation pass after the kernel, at the elementwise rate (`activation_pass`).
             pass_work = p.pass_cost().vector_flops(tau)
             run_s = p.seconds - (pass_work / (peak * vector(pass_work, math.inf))
@@ -98,7 +112,7 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
             reuse = p.reuse or intensity
             call_flops = (2 * p.macs if p.reuse else flops) / p.calls
             if memory_s < COMPUTE_BOUND_SHARE * run_s and run_s > 0:
-                eff_points.append((call_flops, reuse, min(1.0, work / (peak * run_s)),
+                eff_points.append((call_flops, reuse, min(1.0, ideal_s / run_s),
                                    memory_level(hw, call_flops / reuse).name))
         if eff_points:
             f, i, e, lv = zip(*eff_points, strict=True)
@@ -110,7 +124,7 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
         levels=[(lv.name, lv.size_bytes) for lv in hw.memory],
         points=tuple(points), ort_version=ort.__version__,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        transcendental_flops=tau,
+        transcendental_flops=tau, peak_int8_tops=int8_peak / 1e12,
         copy_run_ns=fit_copy_run([p for p in points if p.runs], hw, bandwidth))
 
 
@@ -238,8 +252,8 @@ def fit_check(cal: Calibration) -> dict[str, float]:
     hw = apply_calibration(base, cal)
     errors: dict[str, list[float]] = {}
     for p in cal.points:
-        seconds = estimate_group(p.cost(), p.op_class, hw, FP32, cal.efficiency, 0, p.reuse,
-                                 p.calls, p.runs).latency_s
+        seconds = estimate_group(p.cost(), p.op_class, hw, class_precision(p.op_class),
+                                 cal.efficiency, 0, p.reuse, p.calls, p.runs).latency_s
         if p.pass_flops:
             seconds += activation_pass(p.pass_cost(), hw, FP32, cal.efficiency).latency_s
         errors.setdefault(p.op_class, []).append(abs(seconds / p.seconds - 1))
