@@ -7,6 +7,7 @@ subprocess (interpreter start, Ray start-up and the report included):
 (c) (a) again into the same directory, every row done: under 5 s.
 
     python benchmarks/sweep_speed.py            # exports the models once (cached) first
+    python benchmarks/sweep_speed.py --address auto   # (b) against a Ray cluster already up
 
 Runs (a), (b) alternately `--repeat` times (each into a fresh directory) and prints each time.
 regnet_y_400mf is left out: its `host` estimate fails here (KeyError 'grouped_conv', an error
@@ -31,10 +32,12 @@ SPEC = {"models": MODELS, "batch": [1, 8, 32], "precision": ["fp32", "fp16"],
         "hardware": ["host", "a100", "h100"]}
 
 
-def _sweep(spec: Path, out: Path, engine: str) -> tuple[float, int]:
+def _sweep(spec: Path, out: Path, engine: str, address: str | None = None
+           ) -> tuple[float, int]:
+    join = ["--address", address] if address and engine == "ray" else []
     start = time.perf_counter()
-    done = subprocess.run(["onnxlens", "sweep", str(spec), "--out", str(out), "--engine", engine],
-                          capture_output=True, text=True)
+    done = subprocess.run(["onnxlens", "sweep", str(spec), "--out", str(out), "--engine", engine,
+                           *join], capture_output=True, text=True)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"sweep failed ({done.returncode}): {done.stderr.strip()[-500:]}")
@@ -45,6 +48,8 @@ def _sweep(spec: Path, out: Path, engine: str) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--address", help="run (b) against this Ray cluster (started with one "
+                        "onnxlens_timing_slot per node) instead of a local instance it starts")
     args = parser.parse_args()
     from onnxlens.exporters.torch_export import cached_export
 
@@ -57,7 +62,7 @@ def main() -> None:
         for i in range(args.repeat):
             for engine in times:
                 out = Path(tmp) / f"{engine}{i}"
-                wall, rows = _sweep(spec, out, engine)
+                wall, rows = _sweep(spec, out, engine, args.address)
                 times[engine].append(wall)
                 print(f"{engine}: {rows} rows in {wall:.1f} s", flush=True)
         resumed, rows = _sweep(spec, Path(tmp) / "local0", "local")

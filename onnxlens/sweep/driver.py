@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,22 +141,35 @@ def run_sweep(spec: SweepSpec, out: Path, *, engine: str = "local", address: str
         raise UsageError("--address goes with --engine ray")
     log = ResultsLog(out)
     try:
-        sweep = _plan(spec, log, progress)
-        if progress is not None:
-            progress(0, sweep.total, 0)
-        if sweep.works:
-            if engine == "ray":
-                from .engines import run_ray
-
-                run_ray(sweep, address)
-            else:
-                from .engines import run_local
-
-                run_local(sweep)
+        sweep = _run(spec, log, engine, address, progress)
     finally:
         log.close()
     write_outputs(out, log.rows)
     return Outcome(sweep.done, sweep.failed, sweep.skipped, out)
+
+
+def _run(spec: SweepSpec, log: ResultsLog, engine: str, address: str | None,
+         progress: Progress | None) -> Sweep:
+    """Plan the sweep, then run its works on `engine`. Ray's start-up (seconds: `ray.init`
+    waits for its raylet, and wants the main thread) runs beside the planning (which hashes
+    every model), unless every row is done already and Ray is not needed."""
+    from .engines import ray_connected, run_local, run_ray
+
+    if engine == "local" or len(log.done) >= spec.rows:
+        sweep = _plan(spec, log, progress)
+        if sweep.works and engine == "local":
+            run_local(sweep)
+        elif sweep.works:
+            with ray_connected(address):
+                run_ray(sweep)
+        return sweep
+    with ThreadPoolExecutor(1, thread_name_prefix="sweep-plan") as pool:
+        planning = pool.submit(_plan, spec, log, progress)
+        with ray_connected(address):
+            sweep = planning.result()
+            if sweep.works:
+                run_ray(sweep)
+    return sweep
 
 
 def write_outputs(out: Path, rows: list[dict[str, Any]], report: Path | None = None) -> Path:
@@ -194,6 +208,8 @@ def _plan(spec: SweepSpec, log: ResultsLog, progress: Progress | None) -> Sweep:
             elif estimates or measures:
                 sweep.works.append(Work(rid, model, estimates, measures))
     sweep.total = len(unreadable) + sum(len(w.estimates) + len(w.measures) for w in sweep.works)
+    if progress is not None:
+        progress(0, sweep.total, 0)
     for row in unreadable:
         sweep.emit(row)
     return sweep

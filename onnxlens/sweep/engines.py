@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +59,19 @@ def run_local(sweep: Sweep) -> None:
             sweep.emit(row)
 
 
-def run_ray(sweep: Sweep, address: str | None) -> None:
+@contextmanager
+def ray_connected(address: str | None) -> Iterator[None]:
+    """Ray joined (or started) for the block, and left after it (`_connect`)."""
     import ray
 
     started = _connect(ray, address)
     try:
-        _run_on_ray(ray, sweep)
+        yield
     finally:
         if started:
             ray.shutdown()
+
+
 
 
 def _connect(ray: Any, address: str | None) -> bool:
@@ -83,7 +88,10 @@ def _connect(ray: Any, address: str | None) -> bool:
     return True
 
 
-def _run_on_ray(ray: Any, sweep: Sweep) -> None:
+def run_ray(sweep: Sweep) -> None:
+    """The sweep's tasks on the Ray instance joined (`ray_connected`)."""
+    import ray
+
     spec = sweep.spec
     blobs: dict[Path, Any] = {}
 

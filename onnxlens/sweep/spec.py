@@ -49,8 +49,10 @@ class SweepSpec:
     resources: dict[str, str] = field(default_factory=dict)  # backend -> Ray resource
 
     @property
-    def rows_per_model(self) -> int:
-        return len(self.batch) * (len(self.precision) * len(self.hardware) + len(self.measure))
+    def rows(self) -> int:
+        """How many rows the sweep makes in all."""
+        per_batch = len(self.precision) * len(self.hardware) + len(self.measure)
+        return len(self.models) * len(self.batch) * per_batch
 
 
 def load_spec(path: str | Path) -> SweepSpec:
