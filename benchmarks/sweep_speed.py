@@ -10,8 +10,8 @@ subprocess (interpreter start, Ray start-up and the report included):
     python benchmarks/sweep_speed.py --address auto   # (b) against a Ray cluster already up
 
 Runs (a), (b) alternately `--repeat` times (each into a fresh directory) and prints each time.
-regnet_y_400mf is left out: its `host` estimate fails here (KeyError 'grouped_conv', an error
-row), which would make every run exit 1.
+The set is the one of the first runs, kept so that figures compare across rounds
+(regnet_y_400mf was left out then: its `host` estimate failed; it runs now).
 """
 
 from __future__ import annotations
