@@ -44,6 +44,10 @@ _CLASS_OF_OP = {
     "BatchNormalization": "normalization", "LayerNormalization": "normalization",
     "InstanceNormalization": "normalization", "GroupNormalization": "normalization",
     "Softmax": "normalization", "LogSoftmax": "normalization",
+    # ONNX Runtime's own: its norms, attention and 4-bit MatMul kernels (contrib ops)
+    "SimplifiedLayerNormalization": "normalization", "RMSNormalization": "normalization",
+    "SkipLayerNormalization": "normalization", "SkipSimplifiedLayerNormalization": "normalization",
+    "GroupQueryAttention": "attention", "MultiHeadAttention": "attention", "MatMulNBits": "gemm",
     "ReduceMean": "reduce", "ReduceSum": "reduce", "ReduceMax": "reduce", "ReduceMin": "reduce",
     "ReduceProd": "reduce", "ReduceL2": "reduce", "ReduceSumSquare": "reduce",
     "ReduceLogSumExp": "reduce", "ArgMax": "reduce", "ArgMin": "reduce",

@@ -355,7 +355,25 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         layout = NCHW if _cast_constants(head) else _elementwise_layout(head)
     else:
         layout = NCHW
-    return kernel_of(mg, nodes, costs, cls, layout, layout, runs=transpose_runs(head))
+    kernel = kernel_of(mg, nodes, costs, cls, layout, layout, runs=transpose_runs(head))
+    if head.op_type == "Gather" and len(nodes) == 1:
+        return replace(kernel, cost=gathered(head, kernel.cost))
+    return kernel
+
+
+def gathered(info: NodeInfo, cost: Cost) -> Cost:
+    """A Gather's cost as ORT's kernel runs it: it copies the slices its indices select, so it
+    reads as many bytes of the data as it writes, not the whole tensor (a decoder's embedding
+    lookup at one token reads one row of its table: 4 KB of 64 MB); a constant table's slices
+    are the weights it fetches."""
+    data, out = info.input(0), info.outputs[0]
+    if data is None or not data.known or not out.known:
+        return cost
+    touched = min(out.nbytes, data.nbytes)
+    weights = cost.param_bytes - data.nbytes + touched if 0 in info.const_inputs else (
+        cost.param_bytes)
+    return Cost(cost.macs, cost.other_flops, cost.transcendental,
+                cost.bytes_read - data.nbytes + touched, cost.bytes_written, cost.params, weights)
 
 
 def layout_changes(kernel: Kernel, have: dict[str, set[str]]) -> list[TensorInfo]:
