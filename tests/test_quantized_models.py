@@ -344,3 +344,26 @@ def test_an_infinite_scale_is_a_warning() -> None:
                          providers=["CPUExecutionProvider"])  # ORT loads it
     with pytest.raises(OnnxLensError, match="scale 's' holds nan"):
         analyze(_qdq_pair(np.nan))
+
+
+def test_qlinear_softmax_passes_its_shape_on() -> None:
+    """The QOperator BERT's QLinearSoftmax (com.microsoft), whose shape neither onnx's nor
+    ORT's symbolic inference gives: its output has its input's shape, so the DequantizeLinear
+    after it is costed (3 FLOPs per element with a zero point: 2 x 3 x 8 = 48 elements)."""
+    h = onnx.helper
+    consts = [onnx.numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+              onnx.numpy_helper.from_array(np.array(0, np.uint8), "z")]
+    graph = h.make_graph(
+        [h.make_node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["p"], domain="com.microsoft",
+                     axis=-1, opset=13),
+         h.make_node("DequantizeLinear", ["p", "s", "z"], ["y"])],
+        "g", [h.make_tensor_value_info("x", T.UINT8, [2, 3, 8])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["a", "b", "c"])], consts)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 19),
+                                               h.make_opsetid("com.microsoft", 1)], ir_version=9)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"x": np.zeros((2, 3, 8), np.uint8)})[0].shape == (2, 3, 8)
+    result = analyze(model)
+    dq = next(k for k in result.node_costs if result.graph.info(k).op_type == "DequantizeLinear")
+    assert result.node_costs[dq].cost is not None
+    assert result.node_costs[dq].cost.other_flops == 48 * 3
