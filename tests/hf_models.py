@@ -12,20 +12,26 @@ import transformers
 VOCAB = 64
 
 
-def build(name: str, *, layers: int, hidden: int) -> torch.nn.Module:
-    """GPT-2, BERT, or a grouped-query-attention Llama (heads of 16, half as many KV heads)."""
-    heads = max(2, hidden // 16)
+def build(name: str, *, layers: int, hidden: int, heads: int | None = None,
+          intermediate: int | None = None, positions: int = 64, vocab: int = VOCAB
+          ) -> torch.nn.Module:
+    """GPT-2, BERT, or a grouped-query-attention Llama (half as many KV heads as query heads).
+    By default tiny: heads of 16, an MLP of 2 x hidden (GPT-2's is 4 x hidden), 64 positions."""
+    heads = heads or max(2, hidden // 16)
+    intermediate = intermediate or 2 * hidden
     if name == "gpt2":
         return transformers.GPT2Model(transformers.GPT2Config(
-            n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=VOCAB, n_positions=64))
+            n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab,
+            n_positions=positions))
     if name == "bert":
         return transformers.BertModel(transformers.BertConfig(
             hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-            intermediate_size=2 * hidden, vocab_size=VOCAB, max_position_embeddings=64))
+            intermediate_size=intermediate, vocab_size=vocab,
+            max_position_embeddings=positions))
     return transformers.LlamaModel(transformers.LlamaConfig(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        num_key_value_heads=heads // 2, intermediate_size=2 * hidden, vocab_size=VOCAB,
-        max_position_embeddings=64))
+        num_key_value_heads=heads // 2, intermediate_size=intermediate, vocab_size=vocab,
+        max_position_embeddings=positions))
 
 
 # Keyword arguments of each model's forward: no KV cache returned.
@@ -45,10 +51,11 @@ class _Hidden(torch.nn.Module):
 
 
 def export(name: str, path: Path, *, layers: int, hidden: int, seq: int,
-           dynamo: bool = True) -> Path:
-    """`name` exported to `path` with torch's dynamo exporter, or the TorchScript one."""
+           dynamo: bool = True, **sizes: int) -> Path:
+    """`name` exported to `path` with torch's dynamo exporter, or the TorchScript one
+    (`sizes`: `build`'s heads, intermediate, positions, vocab)."""
     torch.manual_seed(0)
-    model = build(name, layers=layers, hidden=hidden).eval()
+    model = build(name, layers=layers, hidden=hidden, **sizes).eval()
     ids = torch.randint(0, VOCAB, (1, seq))
     mask = torch.ones(1, seq, dtype=torch.int64)
     names = ["input_ids", "attention_mask"]

@@ -27,26 +27,32 @@ CONFIG = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_si
                                   num_key_value_heads=1, max_position_embeddings=128)
 
 
-def main() -> None:
+def build(config: transformers.LlamaConfig, target: Path,
+          precisions: tuple[str, ...] = ("fp32", "int4")) -> None:
+    """The model builder's decoder of a random-weights Llama `config`, one folder per
+    precision under `target` (model.onnx, model.onnx.data, genai_config.json)."""
     with tempfile.TemporaryDirectory() as tmp:
         hf = Path(tmp) / "hf"
         torch.manual_seed(0)
-        transformers.LlamaForCausalLM(CONFIG).save_pretrained(hf)
+        transformers.LlamaForCausalLM(config).save_pretrained(hf)
         # The builder copies a tokenizer beside the model: a word-level one of the vocabulary.
-        vocab = {f"t{i}": i for i in range(CONFIG.vocab_size)}
+        vocab = {f"t{i}": i for i in range(config.vocab_size)}
         tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
         tok.pre_tokenizer = pre_tokenizers.Whitespace()
         transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0",
                                              bos_token="t1", eos_token="t2").save_pretrained(hf)
-        for precision in ("fp32", "int4"):
+        for precision in precisions:
             out = Path(tmp) / precision
             subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i",
                             str(hf), "-o", str(out), "-p", precision, "-e", "cpu", "-c",
                             str(Path(tmp) / "cache")], check=True)
-            target = HERE / precision
-            target.mkdir(exist_ok=True)
+            (target / precision).mkdir(parents=True, exist_ok=True)
             for name in ("model.onnx", "model.onnx.data", "genai_config.json"):
-                shutil.copy(out / name, target / name)
+                shutil.copy(out / name, target / precision / name)
+
+
+def main() -> None:
+    build(CONFIG, HERE)
 
 
 if __name__ == "__main__":
