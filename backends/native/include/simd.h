@@ -62,6 +62,9 @@ struct PoolRowArgs {
   const int64_t* x1;                 // per output column: end input column, clipped
   int64_t interior_lo, interior_hi;  // output columns whose window lies inside the row
   bool max;                          // max (else the sum, divided by the caller)
+  // W + 1 floats when sw == 2 and dw == 1: an input row as its even then its odd columns,
+  // so that the interior reads contiguous floats; null otherwise.
+  float* split;
 };
 
 // The epilogue a micro-kernel applies as it stores its tile (the last K block only), when a
