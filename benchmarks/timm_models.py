@@ -4,7 +4,7 @@ re-parameterized blocks (in their deploy form, as they ship).
 
     python benchmarks/estimate_accuracy.py --threads 1 --models $(python benchmarks/timm_models.py)
 
-`pip install timm` first (not a dependency of onnxlens).
+`pip install -e ".[bench]"` brings timm (not a dependency of onnxlens itself).
 """
 
 from __future__ import annotations
