@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -200,6 +201,29 @@ def test_the_layout_kernels_are_cut_off() -> None:
         cut = measure.without_layout(onnx.load(path), kernels)
     assert {k.op_type for k in kernels} >= {"ReorderInput", "ReorderOutput"}
     assert [n.op_type for n in cut.graph.node] == ["Conv"]
+
+
+def test_a_quantized_convolution_is_timed_without_its_nhwc_transposes(tmp_path: Path) -> None:
+    """quantize_static's Conv (QDQ, uint8 activations) runs as ORT's NHWC QLinearConv between
+    two uint8 Transposes, which a network has only at the ends of its quantized convolutions:
+    cut off, the QLinearConv alone reads and writes uint8 NHWC and computes what the whole
+    graph did (the original's output, transposed)."""
+    model = catalogue.quantized(catalogue.conv(16, 32, 12, act="Relu"), "qdq").build()
+    assert [v.type.tensor_type.elem_type for v in (*model.graph.input, *model.graph.output)] \
+        == [TensorProto.UINT8] * 2
+    path = str(tmp_path / "opt.onnx")
+    kernels = profile_model(model, 1, runs=1, warmup=0, optimized_model_path=path)[0]
+    assert [k.op_type for k in kernels] == ["Transpose", "QLinearConv", "Transpose"]
+    cut = measure.without_layout(onnx.load(path), kernels,
+                                 measure.LAYOUT_KERNELS + measure.NHWC_KERNELS)
+    assert [n.op_type for n in cut.graph.node] == ["QLinearConv"]
+    x = np.random.default_rng(0).integers(0, 256, (1, 16, 12, 12), dtype=np.uint8)
+    whole = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    alone = ort.InferenceSession(cut.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = whole.run(None, {whole.get_inputs()[0].name: x})[0]
+    got = alone.run(None, {alone.get_inputs()[0].name: x.transpose(0, 2, 3, 1)})[0]
+    np.testing.assert_array_equal(got, expected.transpose(0, 2, 3, 1))
+    assert measure.prepare_ort(model, 1)(0.0) > 0
 
 
 # ---- the data, the file and the profile ------------------------------------------------------

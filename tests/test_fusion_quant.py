@@ -9,6 +9,7 @@ the invariants and its group costs add up to the model's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -134,10 +135,14 @@ def test_ort_runs_qdq_groups_as_its_quantized_kernels(resnets: dict[str, Analysi
     block = next(g for g in qdq.groups if g.pattern == "Conv+Add+Relu")
     conv, add = _ort_kernels(qdq, block.id)
     assert [qdq.graph.info(k).op_type for k in (conv.nodes[0], add.nodes[0])] == ["Conv", "Add"]
-    # The two kernels' arithmetic is the group's.
+    # The two kernels' arithmetic is the group's, less the DQs of the QLinearConv (which
+    # multiplies the stored integers); QLinearAdd keeps its own (dequantize, add, requantize).
+    dequantized = sum(qdq.node_costs[k].cost.other_flops for k in conv.nodes
+                      if qdq.graph.info(k).op_type == "DequantizeLinear")
+    assert dequantized > 0
     assert conv.cost.macs + add.cost.macs == qdq.group_costs[block.id].cost.macs
     assert conv.cost.other_flops + add.cost.other_flops == \
-        qdq.group_costs[block.id].cost.other_flops
+        qdq.group_costs[block.id].cost.other_flops - dequantized
 
 
 def _blocks() -> dict[str, object]:
@@ -246,9 +251,13 @@ def test_per_channel_qdq_conv_is_one_group(relu: bool, zero_point: int, pattern:
     assert cost.bytes_written == 4 * 8 * 8
     consts = 108 + 4 * 4 + 4 + 4 * 4 + 4 + 4 + 1 + 4 + 1
     assert cost.bytes_read == 3 * 8 * 8 + consts
-    # ORT runs it as one QLinearConv of the group's bytes.
+    # ORT runs it as one QLinearConv of the group's bytes and MACs, at its own rate, without
+    # the DQs' arithmetic: the input's 192 and the weights' 108 elements at 3 FLOPs (with a
+    # zero point), the bias's 4 at 2.
     (kernel,) = _ort_kernels(result, 1)
-    assert kernel.cls == "conv_int8" and kernel.cost == cost  # QLinearConv: its own rate
+    assert kernel.cls == "conv_int8"
+    assert kernel.cost == dataclasses.replace(
+        cost, other_flops=cost.other_flops - (192 * 3 + 108 * 3 + 4 * 2))
 
 
 def test_a_zero_point_at_the_lowest_value_is_a_relu() -> None:

@@ -72,3 +72,36 @@ def test_a_gemv_streams_its_cold_weights_at_main_memory_bandwidth() -> None:
         assert e.latency_s == pytest.approx(
             max(hot.latency_s, work + hot.overhead_s + weights / rate))
         assert e.latency_s > hot.latency_s  # the weights' fetch shows in both
+
+
+def _n_bits(rows: int, level: int) -> onnxlens.AnalysisResult:
+    """A [rows, 64] x 4-bit B (K 64, N 32, blocks of 32): 2 blocks per column."""
+    k, n, block = 64, 32, 32
+    blob = numpy_helper.from_array(np.zeros((n, k // block, block // 2), np.uint8), "b")
+    scales = numpy_helper.from_array(np.ones(n * k // block, np.float32), "s")
+    node = helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], name="q4",
+                            domain="com.microsoft", K=k, N=n, bits=4, block_size=block,
+                            accuracy_level=level)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n])], [blob, scales])
+    return onnxlens.analyze(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]))
+
+
+@pytest.mark.parametrize(("rows", "level", "macs", "flops"), [
+    # prefill, CompInt8: 8 x 64 x 32 = 16384 MACs at 8/23 of the int8 peak, no dequantizing
+    (8, 4, round(16384 * 23 / 8), 0),
+    # one row (decode) and accuracy_level 0 (fp32 GEMM on dequantized B): the node's cost,
+    # 2 FLOPs per weight to dequantize B (2 x 64 x 32)
+    (1, 4, 2048, 4096),
+    (8, 0, 16384, 4096),
+])
+def test_matmul_n_bits_runs_mlas_int8_kernel_at_its_issue_rate(rows: int, level: int,
+                                                               macs: int, flops: int) -> None:
+    r = _n_bits(rows, level)
+    costs = {k: nc.cost for k, nc in r.node_costs.items()}
+    assert costs["q4"].macs == rows * 64 * 32
+    [kernel] = ort_kernels(r.graph, r.groups[0], costs, 16)
+    assert (kernel.cost.macs, kernel.cost.other_flops) == (macs, flops)
+    assert kernel.cost.param_bytes == costs["q4"].param_bytes  # 4-bit weights and scales

@@ -320,6 +320,22 @@ def _integer_macs(mg: ModelGraph, head: NodeInfo) -> bool:
     return precision is not None and precision.startswith("int")
 
 
+def _integer_kernel(mg: ModelGraph, k: Kernel, costs: dict[str, Cost | None]) -> Kernel:
+    """A kernel multiplying integers without the arithmetic of its DequantizeLinear nodes:
+    ORT's QDQ transformer runs DQ -> op -> Q as the op's quantized kernel (QLinearConv,
+    QGemm), which multiplies the stored integers (weights prepacked at load, activations never
+    dequantized) and requantizes its int32 accumulator (the Q's arithmetic stands for that).
+    So a QDQ model's kernel does the work of its QOperator twin's (ORT 1.31 profiles: the same
+    36 kernels for ResNet-18 in both formats, 69 for MobileNetV2)."""
+    dq = [costs[n] for n in k.nodes if mg.info(n).op_type == "DequantizeLinear"]
+    flops = sum(c.other_flops for c in dq if c is not None)
+    if not flops:
+        return k
+    c = k.cost
+    return replace(k, cost=Cost(c.macs, c.other_flops - flops, c.transcendental, c.bytes_read,
+                                c.bytes_written, c.params, c.param_bytes))
+
+
 def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Cost | None],
                 block: int) -> Kernel:
     head = mg.info(nodes[0])
@@ -327,8 +343,8 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         cls, reads, writes = ort_conv_path(head, block)
         if _integer_macs(mg, head):  # QLinearConv / ConvInteger: NHWC, no NCHWc reorders
             cls = CONV_INTEGER if head.op_type == "ConvInteger" else INT8_CLASS.get(cls, cls)
-            return kernel_of(mg, nodes, costs, cls, NCHW, NCHW,
-                             passes=activation_passes(mg, nodes, True))
+            return _integer_kernel(mg, kernel_of(mg, nodes, costs, cls, NCHW, NCHW, passes=(
+                activation_passes(mg, nodes, True))), costs)
         calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
         return kernel_of(mg, nodes, costs, cls, reads, writes,
                        open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
@@ -336,16 +352,20 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
                        passes=activation_passes(mg, nodes, writes == NCHWC))
     if head.op_type in _ANCHORS:
         cls = node_class(head)
-        cls = INT8_CLASS.get(cls, cls) if _integer_macs(mg, head) else cls
-        return kernel_of(mg, nodes, costs, cls, NCHW, NCHW,
-                       calls=matmul_calls(head) if head.op_type == "MatMul" else 1,
-                       passes=activation_passes(mg, nodes, False))
+        kernel = kernel_of(mg, nodes, costs, cls, NCHW, NCHW,
+                           calls=matmul_calls(head) if head.op_type == "MatMul" else 1,
+                           passes=activation_passes(mg, nodes, False))
+        if _integer_macs(mg, head):
+            return _integer_kernel(mg, replace(kernel, cls=INT8_CLASS.get(cls, cls)), costs)
+        return kernel
     if head.op_type == "BatchNormalization":
         x = head.input(0)
         layout = NCHWC if x is not None and x.known and x.rank == 4 else NCHW
         return kernel_of(mg, nodes, costs, "normalization", layout, layout,
                        open_sum=len(nodes) == 1 and layout == NCHWC,
                        passes=activation_passes(mg, nodes, layout == NCHWC))
+    if head.op_type == "MatMulNBits":
+        return n_bits_kernel(head, kernel_of(mg, nodes, costs, "gemm", NCHW, NCHW))
     cls = _dominant_class(mg, nodes, costs)
     if cls == "pool":
         layout = ANY
@@ -359,6 +379,40 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     if head.op_type == "Gather" and len(nodes) == 1:
         return replace(kernel, cost=gathered(head, kernel.cost))
     return kernel
+
+
+# MLAS's int8 kernel for 4-bit weights in blocks of 32 (accuracy_level 4, SQNBIT_CompInt8;
+# sqnbitgemm_kernel_avx512_int8_blklen32.h, R2xC4) is not a register-blocked GEMM: per 2 rows
+# of int8 A x 1 column x 4 blocks (256 MACs) it issues 23 vector instructions: 3 unpack the
+# 4-bit weights, and per row 4 combine the two rows' block scales (mul, broadcast, permute),
+# 2 are VNNI dot products of 64 MACs, and 4 reduce, convert and scale-accumulate the int32
+# sums. The profile's int8 peak issues only dot products, on half the CPU's vector pipes
+# (2 of 4 on Zen 4/5): 4 dots take 2 cycles at the peak, the 23 instructions 23 / 4 cycles,
+# so the MACs run at 2 / 5.75 = 8/23 of the peak. Measured (Zen 5, ORT 1.31, 1 thread, one
+# MatMulNBits of K 1024, N 16384, M 128): 262 GFLOP/s, 0.25 of the 1028 the calibration's
+# int8 GEMMs reached (the count takes the shuffles at full issue; Zen 5 has 2 shuffle pipes).
+NBITS_INT8_ISSUE_SHARE = 8 / 23
+
+
+def n_bits_kernel(info: NodeInfo, k: Kernel) -> Kernel:
+    """A MatMulNBits as ORT's CPU kernel runs it. At accuracy_level 4 with more than one row
+    of A (a prefill), MLAS quantizes A to int8 per block and runs its CompInt8 kernel: the
+    MACs are int8 (the group's precision) at NBITS_INT8_ISSUE_SHARE of the int8 peak, charged
+    as MACs / share, and B is never dequantized to float (its 2 FLOPs per weight are the
+    kernel's scale instructions, counted in the share). One row (a decode step) is a GEMV
+    whose time is its 4-bit weights and scales streamed from memory (`cold_weights`), and
+    other accuracy levels dequantize B blocks to fp32 for an fp32 GEMM (float32 MACs): both
+    as the node's cost."""
+    a = info.input(0)
+    if info.attr("accuracy_level", 0) != 4 or a is None or not a.known or not k.cost.macs:
+        return k
+    if a.size // a.dims[-1] <= 1:
+        return k
+    c = k.cost
+    dequantize = 2 * info.attr("K") * info.attr("N")
+    return replace(k, cost=Cost(round(c.macs / NBITS_INT8_ISSUE_SHARE),
+                                c.other_flops - dequantize, c.transcendental, c.bytes_read,
+                                c.bytes_written, c.params, c.param_bytes))
 
 
 def gathered(info: NodeInfo, cost: Cost) -> Cost:

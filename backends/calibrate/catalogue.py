@@ -35,8 +35,9 @@ class Bench:
 _RNG = np.random.default_rng(0)
 
 
-def value_info(name: str, shape: Sequence[int]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+def value_info(name: str, shape: Sequence[int], elem_type: int = TensorProto.FLOAT
+               ) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_type, list(shape))
 
 
 def _const(name: str, shape: Sequence[int], scale: float = 0.1) -> TensorProto:
@@ -448,7 +449,7 @@ def _quantized() -> list[Bench]:
            gemm(1, 1024, 512), matmul(256, 512, 512)]
     dynamic = [matmul(64, 256, 256), conv(64, 64, 24, act="Relu"), linear(512, 256, 1024),
                matmul(256, 512, 512), matmul(1, 1024, 1024), linear(256, 1024, 256),
-               conv(32, 128, 24, 1), conv(128, 128, 12)]
+               conv(32, 128, 24, 1), conv(128, 128, 12), depthwise(64, 48), depthwise(256, 12)]
     return ([quantized(b, "qdq", 0 if i < 4 else 1) for i, b in enumerate(qdq)]
             + [quantized(b, "dynamic", 0 if i < 2 else 1) for i, b in enumerate(dynamic)])
 

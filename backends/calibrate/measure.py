@@ -23,6 +23,7 @@ from ...analyzer.calibration import (
     Calibration,
     Point,
 )
+from ...analyzer.cost.base import Cost
 from ...analyzer.errors import UsageError
 from ...analyzer.hardware import (
     GPU_RUNTIMES,
@@ -41,6 +42,9 @@ from .fit import cold_weight_rate, fit, fit_line
 
 # ORT's NCHWc layout changes around a lone Conv or pool: not part of the op's own time.
 LAYOUT_KERNELS = ("ReorderInput", "ReorderOutput")
+# Its NHWC ones around a lone QLinearConv (uint8 Transposes), which in a network sit only at
+# the ends of a run of quantized convolutions (ResNet-18 QDQ: 2 of 36 kernels).
+NHWC_KERNELS = ("Transpose",)
 NCHWC = "com.microsoft.nchwc"
 NCHWC_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 PASSES = 5  # timings of each benchmark, spread over the run; the fastest median is kept
@@ -66,8 +70,10 @@ def prepare_ort(model: onnx.ModelProto, threads: int) -> Timer:
         with tempfile.TemporaryDirectory(prefix="onnxlens-calibrate-") as tmp:
             path = str(Path(tmp) / "optimized.onnx")
             kernels = profile_model(model, threads, runs=1, warmup=0, optimized_model_path=path)
-            if any(k.op_type in LAYOUT_KERNELS for k in kernels[0]):
-                model = without_layout(onnx.load(path), kernels[0])
+            layout = LAYOUT_KERNELS + (NHWC_KERNELS if any(
+                k.op_type == "QLinearConv" for k in kernels[0]) else ())
+            if any(k.op_type in layout for k in kernels[0]):
+                model = without_layout(onnx.load(path), kernels[0], layout)
     session = make_session(model, threads)
     feeds = random_feeds(session)
     clock = "cpu" if threads == 1 else "wall"
@@ -137,20 +143,26 @@ GPU_NOT_VALIDATED = ("not validated on a GPU: this fit of GPU timings has been t
                      "on synthetic timings; read its fit check before trusting it")
 
 
-def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime]) -> onnx.ModelProto:
-    """ORT's optimized graph with its ReorderInput / ReorderOutput nodes cut off: a reorder's
-    NCHWc side becomes a graph input or output, of the shape ORT's profiler reports."""
+def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime],
+                   layout: Sequence[str] = LAYOUT_KERNELS) -> onnx.ModelProto:
+    """ORT's optimized graph with its layout changes (`layout`: ReorderInput /
+    ReorderOutput, the Transposes around a QLinearConv) at the graph's input and output cut
+    off: the kernel's side becomes a graph input or output, of the shape ORT's profiler
+    reports and the type of the graph's tensor it stood for."""
     by_name = {k.name: k for k in kernels}
     graph = optimized.graph
-    nodes = [n for n in graph.node if n.op_type not in LAYOUT_KERNELS]
+    types = {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]}
+    ins = [n for n in graph.node if n.op_type in layout and n.input[0] in types]
+    outs = [n for n in graph.node if n.op_type in layout and n.output[0] in types]
+    nodes = [n for n in graph.node if n not in ins and n not in outs]
     used = {name for n in nodes for name in n.input}
     made = {name for n in nodes for name in n.output}
     inputs = [*(v for v in graph.input if v.name in used),
-              *(value_info(n.output[0], by_name[n.name].output_shapes[0]) for n in graph.node
-                if n.op_type == "ReorderInput")]
+              *(value_info(n.output[0], by_name[n.name].output_shapes[0], types[n.input[0]])
+                for n in ins)]
     outputs = [*(v for v in graph.output if v.name in made),
-               *(value_info(n.input[0], by_name[n.name].input_shapes[0]) for n in graph.node
-                 if n.op_type == "ReorderOutput")]
+               *(value_info(n.input[0], by_name[n.name].input_shapes[0], types[n.output[0]])
+                 for n in outs)]
     cut = helper.make_graph(nodes, graph.name, inputs, outputs,
                             [t for t in graph.initializer if t.name in used])
     return helper.make_model(cut, ir_version=optimized.ir_version,
@@ -315,9 +327,12 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
     if not block:
         return Point(name, op_class(result.graph, group, costs), cost.macs, cost.other_flops,
                      nbytes, seconds, transcendental=cost.transcendental)
-    main = max(ort_kernels(result.graph, group, costs, block), key=lambda k: k.cost.flops())
-    return Point(name, main.cls, cost.macs, cost.other_flops, nbytes, seconds, main.reuse,
-                 main.calls, cost.transcendental, main.epilogue.other_flops,
+    kernels = ort_kernels(result.graph, group, costs, block)
+    main = max(kernels, key=lambda k: k.cost.flops())
+    # Its kernels' work (the group's, less what ORT does not run: a quantized kernel's DQs)
+    work = sum((k.cost + k.epilogue for k in kernels), Cost())
+    return Point(name, main.cls, cost.macs, work.other_flops, nbytes, seconds, main.reuse,
+                 main.calls, work.transcendental, main.epilogue.other_flops,
                  main.epilogue.transcendental, main.runs)
 
 
