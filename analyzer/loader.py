@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import onnx
@@ -994,6 +994,34 @@ def _has_unknown(produced: Iterable[str], tensors: Mapping[str, TensorInfo]) -> 
 _SAME_SHAPE_CONTRIB = ("QLinearSoftmax", "QLinearSigmoid", "QLinearLeakyRelu")
 
 
+def _global_pool_shape(engine: Any, node: onnx.NodeProto) -> None:
+    """QLinearGlobalAveragePool's output in ORT's symbolic inference: the input's shape with
+    every spatial dim 1 (N, C, 1, 1; N, 1, 1, C with channels_last): the QOperator models
+    of torchvision classifiers left it, the QGemm and the output after it without shapes."""
+    dims = list(engine._get_shape(node, 0))
+    last = any(a.name == "channels_last" and a.i for a in node.attribute)
+    spatial = slice(1, -1) if last else slice(2, None)
+    dims[spatial] = [1] * len(dims[spatial])
+    elem_type = engine.known_vi_[node.input[0]].type.tensor_type.elem_type
+    engine.known_vi_[node.output[0]].CopyFrom(
+        onnx.helper.make_tensor_value_info(node.output[0], elem_type, dims))
+
+
+def _qgemm_shape(engine: Any, node: onnx.NodeProto) -> None:
+    """QGemm's output in ORT's symbolic inference: [M, N] of A [M, K] (transA: [K, M]) and B
+    (input 3) [K, N] (transB: [N, K]); quantized to y_zero_point's type (input 8; A's without
+    one) when y_scale (input 7, after the bias) is given, else float. The QOperator
+    classifiers' last layer."""
+    attrs = {a.name: a.i for a in node.attribute}
+    a, b = engine._get_shape(node, 0), engine._get_shape(node, 3)
+    dims = [a[1] if attrs.get("transA") else a[0], b[0] if attrs.get("transB") else b[1]]
+    given = [name for name in node.input[7:9] if name]
+    elem_type = (engine.known_vi_[given[-1] if len(given) > 1 else node.input[0]]
+                 .type.tensor_type.elem_type) if given else onnx.TensorProto.FLOAT
+    engine.known_vi_[node.output[0]].CopyFrom(
+        onnx.helper.make_tensor_value_info(node.output[0], elem_type, dims))
+
+
 def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference fills what onnx's could not (needs sympy)."""
     try:
@@ -1010,6 +1038,9 @@ def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
     engine = inference.SymbolicShapeInference(2**31 - 1, True, True, 0)
     for op in _SAME_SHAPE_CONTRIB:  # ops ORT's quantizer writes that its inference lacks
         engine.dispatcher_.setdefault(op, engine._pass_on_shape_and_type)
+    engine.dispatcher_.setdefault("QLinearGlobalAveragePool", functools.partial(
+        _global_pool_shape, engine))
+    engine.dispatcher_.setdefault("QGemm", functools.partial(_qgemm_shape, engine))
     try:
         engine._preprocess(model)
         complete = False
