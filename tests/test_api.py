@@ -203,6 +203,24 @@ def test_cli_model_alone_skips_parsing_but_runs_the_same_call(
     assert calls[0] == calls[1] and codes == [0, 0]
 
 
+@pytest.mark.parametrize("options", [[], ["--json", "a.json", "--top", "3"]])
+def test_analyze_program_ends_holding_its_result(tiny_path: Path, tmp_path: Path,
+                                                 options: list[str]) -> None:
+    """As the `analyze` program (a launcher file importing analyze_main), with or without
+    options, the process ends by os._exit once the summary and files are written: Python's
+    exit handlers, which a normal exit runs, do not run; what it wrote is all there."""
+    launcher = tmp_path / "analyze_launcher.py"
+    launcher.write_text("import atexit\nfrom onnxlens.cli import analyze_main\n"
+                        "atexit.register(print, 'exit handlers ran')\nanalyze_main()\n")
+    out = subprocess.run([sys.executable, str(launcher), str(tiny_path), *options],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "COLUMNS": "250"})
+    assert out.returncode == 0, out.stderr
+    assert "MACs" in out.stdout and "exit handlers ran" not in out.stdout
+    if options:
+        assert json.loads((tmp_path / "a.json").read_text())["totals"]["macs"] == 6952
+
+
 def test_cli_model_alone_exit_code_of_an_error(tmp_path: Path) -> None:
     assert _cli(str(tmp_path / "missing.onnx")).returncode == \
         _cli(str(tmp_path / "missing.onnx"), "--top", "10").returncode == 2
