@@ -87,6 +87,9 @@ struct SimdKernels {
   // written, and the epilogue's column bias and residual read only there.
   void (*gemm_ukernel)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
                        bool acc, const TileEpilogue* e, int64_t n);
+  // out[0, nr) = A_row[kc]^T B_panel[kc x nr], A_row[k] = a[k * as]: one row of a tile (a
+  // matrix-vector product), without the mr - 1 rows of zeros the micro-kernel would multiply.
+  void (*gemv_panel)(int64_t kc, const float* a, int64_t as, const float* b, float* out);
   // Pack rows [0, m) x cols [0, k) of A(i, j) = a[i * rs + j * cs] into mr-row panels
   // [k][mr] (rows past m are zero).
   void (*pack_a)(const float* a, int64_t rs, int64_t cs, int64_t m, int64_t k, float* dst);

@@ -77,7 +77,11 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, co
     return;
   }
   if (fused) e = tile_epilogue(c, i, j);
-  s.gemm_ukernel(kc, ap, bp, buf, s.nr, false, nullptr, s.nr);
+  if (m == 1) {  // a matrix-vector product (batch-1 classifier), or the last row of M
+    s.gemv_panel(kc, ap, s.mr, bp, buf);
+  } else {
+    s.gemm_ukernel(kc, ap, bp, buf, s.nr, false, nullptr, s.nr);
+  }
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t t = 0; t < n; ++t) {
       float* dst = c_at(c, i + r, j + t);
