@@ -499,12 +499,20 @@ class _Matcher:
         self.initializers = mg.initializers
         self.graph_outputs = frozenset(mg.graph_outputs)
         self.position = {key: i for i, key in enumerate(mg.order)}
+        # A graph with no QuantizeLinear or DequantizeLinear (an fp32 model) has no saturating
+        # Q, no Q -> DQ pair and no quantization edge: the passes that look for them are skipped.
+        self.quantized = not {QUANTIZE, DEQUANTIZE}.isdisjoint(
+            {info.op_type for info in self.infos.values()})
         # What patterns see of a node: its op_type, SATURATING_Q for a QuantizeLinear that is
         # a folded ReLU; and of a tensor, its producer's (through a Q -> DQ pair: `through`),
         # or, through a saturating Q (`relu_through`), also that Q.
-        self.saturating = _saturating_quantizers(mg, constant)
-        self.op_of = {t: self.kind(k) for t, k in mg.producer.items()}
-        self.through = _qdq_pairs(mg)
+        self.saturating = (_saturating_quantizers(mg, constant) if self.quantized
+                           else frozenset())
+        self.op_of = {t: self.infos[k].op_type for t, k in mg.producer.items()}
+        for key in self.saturating:
+            for t in self.infos[key].outputs:
+                self.op_of[t.name] = SATURATING_Q
+        self.through = _qdq_pairs(mg) if self.quantized else {}
         self.relu_through = {t for t, (_, _, (_, q)) in self.through.items()
                              if q in self.saturating}
         for t, (source, _, _) in self.through.items():
@@ -730,6 +738,8 @@ class _Matcher:
         """`keys` with their quantization edges (module docstring): the Q that alone reads the
         sink's output, then the DQ of that Q's output when several groups read it; and every
         DQ whose outputs only the group reads."""
+        if not self.quantized:
+            return keys
         members = set(keys)
         sink = max(keys, key=self.position.__getitem__)
         if self.infos[sink].op_type != QUANTIZE:
