@@ -108,31 +108,26 @@ def build_graph(model: LoadedModel) -> ModelGraph:
 
 
 def _build_graph(model: LoadedModel) -> ModelGraph:
+    """One pass in file order, which is an execution order: the loader refuses a graph whose
+    nodes read a tensor before it is made (`loader._check_structure`), so each input's
+    producer is known when its reader comes."""
     proto = model.proto
     tensors = model.tensors
     initializers = frozenset(model.initializers)
     graph_inputs = [i.name for i in proto.graph.input if i.name not in initializers]
-    nodes = model.nodes
 
     keys: list[str] = []
     taken: set[str] = set()
     producer: dict[str, str] = {}
-    for index, node in enumerate(nodes):
+    infos: dict[str, NodeInfo] = {}
+    consumers: dict[str, list[str]] = {}
+    for index, node in enumerate(model.nodes):
         node_name = node.name
         key = node_name if node_name and node_name not in taken else f"{node.op_type}_{index}"
         while key in taken:
             key += "_"
         taken.add(key)
         keys.append(key)
-        for out in node.outputs:
-            if out:
-                producer[out] = key
-
-    position = {key: index for index, key in enumerate(keys)}
-    topological = True  # is the file's order an execution order? (ONNX requires it)
-    infos: dict[str, NodeInfo] = {}
-    consumers: dict[str, list[str]] = {}
-    for index, (key, node) in enumerate(zip(keys, nodes, strict=True)):
         inputs: list[TensorInfo | None] = []
         const: list[int] = []
         for pos, name in enumerate(node.inputs):
@@ -147,23 +142,13 @@ def _build_graph(model: LoadedModel) -> ModelGraph:
                 users.append(key)
             if name in initializers:
                 const.append(pos)
-            if topological:
-                src = producer.get(name)
-                topological = src is None or position[src] < index
-        outputs = tuple([tensors.get(o) or TensorInfo(o) for o in node.outputs if o])
+        outputs = []
+        for out in node.outputs:
+            if out:
+                producer[out] = key
+                outputs.append(tensors.get(out) or TensorInfo(out))
         infos[key] = NodeInfo(key, node.op_type, node.domain,
                               _attributes(node) if node.attributes else {}, tuple(inputs),
-                              outputs, index, frozenset(const) if const else _NO_CONSTANTS)
-
-    if topological:
-        order = keys
-    else:  # the loader has refused cycles, so a topological order exists
-        import networkx as nx
-
-        order = list(nx.lexicographical_topological_sort(_digraph(infos, _edges(infos, producer)),
-                                                         key=position.__getitem__))
-        rank = {k: i for i, k in enumerate(order)}
-        for users in consumers.values():
-            users.sort(key=rank.__getitem__)
+                              tuple(outputs), index, frozenset(const) if const else _NO_CONSTANTS)
     outputs = [o.name for o in proto.graph.output]
-    return ModelGraph(infos, order, producer, consumers, graph_inputs, outputs, initializers)
+    return ModelGraph(infos, keys, producer, consumers, graph_inputs, outputs, initializers)
