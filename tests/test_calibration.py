@@ -226,6 +226,25 @@ def test_a_quantized_convolution_is_timed_without_its_nhwc_transposes(tmp_path: 
     assert measure.prepare_ort(model, 1)(0.0) > 0
 
 
+def test_a_residual_layer_norm_is_one_skip_normalization_kernel() -> None:
+    """Add + LayerNormalization is one group of ours and, as ORT's profile shows, one
+    SkipLayerNormalization kernel: the kernel model costs it as one kernel of its own class,
+    which the catalogue calibrates."""
+    from onnxlens.analyzer.runtimes.ort_cpu import SKIP_NORMALIZATION, ort_kernels
+
+    model = catalogue.skip_norm(32, 64).build()
+    assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [
+        "SkipLayerNormalization"]
+    result = measure.analyze(model)
+    (group,) = result.groups
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    (kernel,) = ort_kernels(result.graph, group, costs, 16)
+    assert kernel.cls == SKIP_NORMALIZATION
+    assert kernel.cost.bytes_read == 2 * 32 * 64 * 4 + 2 * 64 * 4  # x, residual, gamma, beta
+    assert kernel.cost.bytes_written == 32 * 64 * 4
+    assert sum(b.name.startswith("Add+LayerNormalization") for b in catalogue.benchmarks()) >= 3
+
+
 # ---- the data, the file and the profile ------------------------------------------------------
 
 def test_json_round_trip(cache: Path) -> None:

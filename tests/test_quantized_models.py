@@ -344,3 +344,33 @@ def test_qlinear_softmax_passes_its_shape_on() -> None:
     dq = next(k for k in result.node_costs if result.graph.info(k).op_type == "DequantizeLinear")
     assert result.node_costs[dq].cost is not None
     assert result.node_costs[dq].cost.other_flops == 48 * 3
+
+
+def test_ort_cpu_runs_an_fp16_conv_as_fp32_with_its_clip_apart() -> None:
+    """ORT's CPU provider runs an fp16 Conv + ReLU6 (Clip with constant bounds) as the fp32
+    Conv with the Clip a kernel of its own in NCHW (its profile: reorders around the Clip): the
+    kernel model says so, and charges the Conv twice its stored (float16) bytes."""
+    import onnx_ir
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from onnxlens.analyzer.runtimes.ort_cpu import NCHW, float16_as_float32, ort_kernels
+    from onnxlens.backends.calibrate.catalogue import conv
+    from onnxlens.backends.ort_timing import profile_model
+
+    ir = onnx_ir.from_proto(convert_float_to_float16(conv(16, 16, 12, act="Clip").build(),
+                                                     keep_io_types=True))
+    ir.graph.sort()
+    model = onnx_ir.to_proto(ir)
+    kernels = [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]]
+    assert "Clip" in kernels and kernels.count("ReorderOutput") >= 1
+    result = analyze(model)
+    group = next(g for g in result.groups if g.pattern.startswith("Conv"))
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    conv_k, clip_k = ort_kernels(result.graph, group, costs, 16)
+    assert result.graph.info(clip_k.nodes[0]).op_type == "Clip" and clip_k.reads == NCHW
+    stored = conv_k.cost
+    assert stored.bytes_written == 16 * 12 * 12 * 2  # float16 as stored
+    run = float16_as_float32(conv_k).cost
+    assert (run.bytes_read, run.bytes_written, run.param_bytes) == (
+        2 * stored.bytes_read, 2 * stored.bytes_written, 2 * stored.param_bytes)
+    assert run.macs == stored.macs == 16 * 16 * 9 * 12 * 12

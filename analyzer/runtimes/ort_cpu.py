@@ -48,10 +48,16 @@ _QUANT_EDGES = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantize
 # Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block is
 # costed whole, as the calibration measured it (its micro-benchmark is the same ORT kernels).
 _WHOLE = frozenset({LAYER_NORM, ATTENTION})
-# A residual Add joined to the norm after it: costed as the Add's kernel, then the norm's, the
-# kernels the two groups had before the join. Whether ORT's SkipLayerNormFusion runs them as
-# one kernel on CPU is not measured here.
+# A residual Add joined to the norm after it, where ORT does not run it as a SkipLayerNorm
+# (below): costed as the Add's kernel, then the norm's, the kernels the two groups had before
+# the join (ORT's SkipSimplifiedLayerNormalization on CPU is not measured here; a quantized
+# Add is a QLinearAdd, profiled in the QDQ BERT: 38 QLinearAdd, 9 LayerNormalization).
 _RESIDUAL_NORMS = {ADD_LAYER_NORM: LAYER_NORM, ADD_RMS_NORM: RMS_NORM}
+# Add + LayerNormalization: ORT's SkipLayerNormFusion makes it one SkipLayerNormalization,
+# measured (ORT 1.31, 1 thread, Zen 5) 7-10x slower than a LayerNormalization of the same
+# rows (4.1 ns per element: [64, 256] 68.8 us, LayerNormalization 9.1 us): a class of its own,
+# calibrated (`catalogue.skip_norm`). BERT-4L's 9 of them were 0.6 ms of its 2.35.
+SKIP_NORMALIZATION = "skip_normalization"
 
 
 def activation_passes(mg: ModelGraph, nodes: Iterable[str], in_kernel: bool) -> frozenset[str]:
@@ -219,6 +225,9 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     (quantize_static's default) only 9 Convs become QLinearConv and the others run as DQ,
     float Conv and Q kernels (124 kernels): not modelled, the estimate assumes the uint8
     fusion. `block`: the NCHWc block in channels."""
+    if group.pattern == ADD_LAYER_NORM and not any(
+            mg.info(k).op_type in _QUANT_EDGES for k in group.nodes):
+        return [kernel_of(mg, list(group.nodes), costs, SKIP_NORMALIZATION, NCHW, NCHW)]
     norm = _RESIDUAL_NORMS.get(group.pattern)
     adds = [i for i, k in enumerate(group.nodes) if mg.info(k).op_type == "Add"]
     if norm is not None and adds:  # (ORT's Skip*LayerNormalization op has no Add)
@@ -255,7 +264,7 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
                     and info.op_type in ("Cast", "Mul"))):
             last[0].append(key)
         elif last and last[1] == "anchor" and reads_last and sole and (
-                info.op_type in ORT_FUSED_ACTIVATIONS) and not _cast_constants(info):
+                info.op_type in ORT_FUSED_ACTIVATIONS) and not _cast_constants(mg, info):
             last[0].append(key)
             kernels[-1] = (last[0], "closed")
         elif last and last[1] == "vector" and reads_last and node_class(info) == "elementwise":
@@ -284,7 +293,7 @@ def _rides_ahead(mg: ModelGraph, info: NodeInfo) -> bool:
         src is not None and mg.info(src).op_type == "DynamicQuantizeLinear" for src in sources)
 
 
-def _cast_constants(info: NodeInfo) -> bool:
+def _cast_constants(mg: ModelGraph, info: NodeInfo) -> bool:
     """A float16 node with constant inputs (a Clip's bounds): ORT's CPU provider, lacking a
     float16 kernel, reads them through Casts it inserts, so its fusions, which want constants,
     leave the node alone and the NCHWc transformer keeps it in NCHW. Profiled (ORT 1.31,
@@ -292,7 +301,9 @@ def _cast_constants(info: NodeInfo) -> bool:
     ReorderOutput; fp32: each fused into its Conv."""
     x = info.input(0)
     return x is not None and x.elem_type == onnx.TensorProto.FLOAT16 and any(
-        i > 0 for i in info.const_inputs)
+        i in info.const_inputs or (t is not None and (k := mg.producer.get(t.name)) is not None
+                                   and mg.info(k).op_type == "Constant")
+        for i, t in enumerate(info.inputs) if i > 0)
 
 
 def float16_as_float32(k: Kernel) -> Kernel:
@@ -372,7 +383,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     elif head.op_type == "Concat":
         layout = _concat_layout(head, block)
     elif cls == "elementwise":
-        layout = NCHW if _cast_constants(head) else _elementwise_layout(head)
+        layout = NCHW if _cast_constants(mg, head) else _elementwise_layout(head)
     else:
         layout = NCHW
     kernel = kernel_of(mg, nodes, costs, cls, layout, layout, runs=transpose_runs(head))
@@ -465,7 +476,7 @@ def _folded(mg: ModelGraph, k: Kernel, open_sums: dict[str, Kernel]) -> Kernel |
     only computes; another fusable activation is a pass over the output (`epilogue`). None
     writes anything of its own."""
     host_input = next((t for t in k.inputs if t.name in open_sums), None)
-    if len(k.nodes) != 1 or host_input is None:
+    if len(k.nodes) != 1 or host_input is None or _cast_constants(mg, mg.info(k.nodes[0])):
         return None
     op_type = mg.info(k.nodes[0]).op_type
     work = Cost(other_flops=k.cost.other_flops, transcendental=k.cost.transcendental)

@@ -195,6 +195,17 @@ def row_op(op: str, rows: int, cols: int, tier: int = 1) -> Bench:
         _work(8 * rows * cols, 8 * rows * cols))
 
 
+def skip_norm(rows: int, cols: int, tier: int = 1) -> Bench:
+    """A residual Add, then LayerNormalization over its last axis ([1, rows, cols]): post-norm
+    BERT's; ORT runs it as one SkipLayerNormalization."""
+    return Bench(f"Add+LayerNormalization {rows}x{cols}", lambda: _model(
+        [helper.make_node("Add", ["X", "R"], ["S"]),
+         helper.make_node("LayerNormalization", ["S", "G", "Bt"], ["Y"], axis=-1)],
+        [("X", (1, rows, cols)), ("R", (1, rows, cols))], ("Y", (1, rows, cols)),
+        [_const("G", (cols,)), _const("Bt", (cols,))]), tier, _work(8 * rows * cols,
+                                                                   12 * rows * cols))
+
+
 def batch_norm(channels: int, size: int, tier: int = 1) -> Bench:
     shape = (1, channels, size, size)
     return Bench(f"BatchNormalization {channels}x{size}x{size}", lambda: _model(
@@ -359,7 +370,8 @@ def _vector() -> list[Bench]:
             row_op("Softmax", 512, 64), row_op("Softmax", 256, 256), row_op("Softmax", 64, 1024),
             row_op("Softmax", 2048, 128), row_op("ReduceMean", 1024, 256),
             row_op("ReduceMean", 64, 4096), row_op("ReduceMean", 4096, 32),
-            batch_norm(128, 24), batch_norm(256, 12)]
+            batch_norm(128, 24), batch_norm(256, 12), skip_norm(96, 192, 0), skip_norm(48, 384),
+            skip_norm(384, 96), skip_norm(24, 768)]
     return out
 
 
