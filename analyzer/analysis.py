@@ -165,10 +165,15 @@ class AnalysisResult:
     def group_precisions(self) -> dict[int, str]:
         """Group id -> the precision doing most of its MACs, or its output's type."""
         precisions, infos = self.node_precisions, self.graph.infos
-        return {g.id: group_precision(_by_precision(precisions[k] for k in g.nodes
-                                                    if k in precisions),
-                                      [infos[k] for k in g.nodes])
-                for g in self.groups}
+        out = {}
+        for g in self.groups:
+            macs = [precisions[k] for k in g.nodes if k in precisions]
+            if len(macs) == 1:  # most groups: one Conv or MatMul, its precision
+                out[g.id] = macs[0][0]
+            else:  # group_precision reads at most the last two nodes
+                out[g.id] = group_precision(_by_precision(macs),
+                                            [infos[k] for k in g.nodes[-2:]])
+        return out
 
     @property
     def incomplete(self) -> bool:
@@ -391,10 +396,10 @@ def node_cost(info: NodeInfo) -> NodeCost:
             written = _tensor_bytes(info.outputs)
         params = param_bytes = 0
         if info.const_inputs:
-            weights = [info.inputs[i] for i in sorted(info.const_inputs)]
+            positions = sorted(info.const_inputs)
+            weights = [info.inputs[i] for i in positions]
             packed = spec.packed(info) if spec.packed is not None else {}
-            params = sum(packed.get(i, t.size) for i, t in zip(sorted(info.const_inputs),
-                                                                weights, strict=True)
+            params = sum(packed.get(i, t.size) for i, t in zip(positions, weights, strict=True)
                          if t is not None)
             param_bytes = _tensor_bytes(weights)
     except UnknownShape as e:
@@ -407,17 +412,22 @@ def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
                graph_outputs: frozenset[str]) -> NodeCost:
     """Sum of the nodes' arithmetic; bytes only for tensors that cross the group's boundary."""
     keys = group.nodes
-    costs = []
-    for key in keys:
-        nc = node_costs[key]
-        if nc.cost is None:
-            return NodeCost(None, f"node {key!r}: {nc.unknown_reason}", nc.unknown)
-        costs.append(nc.cost)
     if len(keys) == 1:
-        return node_costs[keys[0]]
-    total = costs[0]
-    for c in costs[1:]:
-        total = total + c
+        nc = node_costs[keys[0]]
+        return nc if nc.cost is not None else NodeCost(
+            None, f"node {keys[0]!r}: {nc.unknown_reason}", nc.unknown)
+    # Field by field, as `total`: adding Cost values would build one per member.
+    macs = other_flops = transcendental = params = param_bytes = 0
+    for key in keys:
+        c = node_costs[key].cost
+        if c is None:
+            nc = node_costs[key]
+            return NodeCost(None, f"node {key!r}: {nc.unknown_reason}", nc.unknown)
+        macs += c.macs
+        other_flops += c.other_flops
+        transcendental += c.transcendental
+        params += c.params
+        param_bytes += c.param_bytes
     members = set(keys)
     producer, consumers, infos = mg.producer, mg.consumers, mg.infos
     outside_inputs: list[TensorInfo | None] = []
@@ -435,8 +445,7 @@ def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
         read, written = _tensor_bytes(outside_inputs), _tensor_bytes(outputs)
     except UnknownShape as e:
         return NodeCost(None, f"shape of tensor {e.tensor!r} unknown", Unknown.SHAPE)
-    return NodeCost(Cost(total.macs, total.other_flops, total.transcendental, read, written,
-                         total.params, total.param_bytes))
+    return NodeCost(Cost(macs, other_flops, transcendental, read, written, params, param_bytes))
 
 
 def _param_totals(model: LoadedModel, mg: ModelGraph) -> tuple[int, int]:

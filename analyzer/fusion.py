@@ -868,10 +868,11 @@ def fuse(mg: ModelGraph, constant: Callable[[str], np.ndarray] | None = None) ->
     for key in mg.order:  # Q and DQ no group took: the model's input Q, its output DQ ...
         if key not in matcher.claimed:
             _claim(matcher, found, matcher.infos[key].op_type, [key])
+    ordered = [(name, sorted(keys, key=position.__getitem__) if len(keys) > 1 else keys)
+               for name, keys in found]
     # A group's last node in execution order is its sink: ordering by it is topological.
-    found.sort(key=lambda match: max(position[k] for k in match[1]))
-    return [Group(i, name, tuple(sorted(keys, key=position.__getitem__)) if len(keys) > 1
-                  else tuple(keys)) for i, (name, keys) in enumerate(found)]
+    ordered.sort(key=lambda match: position[match[1][-1]])
+    return [Group(i, name, tuple(keys)) for i, (name, keys) in enumerate(ordered)]
 
 
 def _claim(matcher: _Matcher, found: list[tuple[str, list[str]]], name: str,
