@@ -200,7 +200,7 @@ def load_model(
     warnings += validation.warnings
     light = _light_copy(proto, initializers, weights, external, max_tensor_bytes)
     validation.make_inference_safe(light)
-    _runtime_ops_to_contrib_domain(light, warnings)
+    _runtime_ops_to_contrib_domain(light, nodes, warnings)
     serialized = light.SerializeToString()  # once, for both the checker and inference
     _check(serialized, light.graph)
     symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
@@ -753,21 +753,25 @@ def _light_copy(proto: onnx.ModelProto, initializers: dict[str, onnx.TensorProto
     return light
 
 
-def _runtime_ops_to_contrib_domain(light: onnx.ModelProto, warnings: list[str]) -> None:
+def _runtime_ops_to_contrib_domain(light: onnx.ModelProto, nodes: list[NodeFields],
+                                   warnings: list[str]) -> None:
     """ONNX Runtime's own default-domain ops, which onnx's checker refuses ("No Op registered
     for SimplifiedLayerNormalization"), move to ORT's contrib domain in the copy that the
     checker and shape inference see: onnx skips them, ORT's symbolic inference gives their
     shapes. The model itself keeps them as written (their cost formulas are registered
     there)."""
-    moved = [n for n in light.graph.node
-             if n.domain in ("", "ai.onnx") and n.op_type in ORT_DEFAULT_DOMAIN_OPS]
+    # Found in the fields read once (`nodes`, in the copy's order): each read of a proto field
+    # builds an object.
+    moved = [i for i, n in enumerate(nodes)
+             if n.op_type in ORT_DEFAULT_DOMAIN_OPS and n.domain in ("", "ai.onnx")]
     if not moved:
         return
-    for node in moved:
-        node.domain = CONTRIB_DOMAIN
+    light_nodes = light.graph.node
+    for i in moved:
+        light_nodes[i].domain = CONTRIB_DOMAIN
     if all(o.domain != CONTRIB_DOMAIN for o in light.opset_import):
         light.opset_import.add(domain=CONTRIB_DOMAIN, version=1)
-    op_types = sorted({n.op_type for n in moved})
+    op_types = sorted({nodes[i].op_type for i in moved})
     warnings.append(f"ONNX Runtime's own op(s) {', '.join(op_types)} in the default domain: not "
                     "ONNX ops (onnx's checker skips them); their shapes come from ONNX "
                     "Runtime's symbolic inference")
