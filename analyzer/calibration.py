@@ -29,8 +29,12 @@ What it holds:
   whose curves rate all the work of their kernels (MACs and the epilogue: bias, activation);
   `elementwise`, which the estimator applies to kernels without MACs other than a pool,
   normalization or reduction, and which is fitted on every op class without MACs; and
-  `pool`, `normalization`, `reduce`, each fitted on its own benchmarks when it has enough (a
-  class without a curve reads `elementwise`'s, `grouped_conv` without one reads `conv`'s).
+  `pool`, `normalization`, `skip_normalization` (ORT's SkipLayerNormalization), `reduce`, each
+  fitted on its own benchmarks when it has enough (a class without a curve reads
+  `elementwise`'s, a subclass without one its parent's: `grouped_conv` `conv`'s). The int8
+  classes (`conv_int8`, `depthwise_int8`, `gemm_int8`, `conv_integer`: ORT's quantized
+  kernels, timed on graphs quantized by onnxruntime.quantization) are fractions of
+  `peak_int8_tops`, the profile's int8 peak raised to the best int8 rate measured.
   The curves of classes without MACs read F as vector work in plain-FLOP equivalents
   (`Cost.vector_flops` at `transcendental_flops`), and `elementwise`'s has no reuse factor
   (i_half 0): an elementwise op reuses nothing, its traffic is the memory term's alone. (Given
@@ -106,7 +110,7 @@ SCHEMA = "onnxlens-calibration/2"  # 2: level factors scale i_half; grouped_conv
 MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "gemm", "attention", *INT8_CLASSES)
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
-OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "reduce")
+OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "softmax_int8", "reduce")
 DEFAULT_BACKEND = ORT_CPU
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4

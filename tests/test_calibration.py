@@ -245,6 +245,25 @@ def test_a_residual_layer_norm_is_one_skip_normalization_kernel() -> None:
     assert sum(b.name.startswith("Add+LayerNormalization") for b in catalogue.benchmarks()) >= 3
 
 
+def test_a_quantized_softmax_is_ort_qlinear_softmax() -> None:
+    """quantize_static's DQ -> Softmax -> Q is one group of ours and, as ORT's profile shows,
+    one QLinearSoftmax kernel: the kernel model costs it as one softmax_int8 kernel reading and
+    writing uint8 (an fp32 Softmax stays normalization)."""
+    from onnxlens.analyzer.runtimes.ort_cpu import SOFTMAX_INT8, ort_kernels
+
+    for bench, cls, ops in ((catalogue.quantized(catalogue.row_op("Softmax", 32, 64), "qdq"),
+                             SOFTMAX_INT8, ["QLinearSoftmax"]),
+                            (catalogue.row_op("Softmax", 32, 64), "normalization", ["Softmax"])):
+        model = bench.build()
+        assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == ops
+        result = measure.analyze(model)
+        (group,) = result.groups
+        costs = {k: nc.cost for k, nc in result.node_costs.items()}
+        (kernel,) = ort_kernels(result.graph, group, costs, 16)
+        width = 1 if cls == SOFTMAX_INT8 else 4
+        assert kernel.cls == cls and kernel.cost.bytes_written == 32 * 64 * width
+
+
 # ---- the data, the file and the profile ------------------------------------------------------
 
 def test_json_round_trip(cache: Path) -> None:

@@ -212,13 +212,16 @@ def _fit_vector_at(points: Sequence[Point], levels: Sequence[str], hw: HardwareP
 
 def _compute_bound(points: Sequence[Point], levels: Sequence[str], bandwidth: dict[str, float],
                    peak: float, tau: float) -> list[tuple[float, float, float]]:
-    """(work, work per byte, efficiency) of the benchmarks without MACs that `bandwidth` does
-    not call memory bound, their work in plain-FLOP equivalents at τ."""
+    """(work, FLOPs per byte, efficiency) of the benchmarks without MACs that `bandwidth`
+    does not call memory bound, their work in plain-FLOP equivalents at τ; the intensity is
+    the estimator's (`estimate_group`: a transcendental counts one FLOP), which a reuse
+    factor reads (at τ-weighted work per byte, the normalization curve's own benchmarks came
+    out 37-41% off in the fit check, 27% for QLinearSoftmax's)."""
     out = []
     for p, lv in zip(points, levels, strict=True):
         work = p.cost().vector_flops(tau)
         if work and p.bytes / (bandwidth[lv] * 1e9) < COMPUTE_BOUND_SHARE * p.seconds:
-            out.append((work, work / p.bytes, work / (peak * p.seconds)))
+            out.append((work, p.cost().flops() / p.bytes, work / (peak * p.seconds)))
     return out
 
 
