@@ -315,14 +315,14 @@ _FORMULA_KEYS = ("macs", "flops", "transcendental", "bytes_read", "bytes_written
 
 def _analyze_model(model: LoadedModel, strict: bool, flops_per_mac: int) -> AnalysisResult:
     mg = build_graph(model)
-    unsupported = _unsupported_ops(mg)
+    infos = mg.infos
+    node_costs = {key: node_cost(infos[key]) for key in mg.order}
+    unsupported = _unsupported_ops(mg, node_costs)
     if unsupported and strict:
         raise UnsupportedOpError("no cost formula for " + _describe_unsupported(unsupported))
     warnings = list(model.warnings)
     if unsupported:
         warnings.append("cost unknown for unsupported op(s) " + _describe_unsupported(unsupported))
-    infos = mg.infos
-    node_costs = {key: node_cost(infos[key]) for key in mg.order}
     groups = fuse(mg, model.initializer_array)
     graph_outputs = frozenset(mg.graph_outputs)
     group_costs = {g.id: group_cost(mg, g, node_costs, graph_outputs) for g in groups}
@@ -344,11 +344,12 @@ def _by_precision(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def _unsupported_ops(mg: ModelGraph) -> dict[str, list[str]]:
+def _unsupported_ops(mg: ModelGraph, node_costs: dict[str, NodeCost]) -> dict[str, list[str]]:
+    """Op label -> the nodes of that op with no cost formula (`node_cost` has looked it up)."""
     out: dict[str, list[str]] = {}
-    for key in mg.order:
-        info = mg.info(key)
-        if lookup(info.op_type, info.domain) is None:
+    for key, nc in node_costs.items():
+        if nc.unknown is Unknown.NO_FORMULA:
+            info = mg.infos[key]
             qualified = info.domain not in ("", "ai.onnx")
             label = f"{info.domain}::{info.op_type}" if qualified else info.op_type
             out.setdefault(label, []).append(key)
