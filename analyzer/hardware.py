@@ -85,7 +85,8 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
 SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "depthwise",
                "gemm_int8": "gemm", "conv_integer": "conv",
-               "skip_normalization": "normalization", "softmax_int8": "normalization"}
+               "skip_normalization": "normalization", "softmax_int8": "normalization",
+               "elementwise_int8": "elementwise"}
 # A runtime's kernels whose MACs multiply integers (ORT's QLinearConv, QGemm,
 # DynamicQuantizeMatMul) are classes of their own, their efficiencies fractions of the int8
 # peak: measured by `onnxlens calibrate`, never assumed from the float kernels' rates.

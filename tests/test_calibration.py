@@ -246,21 +246,24 @@ def test_a_residual_layer_norm_is_one_skip_normalization_kernel() -> None:
 
 
 def test_a_quantized_softmax_is_ort_qlinear_softmax() -> None:
-    """quantize_static's DQ -> Softmax -> Q is one group of ours and, as ORT's profile shows,
-    one QLinearSoftmax kernel: the kernel model costs it as one softmax_int8 kernel reading and
-    writing uint8 (an fp32 Softmax stays normalization)."""
-    from onnxlens.analyzer.runtimes.ort_cpu import SOFTMAX_INT8, ort_kernels
+    """quantize_static's DQ -> Softmax -> Q (DQ, DQ -> Add -> Q) is one group of ours and, as
+    ORT's profile shows, one QLinearSoftmax (QLinearAdd) kernel: the kernel model costs it as
+    one softmax_int8 (elementwise_int8) kernel writing uint8 (an fp32 Softmax stays
+    normalization)."""
+    from onnxlens.analyzer.runtimes.ort_cpu import ELEMENTWISE_INT8, SOFTMAX_INT8, ort_kernels
 
     for bench, cls, ops in ((catalogue.quantized(catalogue.row_op("Softmax", 32, 64), "qdq"),
                              SOFTMAX_INT8, ["QLinearSoftmax"]),
-                            (catalogue.row_op("Softmax", 32, 64), "normalization", ["Softmax"])):
+                            (catalogue.row_op("Softmax", 32, 64), "normalization", ["Softmax"]),
+                            (catalogue.quantized(catalogue.binary("Add", 32 * 64), "qdq"),
+                             ELEMENTWISE_INT8, ["QLinearAdd"])):
         model = bench.build()
         assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == ops
         result = measure.analyze(model)
         (group,) = result.groups
         costs = {k: nc.cost for k, nc in result.node_costs.items()}
         (kernel,) = ort_kernels(result.graph, group, costs, 16)
-        width = 1 if cls == SOFTMAX_INT8 else 4
+        width = 4 if cls == "normalization" else 1
         assert kernel.cls == cls and kernel.cost.bytes_written == 32 * 64 * width
 
 

@@ -61,6 +61,11 @@ SKIP_NORMALIZATION = "skip_normalization"
 # DQ -> Softmax -> Q (and QOperator's node): ORT's QLinearSoftmax, measured 2.2 ns per element
 # in the QDQ BERT ([1, 16, 64, 64]: 141 us; its 4 were 0.57 of 1.63 ms): calibrated apart.
 SOFTMAX_INT8 = "softmax_int8"
+# An elementwise kernel between DQs and a Q (QDQ Add, Mul; QLinearAdd, QLinearMul nodes):
+# ORT's QLinearAdd / QLinearMul work on the uint8 values (MLAS), measured 5 us for a ResNet
+# residual where the float rate of its dequantize, add, requantize FLOPs said 4x that.
+ELEMENTWISE_INT8 = "elementwise_int8"
+_QLINEAR_ELEMENTWISE = frozenset({"QLinearAdd", "QLinearMul"})
 
 
 def activation_passes(mg: ModelGraph, nodes: Iterable[str], in_kernel: bool) -> frozenset[str]:
@@ -382,9 +387,13 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     if head.op_type == "MatMulNBits":
         return n_bits_kernel(head, kernel_of(mg, nodes, costs, "gemm", NCHW, NCHW))
     cls = _dominant_class(mg, nodes, costs)
-    if head.op_type == "QLinearSoftmax" or (head.op_type == "Softmax" and any(
-            mg.info(k).op_type == "QuantizeLinear" for k in nodes)):
+    requantized = any(mg.info(k).op_type == "QuantizeLinear" for k in nodes)
+    if head.op_type == "QLinearSoftmax" or (head.op_type == "Softmax" and requantized):
         cls = SOFTMAX_INT8
+    elif head.op_type in _QLINEAR_ELEMENTWISE or (
+            head.op_type in ("Add", "Mul") and requantized and any(
+                mg.info(k).op_type == "DequantizeLinear" for k in nodes)):
+        cls = ELEMENTWISE_INT8
     if cls == "pool":
         layout = ANY
     elif head.op_type == "Concat":

@@ -452,15 +452,17 @@ def quantized(bench: Bench, mode: str, tier: int = 1) -> Bench:
 
 
 def _quantized() -> list[Bench]:
-    """Convolutions, GEMMs and softmaxes (QLinearSoftmax) as ORT's quantization tools leave
-    them (one of each kind in the coarse tier): quantized kernels are measured, never assumed
-    faster than float ones."""
+    """Convolutions, GEMMs, softmaxes and adds (QLinearSoftmax, QLinearAdd) as ORT's
+    quantization tools leave them (one of each kind in the coarse tier): quantized kernels
+    are measured, never assumed faster than float ones."""
     qdq = [conv(64, 64, 24), conv(32, 128, 24, 1), depthwise(64, 48), gemm(64, 512, 1024),
            conv(128, 128, 24, act="Relu"), conv(256, 256, 12), conv(32, 64, 96, 3, 2),
            conv(64, 256, 24, 1, act="Relu"), conv(512, 128, 12, 1), conv(3, 32, 208, 3, 2),
            depthwise(128, 24, act="Relu"), depthwise(256, 12), depthwise(96, 48, 3, 2),
            gemm(1, 1024, 512), matmul(256, 512, 512)]
-    qdq += [row_op("Softmax", 2048, 32), row_op("Softmax", 512, 128), row_op("Softmax", 96, 512)]
+    qdq += [row_op("Softmax", 2048, 32), row_op("Softmax", 512, 128), row_op("Softmax", 96, 512),
+            binary("Add", 1 << 14), binary("Add", 1 << 17), binary("Add", 1 << 19),
+            binary("Mul", 1 << 16)]
     dynamic = [matmul(64, 256, 256), conv(64, 64, 24, act="Relu"), linear(512, 256, 1024),
                matmul(256, 512, 512), matmul(1, 1024, 1024), linear(256, 1024, 256),
                conv(32, 128, 24, 1), conv(128, 128, 12), depthwise(64, 48), depthwise(256, 12)]
