@@ -1182,7 +1182,7 @@ def _quant_shapes(v: NodeView) -> None:
                 scale > 0):
             bad = scale[~(scale > 0)].flat[0]
             v.fail(InvalidModelError, f"scale {v.input_name(scale_at)!r} holds {bad}: a "
-                   "quantization scale must be positive and finite")
+                   "quantization scale must be positive (and not NaN)")
         if scale is not None and scale.dtype.kind == "f" and np.any(np.isinf(scale)):
             v.validation.warnings.append(
                 f"{v.label}: scale {v.input_name(scale_at)!r} holds inf (the quantizer met a "

@@ -810,13 +810,13 @@ CASES = [
     # Quantization parameters.
     Case("quantization scale zero", _quant("QuantizeLinear", np.array(0.0)), InvalidModelError,
          "node 'n' (QuantizeLinear): scale 's' holds 0.0: a quantization scale must be positive "
-         "and finite"),
+         "(and not NaN)"),
     Case("quantization scale negative", _quant("DequantizeLinear", np.array([0.5, -2.0, 1.0, 1.0]),
                                                axis=0), InvalidModelError,
          "node 'n' (DequantizeLinear): scale 's' holds -2.0: a quantization scale must be "
          "positive"),
     Case("quantization scale NaN", _quant("QuantizeLinear", np.array(np.nan)), InvalidModelError,
-         "scale 's' holds nan: a quantization scale must be positive and finite"),
+         "scale 's' holds nan: a quantization scale must be positive (and not NaN)"),
     Case("zero point of another type",
          _quant("DequantizeLinear", np.array(0.5), np.array(0, np.uint8), TensorProto.INT8),
          InvalidModelError, "node 'n' (DequantizeLinear): zero point 'z' is uint8, but 'x' is "
