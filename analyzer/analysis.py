@@ -454,6 +454,8 @@ def _param_totals(model: LoadedModel, mg: ModelGraph) -> tuple[int, int]:
     holds: `OpSpec.packed`) and their stored bytes."""
     counts: dict[str, int] = {}
     for info in mg.infos.values():
+        if not info.const_inputs:  # only a constant input's count is replaced
+            continue
         spec = lookup(info.op_type, info.domain)
         if spec is not None and spec.packed is not None:
             try:

@@ -838,9 +838,12 @@ def _static_nodes(mg: ModelGraph) -> set[str]:
     static: set[str] = set()
     for key in mg.order:
         info = mg.infos[key]
+        outputs = info.outputs
         if info.op_type == "Constant" or (
                 (info.op_type in (QUANTIZE, DEQUANTIZE)
-                 or all(t.elem_type in _INDEX_TYPES for t in info.outputs))
+                 # the first output's type first: most nodes compute floats
+                 or not outputs or (outputs[0].elem_type in _INDEX_TYPES
+                                    and all(t.elem_type in _INDEX_TYPES for t in outputs)))
                 and all(t is None or t.name in mg.initializers or mg.producer.get(t.name) in static
                         for t in info.inputs)):
             static.add(key)
