@@ -233,8 +233,8 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     (quantize_static's default) only 9 Convs become QLinearConv and the others run as DQ,
     float Conv and Q kernels (124 kernels): not modelled, the estimate assumes the uint8
     fusion. `block`: the NCHWc block in channels."""
-    if group.pattern == ADD_LAYER_NORM and not any(
-            mg.info(k).op_type in _QUANT_EDGES for k in group.nodes):
+    quantized = any(mg.info(k).op_type in _QUANT_EDGES for k in group.nodes)
+    if group.pattern == ADD_LAYER_NORM and not quantized:
         return [kernel_of(mg, list(group.nodes), costs, SKIP_NORMALIZATION, NCHW, NCHW)]
     norm = _RESIDUAL_NORMS.get(group.pattern)
     adds = [i for i, k in enumerate(group.nodes) if mg.info(k).op_type == "Add"]
@@ -242,7 +242,6 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
         split = adds[0] + 1
         return (ort_kernels(mg, Group(group.id, "Add", group.nodes[:split]), costs, block)
                 + ort_kernels(mg, Group(group.id, norm, group.nodes[split:]), costs, block))
-    quantized = any(mg.info(k).op_type in _QUANT_EDGES for k in group.nodes)
     if group.pattern in _WHOLE and not quantized:  # QDQ attention: QLinearMatMul, QLinearSoftmax
         cls = op_class(mg, group, costs)
         matmul = next((i for k in group.nodes if (i := mg.info(k)).op_type == "MatMul"), None)
@@ -325,8 +324,9 @@ def float16_as_float32(k: Kernel) -> Kernel:
     if not any(t.elem_type == onnx.TensorProto.FLOAT16 for t in k.outputs):
         return k
     c = k.cost
-    return replace(k, cost=Cost(c.macs, c.other_flops, c.transcendental, 2 * c.bytes_read,
-                                2 * c.bytes_written, c.params, 2 * c.param_bytes))
+    return replace(k, cost=replace(c, bytes_read=2 * c.bytes_read,
+                                   bytes_written=2 * c.bytes_written,
+                                   param_bytes=2 * c.param_bytes))
 
 
 def _integer_macs(mg: ModelGraph, head: NodeInfo) -> bool:
@@ -351,9 +351,7 @@ def _integer_kernel(mg: ModelGraph, k: Kernel, costs: dict[str, Cost | None]) ->
     flops = sum(c.other_flops for c in dq if c is not None)
     if not flops:
         return k
-    c = k.cost
-    return replace(k, cost=Cost(c.macs, c.other_flops - flops, c.transcendental, c.bytes_read,
-                                c.bytes_written, c.params, c.param_bytes))
+    return replace(k, cost=replace(k.cost, other_flops=k.cost.other_flops - flops))
 
 
 def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Cost | None],
@@ -437,9 +435,8 @@ def n_bits_kernel(info: NodeInfo, k: Kernel) -> Kernel:
         return k
     c = k.cost
     dequantize = 2 * info.attr("K") * info.attr("N")
-    return replace(k, cost=Cost(round(c.macs / NBITS_INT8_ISSUE_SHARE),
-                                c.other_flops - dequantize, c.transcendental, c.bytes_read,
-                                c.bytes_written, c.params, c.param_bytes))
+    return replace(k, cost=replace(c, macs=round(c.macs / NBITS_INT8_ISSUE_SHARE),
+                                   other_flops=c.other_flops - dequantize))
 
 
 def gathered(info: NodeInfo, cost: Cost) -> Cost:
@@ -453,8 +450,7 @@ def gathered(info: NodeInfo, cost: Cost) -> Cost:
     touched = min(out.nbytes, data.nbytes)
     weights = cost.param_bytes - data.nbytes + touched if 0 in info.const_inputs else (
         cost.param_bytes)
-    return Cost(cost.macs, cost.other_flops, cost.transcendental,
-                cost.bytes_read - data.nbytes + touched, cost.bytes_written, cost.params, weights)
+    return replace(cost, bytes_read=cost.bytes_read - data.nbytes + touched, param_bytes=weights)
 
 
 def layout_changes(kernel: Kernel, have: dict[str, set[str]]) -> list[TensorInfo]:
