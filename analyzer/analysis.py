@@ -170,7 +170,7 @@ class AnalysisResult:
             macs = [precisions[k] for k in g.nodes if k in precisions]
             if len(macs) == 1:  # most groups: one Conv or MatMul, its precision
                 out[g.id] = macs[0][0]
-            else:  # group_precision reads at most the last two nodes
+            else:
                 out[g.id] = group_precision(_by_precision(macs),
                                             [infos[k] for k in g.nodes[-2:]])
         return out

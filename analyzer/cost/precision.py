@@ -75,12 +75,13 @@ def mac_precision(node: NodeInfo, producer: Callable[[str], NodeInfo | None]) ->
                    for o in spec.operands(node) if o is not None)
 
 
-def group_precision(macs: Mapping[str, int], nodes: Sequence[NodeInfo]) -> str:
+def group_precision(macs: Mapping[str, int], tail: Sequence[NodeInfo]) -> str:
     """A group's precision from its MACs per precision, or from the output type of its last
-    node (`nodes`: the group's, in execution order) that is not a trailing DequantizeLinear."""
+    node that is not a trailing DequantizeLinear. `tail`: the group's last nodes in execution
+    order; its last two are all this reads (callers pass just those)."""
     if macs:
         return max(macs, key=macs.__getitem__)
-    last = nodes[-1]
-    if len(nodes) > 1 and last.op_type in DEQUANTIZE:
-        last = nodes[-2]  # the QuantizeLinear whose output the group dequantizes
+    last = tail[-1]
+    if len(tail) > 1 and last.op_type in DEQUANTIZE:
+        last = tail[-2]  # the QuantizeLinear whose output the group dequantizes
     return precision_name(last.outputs[0].elem_type) if last.outputs else "unknown"
