@@ -113,18 +113,23 @@ def analyze_task(rid: RowId, source: Source, precisions: Sequence[str],
         why = one_line(e)
         return None, why, [error_row(rid, p, hw, "estimate", why)
                            for p, hw in itertools.product(precisions, hardware)]
+    try:
+        targets = [resolve_target(hw, threads) for hw in hardware]
+    except Exception as e:  # a profile or calibration that cannot be read: every estimate
+        return stats, None, [error_row(rid, p, hw, "estimate", one_line(e), **figures)
+                             for p, hw in itertools.product(precisions, hardware)]
     rows = []
     for precision in precisions:  # a precision that fails (a what-if of an int8 model) fails alone
         try:
-            targets = [resolve_target(hw, threads) for hw in hardware]  # milliseconds
             estimates = sweep_rows(lambda _b: result, [rid.batch], [precision], targets)
-            rows += [make_row(rid, precision, hw, "estimate", latency_s=r["latency_s"],
-                              throughput_per_s=r["throughput_per_s"], energy_j=r["energy_j"],
-                              **figures)
-                     for hw, r in zip(hardware, estimates, strict=True)]
         except Exception as e:  # the model's figures stand; only these estimates failed
             rows += [error_row(rid, precision, hw, "estimate", one_line(e), **figures)
                      for hw in hardware]
+            continue
+        rows += [make_row(rid, precision, hw, "estimate", latency_s=r["latency_s"],
+                          throughput_per_s=r["throughput_per_s"], energy_j=r["energy_j"],
+                          **figures)
+                 for hw, r in zip(hardware, estimates, strict=True)]
     return stats, None, rows
 
 
