@@ -160,15 +160,15 @@ def _run(spec: SweepSpec, log: ResultsLog, engine: str, address: str | None,
         if sweep.works and engine == "local":
             run_local(sweep)
         elif sweep.works:
-            with ray_connected(address):
-                run_ray(sweep)
+            with ray_connected(address) as local:
+                run_ray(sweep, local)
         return sweep
     with ThreadPoolExecutor(1, thread_name_prefix="sweep-plan") as pool:
         planning = pool.submit(_plan, spec, log, progress)
-        with ray_connected(address):
+        with ray_connected(address) as local:
             sweep = planning.result()
             if sweep.works:
-                run_ray(sweep)
+                run_ray(sweep, local)
     return sweep
 
 

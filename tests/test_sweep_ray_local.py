@@ -1,0 +1,48 @@
+"""`onnxlens sweep --engine ray` with no cluster to join: the sweep starts a local Ray instance,
+its tasks read the models by path (the instance's only node is this machine), and it stops the
+instance, every process it started included, when done. Apart from test_sweep.py, whose
+module-wide cluster would be joined instead."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from test_sweep import _order, _rows, _spec, models  # noqa: F401 (a fixture)
+
+from onnxlens.sweep import parse_spec, run_sweep
+
+
+def _live_children() -> set[int]:
+    """This process's children that have not exited (Ray's head processes are started by the
+    driver: its GCS, raylet, autoscaler monitor, dashboard and log monitor)."""
+    children = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited while listed
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            children.add(int(stat.parent.name))
+    return children
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_local_ray_instance_started_used_and_stopped(models: dict[str, Path],  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized(), "a Ray instance is joined already: nothing would start"
+    base = _spec(models["small"], models["big"])
+    run_sweep(parse_spec(base), tmp_path / "local")
+    before = _live_children()  # the process pool's resource tracker stays
+    spec = parse_spec(base | {"measure": ["ort-cpu"], "runs": 3, "warmup": 1})
+    outcome = run_sweep(spec, tmp_path / "ray", engine="ray")
+
+    assert outcome.failed == 0
+    rows = _rows(tmp_path / "ray")
+    estimates = [r for r in rows if r["kind"] == "estimate"]
+    assert sorted(estimates, key=_order) == sorted(_rows(tmp_path / "local"), key=_order)
+    assert len([r for r in rows if r["kind"] == "measured"]) == 4  # 2 models x 2 batches
+    assert not ray.is_initialized()
+    assert _live_children() <= before  # the monitor, stopped first, is gone too
