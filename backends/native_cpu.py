@@ -20,18 +20,17 @@ import numpy as np
 import onnx
 
 from ..analyzer.analysis import AnalysisResult, analyze
+from ..analyzer.cost.reduce import REDUCE_OPS
 from .base import Backend, BackendError, Feeds, Profile, load_proto
 from .values import ModelSource, NodeTime
 
 PROVIDER = "native-cpu"
 
-_REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
-           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
 # Inputs that set up a kernel rather than feed it data (axes, bounds, pads, sizes, shapes,
 # BatchNorm's statistics): the plan needs their values. A graph input used only at these
 # positions is planned at the values it is given, and planned again for other values.
 PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
-    **{op: (1,) for op in _REDUCE}, "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
+    **{op: (1,) for op in REDUCE_OPS}, "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
     "Resize": (1, 2, 3), "BatchNormalization": (1, 2, 3, 4), "Reshape": (1,), "Expand": (1,),
     "Tile": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,)}
 _MAX_PARAMETER_VALUES = 4096

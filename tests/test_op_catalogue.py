@@ -11,8 +11,9 @@ from onnx import helper, reference
 
 from onnxlens.analyzer.cost import lookup
 from onnxlens.analyzer.cost.ops import ACTIVATION, POINTWISE, PointwiseOp
+from onnxlens.analyzer.cost.reduce import REDUCE_OPS
 from onnxlens.backends.native import lower
-from onnxlens.backends.native.catalogue import EW_OPS, EwOp
+from onnxlens.backends.native.catalogue import EW_OPS, EwOp, same_reductions
 
 
 def test_every_op_the_executor_runs_elementwise_has_a_cost_formula() -> None:
@@ -38,6 +39,14 @@ def test_the_catalogue_names_only_instructions_of_ops_def() -> None:
     table = lower.instructions(POINTWISE, EW_OPS)
     assert {op for op, row in POINTWISE.items() if row.native} == set(table)
     assert table["Sum"][0] == "Add" and table["Dropout"][0] == "Identity"
+
+
+def test_the_reductions_are_one_list_in_the_analyzer_and_ops_def() -> None:
+    assert "ReduceLogSumExp" in REDUCE_OPS and "ArgMax" not in REDUCE_OPS  # no axes-reduce kernel
+    with pytest.raises(ValueError, match="ReduceFoo"):
+        same_reductions((*REDUCE_OPS, "ReduceFoo"), REDUCE_OPS)
+    with pytest.raises(ValueError, match="ReduceSum"):
+        same_reductions(tuple(op for op in REDUCE_OPS if op != "ReduceSum"), REDUCE_OPS)
 
 
 def _run_lowered(node: onnx.NodeProto, x: np.ndarray) -> np.ndarray:

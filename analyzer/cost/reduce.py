@@ -13,7 +13,9 @@ from .base import Cost, register
 from .common import along_axis
 
 # op_type: (FLOPs per input element, per output element; transcendental per input, per output).
-_REDUCE: dict[str, tuple[int, int, int, int]] = {
+# The Reduce* rows are the reductions every layer knows: the native executor's kernels
+# (backends/native/ops.def, checked against `REDUCE_OPS` when it is imported) and its planner.
+REDUCE_ARITHMETIC: dict[str, tuple[int, int, int, int]] = {
     "ReduceSum": (1, -1, 0, 0),  # in - out adds
     "ReduceMax": (1, -1, 0, 0),  # in - out compares
     "ReduceMin": (1, -1, 0, 0),  # in - out compares
@@ -28,11 +30,12 @@ _REDUCE: dict[str, tuple[int, int, int, int]] = {
     # stable: max (in - out), x - max (in), exp (in), sum (in - out), log (out), + max (out)
     "ReduceLogSumExp": (4, 0, 1, 1),
 }
+REDUCE_OPS: tuple[str, ...] = tuple(op for op in REDUCE_ARITHMETIC if op.startswith("Reduce"))
 
 
-@register(*_REDUCE, family="reduce")
+@register(*REDUCE_ARITHMETIC, family="reduce")
 def reduce(node: NodeInfo) -> Cost:
-    per_in, per_out, t_in, t_out = _REDUCE[node.op_type]
+    per_in, per_out, t_in, t_out = REDUCE_ARITHMETIC[node.op_type]
     n_in, n_out = node.inputs[0].size, node.outputs[0].size
     return Cost(other_flops=per_in * n_in + per_out * n_out,
                 transcendental=t_in * n_in + t_out * n_out)

@@ -1,8 +1,9 @@
 """The native executor's operation catalogue, read from `ops.def`, the one file the C++ core
 and the CUDA kernels include as X-macros: the elementwise operations of the fused programs
-(name, operand count, scalar parameters), the reduction kernels, and the storage codes of plan
-tensors. The planner builds its instructions and tensors from these, so Python and C++ cannot
-disagree on a name or a code; an operation the catalogue lacks is refused when it is emitted.
+(name, operand count, scalar parameters), the reduction kernels, the storage codes of plan
+tensors, and the operations a GEMM or depthwise tile applies as it stores (`TILE_EPILOGUE`).
+The planner builds its instructions and tensors from these, so Python and C++ cannot disagree
+on a name or a code; an operation the catalogue lacks is refused when it is emitted.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_ENTRY = re.compile(r"^(EW_UNARY|EW_BINARY|EW_TERNARY|REDUCE_OP|STORAGE)\((\w+)(?:,\s*(\w+))?")
+from ...analyzer.cost.reduce import REDUCE_OPS as ANALYZER_REDUCE_OPS
+
+_ENTRY = re.compile(
+    r"^(EW_UNARY|EW_BINARY|EW_TERNARY|REDUCE_OP|STORAGE|TILE_EPILOGUE)\((\w+)(?:,\s*(\w+))?")
 _ARITY = {"EW_UNARY": 1, "EW_BINARY": 2, "EW_TERNARY": 3}
 
 
@@ -31,5 +35,21 @@ _ALL = _entries(Path(__file__).with_name("ops.def"))
 EW_OPS: dict[str, EwOp] = {
     name: EwOp(name, _ARITY[kind], int(extra or 0) if kind == "EW_UNARY" else 0)
     for kind, name, extra in _ALL if kind in _ARITY}
-REDUCE_OPS: tuple[str, ...] = tuple(name for kind, name, _ in _ALL if kind == "REDUCE_OP")
+
+
+def same_reductions(native: tuple[str, ...], analyzer: tuple[str, ...]) -> tuple[str, ...]:
+    """`native` (ops.def's kernels) when it names the analyzer's reductions, the one list;
+    else a loud error at import."""
+    if set(native) != set(analyzer):
+        raise ValueError(f"ops.def's REDUCE_OP entries {sorted(native)} differ from "
+                         f"analyzer/cost/reduce.py's REDUCE_OPS {sorted(analyzer)}")
+    return native
+
+
+REDUCE_OPS = same_reductions(tuple(name for kind, name, _ in _ALL if kind == "REDUCE_OP"),
+                             ANALYZER_REDUCE_OPS)
 STORAGE: dict[str, int] = {name: int(code or 0) for kind, name, code in _ALL if kind == "STORAGE"}
+# A fused epilogue of these alone can be applied by the tile as it stores; any other operation
+# makes it a program run over the kernel's output after the tile (ewprog.cpp).
+TILE_EPILOGUE: frozenset[str] = frozenset(name for kind, name, _ in _ALL
+                                          if kind == "TILE_EPILOGUE")
