@@ -18,6 +18,7 @@ The rule (README, "Precision"):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx
@@ -34,6 +35,7 @@ DEQUANTIZE = frozenset({"DequantizeLinear"})
 LAYOUT = frozenset({*RESHAPES, "Transpose"})
 
 
+@functools.cache  # a handful of types, asked once per MAC-carrying node
 def precision_name(elem_type: int) -> str:
     if elem_type in _INTEGERS:
         return f"int{dtype_bits(elem_type)}"
@@ -44,9 +46,9 @@ def precision_name(elem_type: int) -> str:
 
 def combine(types: Iterable[int]) -> str | None:
     """The precision of MACs between operands of these stored types (0: unknown, skipped)."""
-    known = [t for t in types if t]
-    if not known:
-        return None
+    known = {t for t in types if t}
+    if len(known) <= 1:  # most nodes: one type, or none known
+        return precision_name(known.pop()) if known else None
     floats = [t for t in known if t in _FLOATS]
     return precision_name(max(floats or known, key=dtype_bits))
 
