@@ -29,7 +29,8 @@ What it holds:
   whose curves rate all the work of their kernels (MACs and the epilogue: bias, activation);
   `elementwise`, which the estimator applies to kernels without MACs other than a pool,
   normalization or reduction, and which is fitted on every op class without MACs; and
-  `pool`, `normalization`, `skip_normalization` (ORT's SkipLayerNormalization), `reduce`, each
+  `pool`, `normalization`, `skip_normalization` (ORT's SkipLayerNormalization), `softmax`
+  (ORT's, MLAS's vectorized row loops, where its LayerNormalization's are scalar), `reduce`, each
   fitted on its own benchmarks when it has enough (a class without a curve reads
   `elementwise`'s, a subclass without one its parent's: `grouped_conv` `conv`'s). The int8
   classes (`conv_int8`, `depthwise_int8`, `gemm_int8`, `conv_integer`: ORT's quantized
@@ -61,6 +62,12 @@ What it holds:
   bytes at the bandwidth (`backends.calibrate.fit.fit_copy_run`, from the calibration's
   transposes; `analyzer.runtimes.ort_cpu.transpose_runs` counts a Transpose's runs). The calibrated
   profile carries it as `runtime.copy_run_ns`; a file without it reads 0 (nothing added).
+- `norm_row_ns`: what ORT's row-wise normalization kernels (LayerNormalization and its
+  simplified form, Softmax) pay per row beyond their FLOPs at the `normalization` curve's
+  rate (`backends.calibrate.fit.fit_norm_rows`, from the calibration's normalizations, whose
+  points then fit the curve less that time; `analyzer.runtimes.ort_cpu.normalized_rows`
+  counts a kernel's rows). The calibrated profile carries it as `runtime.norm_row_ns`; a file
+  without it reads 0 (nothing added).
 - `denormal_factor`: how much slower a MatMul runs when its left operand is all float32
   denormals (1e-40) than on normal numbers (time_denormal / time_normal, one micro-benchmark;
   x86 cores take a microcode assist per denormal operand). The calibrated profile carries it as
@@ -110,7 +117,7 @@ SCHEMA = "onnxlens-calibration/2"  # 2: level factors scale i_half; grouped_conv
 MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "gemm", "attention", *INT8_CLASSES)
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
-OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "softmax_int8",
+OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "softmax", "softmax_int8",
                       "elementwise_int8", "reduce")
 DEFAULT_BACKEND = ORT_CPU
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
@@ -165,6 +172,7 @@ class Point:
     pass_flops: int = 0
     pass_transcendental: int = 0
     runs: int = 0  # contiguous runs its kernel copies one at a time (`transpose_runs`)
+    rows: int = 0  # rows its kernel normalizes one at a time (`normalized_rows`)
 
     def cost(self) -> Cost:
         """Its kernel's cost as the estimator sees it (all its bytes counted as read), less
@@ -199,6 +207,7 @@ class Calibration:
     transcendental_flops: float = 1.0  # plain vector FLOPs per transcendental; 1: not fitted
     cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
     copy_run_ns: float = 0.0  # a Transpose's cost per contiguous run copied; 0: not fitted
+    norm_row_ns: float = 0.0  # a row-wise normalization's cost per row; 0: not fitted
     # The int8 peak the int8 classes' curves are fractions of: the profile's, raised to the
     # best int8 rate measured (`fit`); 0: not measured (the profile's stays).
     peak_int8_tops: float = 0.0
@@ -338,7 +347,7 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
         source=f"measured: {where}")
     return replace(measured, runtime=Runtime(cal.backend, cal.transcendental_flops,
                                              cal.copy_run_ns, cal.cold_weight_gbps,
-                                             cal.denormal_factor))
+                                             cal.denormal_factor, cal.norm_row_ns))
 
 
 def constant_efficiency(hw: HardwareProfile) -> EfficiencyFn:

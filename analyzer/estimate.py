@@ -67,7 +67,7 @@ Efficiency = Callable[[str, float, float], float]
 # Classes without MACs: a group of one of these runs its FLOPs at its own class's efficiency
 # (a calibration fits pools, normalizations, reductions apart); any other group's non-MAC
 # FLOPs (bias, activation) run at `elementwise`'s.
-VECTOR_CLASSES = ("elementwise", "normalization", "skip_normalization", "softmax_int8",
+VECTOR_CLASSES = ("elementwise", "normalization", "skip_normalization", "softmax", "softmax_int8",
                   "elementwise_int8", "pool", "reduce", "data_movement")
 
 
@@ -128,7 +128,7 @@ def peak_seconds(cost: Cost, hw: HardwareProfile, precision: Precision) -> float
 
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precision,
                    efficiency: Efficiency, launches: int = 1, reuse: float = 0.0,
-                   calls: int = 1, runs: int = 0) -> GroupEstimate:
+                   calls: int = 1, runs: int = 0, rows: int = 0) -> GroupEstimate:
     """One kernel's roofline (module docstring); `launches` kernel overheads (0: the work runs
     inside another kernel, as a sum ORT folds into the convolution before it). A kernel that
     is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution: `group_gemms`) reads its
@@ -139,7 +139,13 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precisi
     FLOPs had pushed ShuffleNet's 58-channel depthwise calls, 31.4 KB of operands, past a
     32 KB L1 and doubled their estimate). A kernel that copies `runs` contiguous runs one at
     a time (a Transpose: `transpose_runs`) pays, on a profile whose calibration fitted it,
-    `runtime.copy_run_ns` per run on top of its bytes, in its memory term."""
+    `runtime.copy_run_ns` per run on top of its bytes, in its memory term. One that
+    normalizes `rows` rows one at a time (ORT's LayerNormalization, Softmax:
+    `normalized_rows`) pays `runtime.norm_row_ns` per row on top of its FLOPs, in its compute
+    term: each row's reductions are a serial chain whose result the row's second pass waits
+    for, t = rows·t_row + F / (eff·peak) (measured, ORT 1.31, Zen 5: LayerNormalization 14 ns
+    per row and 0.35 ns per element, so rows of 24 take 2.6x what their FLOPs at the rate of
+    rows of 768 say)."""
     nbytes = (cost.bytes_read + cost.bytes_written) * precision.byte_scale
     flops = cost.flops(2)
     intensity = flops / nbytes if nbytes else float("inf")
@@ -152,7 +158,7 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precisi
                          intensity)
     else:
         eff = 1.0  # no arithmetic
-    compute_s = peak_seconds(cost, hw, precision) / eff
+    compute_s = peak_seconds(cost, hw, precision) / eff + rows * hw.runtime.norm_row_ns * 1e-9
     level = memory_level(hw, nbytes)
     memory_s = nbytes / (level.bandwidth_gbps * 1e9) + runs * hw.runtime.copy_run_ns * 1e-9
     overhead_s = launches * hw.kernel_launch_us * 1e-6
@@ -273,7 +279,7 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precisio
         costs.append(k.cost)
         parts.append(absorbed(k, hw, precision, eff) if k.host else cold_weights(
             estimate_group(k.cost, k.cls, hw, precision, eff, k.launches, k.reuse, k.calls,
-                           k.runs),
+                           k.runs, k.rows),
             k.cost, k.cls, hw, precision))
         if k.denormal_share:
             parts[-1] = denormal_slowed(parts[-1], k.denormal_share, factor, hw.static_w)

@@ -44,6 +44,7 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     copy_run_ns = 9.8                  # per contiguous run a Transpose copies
     cold_weight_gbps = 16.0            # rate of a network's cold weight fetches; 0: not measured
     denormal_factor = 1.0              # MatMul slowdown on float32 denormal operands
+    norm_row_ns = 14.0                 # per row a row-wise norm (LayerNorm, Softmax) reduces
 
     [extra]                            # optional facts behind the numbers (cores, clocks, ...)
 
@@ -85,7 +86,8 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
 SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "depthwise",
                "gemm_int8": "gemm", "conv_integer": "conv",
-               "skip_normalization": "normalization", "softmax_int8": "normalization",
+               "skip_normalization": "normalization", "softmax": "normalization",
+               "softmax_int8": "normalization",
                "elementwise_int8": "elementwise"}
 # A runtime's kernels whose MACs multiply integers (ORT's QLinearConv, QGemm,
 # DynamicQuantizeMatMul) are classes of their own, their efficiencies fractions of the int8
@@ -171,13 +173,14 @@ class Runtime:
     """What a calibration measured of the runtime it ran on, beyond peaks, bandwidths and
     efficiency curves (`analyzer.calibration` says how each is measured); the defaults are
     a profile nobody measured: no runtime's kernels, each transcendental one FLOP, nothing
-    added per copied run, for cold weights or for denormals."""
+    added per copied run, per normalized row, for cold weights or for denormals."""
 
     name: str | None = None  # ORT_CPU, NATIVE_CPU, ...: whose kernels the estimate models
     transcendental_flops: float = 1.0  # τ: plain vector FLOPs one exp / tanh / erf costs
     copy_run_ns: float = 0.0  # per contiguous run a Transpose copies, beyond its bytes
     cold_weight_gbps: float = 0.0  # rate of a network's cold weight fetches; 0: not measured
     denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
+    norm_row_ns: float = 0.0  # per row a row-wise normalization reduces, beyond its FLOPs
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,7 @@ _FIELDS = {
     "power": {"static_w", "tdp_w", "source", *(f"compute_pj_per_flop_{p}" for p in PRECISIONS)},
     "efficiency": {"source", *OP_CLASSES},
     "runtime": {"name", "transcendental_flops", "copy_run_ns", "cold_weight_gbps",
-                "denormal_factor"},
+                "denormal_factor", "norm_row_ns"},
 }
 
 
@@ -347,7 +350,8 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
                                     default.transcendental_flops),
                    r.non_negative(table, "copy_run_ns", "runtime", default.copy_run_ns),
                    r.non_negative(table, "cold_weight_gbps", "runtime", default.cold_weight_gbps),
-                   r.positive(table, "denormal_factor", "runtime", default.denormal_factor))
+                   r.positive(table, "denormal_factor", "runtime", default.denormal_factor),
+                   r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns))
 
 
 def _memory_levels(r: _Reader, memory: Any) -> tuple[MemoryLevel, ...]:

@@ -248,13 +248,18 @@ def test_a_residual_layer_norm_is_one_skip_normalization_kernel() -> None:
 def test_a_quantized_softmax_is_ort_qlinear_softmax() -> None:
     """quantize_static's DQ -> Softmax -> Q (DQ, DQ -> Add -> Q) is one group of ours and, as
     ORT's profile shows, one QLinearSoftmax (QLinearAdd) kernel: the kernel model costs it as
-    one softmax_int8 (elementwise_int8) kernel writing uint8 (an fp32 Softmax stays
-    normalization)."""
-    from onnxlens.analyzer.runtimes.ort_cpu import ELEMENTWISE_INT8, SOFTMAX_INT8, ort_kernels
+    one softmax_int8 (elementwise_int8) kernel writing uint8 (an fp32 Softmax is a float
+    softmax kernel)."""
+    from onnxlens.analyzer.runtimes.ort_cpu import (
+        ELEMENTWISE_INT8,
+        SOFTMAX,
+        SOFTMAX_INT8,
+        ort_kernels,
+    )
 
     for bench, cls, ops in ((catalogue.quantized(catalogue.row_op("Softmax", 32, 64), "qdq"),
                              SOFTMAX_INT8, ["QLinearSoftmax"]),
-                            (catalogue.row_op("Softmax", 32, 64), "normalization", ["Softmax"]),
+                            (catalogue.row_op("Softmax", 32, 64), SOFTMAX, ["Softmax"]),
                             (catalogue.quantized(catalogue.binary("Add", 32 * 64), "qdq"),
                              ELEMENTWISE_INT8, ["QLinearAdd"])):
         model = bench.build()
@@ -263,7 +268,7 @@ def test_a_quantized_softmax_is_ort_qlinear_softmax() -> None:
         (group,) = result.groups
         costs = {k: nc.cost for k, nc in result.node_costs.items()}
         (kernel,) = ort_kernels(result.graph, group, costs, 16)
-        width = 4 if cls == "normalization" else 1
+        width = 4 if cls == SOFTMAX else 1
         assert kernel.cls == cls and kernel.cost.bytes_written == 32 * 64 * width
 
 
@@ -421,21 +426,39 @@ def test_the_copy_run_cost_is_the_extra_time_over_all_runs() -> None:
     assert fit.fit_copy_run([], hw, bandwidth) == 0.0
 
 
+def test_the_norm_row_cost_is_recovered_from_timings() -> None:
+    """LayerNormalizations timed as 12 ns per row plus their FLOPs at 5% of the peak (rows
+    of 8 to 1024): the fit finds 12 ns, and a curve that then gives the rest; without rows, 0."""
+    hw, peak = host_profile(1), 250e9
+    points = []
+    for rows, n in ((4608, 8), (2304, 24), (1152, 48), (4096, 64), (256, 256), (64, 1024)):
+        flops, nbytes = rows * (7 * n + 3), 8 * rows * n
+        points.append(Point(f"LN {rows}x{n}", "normalization", 0, flops, nbytes,
+                            flops / (0.05 * peak) + rows * 12e-9, rows=rows))
+    row_ns = fit.fit_norm_rows(points, hw, peak)
+    assert row_ns == pytest.approx(12.0)
+    levels = {lv.name: 1.0 for lv in hw.memory}  # (unread: the class curves take every point)
+    curve = fit.fit_vector_classes(points, hw, peak, levels, 1.0, row_ns)["normalization"]
+    assert curve(1e6, 0.9) == pytest.approx(0.05, rel=1e-6)
+    assert fit.fit_norm_rows([dataclasses.replace(p, rows=0) for p in points], hw, peak) == 0.0
+
+
 def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
-                        cold_weight_gbps=17.0, copy_run_ns=9.0).to_dict()
+                        cold_weight_gbps=17.0, copy_run_ns=9.0, norm_row_ns=14.0).to_dict()
     runtime = apply_calibration(host_profile(1), Calibration.from_dict(data)).runtime
     assert runtime == Runtime(ORT_CPU, transcendental_flops=3.0, copy_run_ns=9.0,
-                              cold_weight_gbps=17.0, denormal_factor=120.0)
-    for key in ("denormal_factor", "transcendental_flops", "cold_weight_gbps", "copy_run_ns"):
+                              cold_weight_gbps=17.0, denormal_factor=120.0, norm_row_ns=14.0)
+    for key in ("denormal_factor", "transcendental_flops", "cold_weight_gbps", "copy_run_ns",
+                "norm_row_ns"):
         del data[key]
     for point in data["points"]:
         del point["transcendental"], point["pass_flops"], point["pass_transcendental"]
-        del point["runs"]
+        del point["runs"], point["rows"]
     old = Calibration.from_dict(data)
     assert old.denormal_factor == old.transcendental_flops == 1.0
-    assert old.cold_weight_gbps == old.copy_run_ns == 0.0  # the estimator adds nothing
-    assert all(p.runs == 0 for p in old.points)
+    assert old.cold_weight_gbps == old.copy_run_ns == old.norm_row_ns == 0.0  # nothing added
+    assert all(p.runs == p.rows == 0 for p in old.points)
     assert apply_calibration(host_profile(1), old).runtime == Runtime(ORT_CPU)
 
 

@@ -36,6 +36,7 @@ from onnxlens.analyzer.runtimes.ort_cpu import (
     group_gemms,
     layout_changes,
     matmul_calls,
+    normalized_rows,
     ort_conv_path,
     ort_kernels,
     reorder_cost,
@@ -465,6 +466,51 @@ def test_a_transposes_runs_cost_the_calibrated_time_each(gpu) -> None:
     assert slow.memory_s - hot.memory_s == pytest.approx(1000 * 8e-9)
     assert estimate_group(cost, "data_movement", gpu, what_if("fp32"), constant_efficiency(gpu),
                           runs=1000) == hot  # not fitted: nothing added
+
+
+def _row_node(op: str, shape: tuple[int, ...], **attrs: int) -> NodeInfo:
+    f = TensorProto.FLOAT
+    return NodeInfo("n", op, "", attrs, (TensorInfo("x", f, shape),), (TensorInfo("y", f, shape),))
+
+
+@pytest.mark.parametrize(("op", "shape", "attrs", "rows"), [
+    ("LayerNormalization", (1, 56, 56, 24), {}, 56 * 56),  # channels-last: rows of 24
+    ("LayerNormalization", (2, 3, 4, 5), {"axis": 2}, 2 * 3),  # normalizes dims[2:]
+    ("SimplifiedLayerNormalization", (1, 128, 64), {}, 128),
+    ("Softmax", (8, 49, 49), {}, 8 * 49),
+    ("Softmax", (2, 5, 7), {"axis": 1}, 2 * 7),  # one axis (opset 13)
+    ("BatchNormalization", (1, 16, 8, 8), {}, 0),  # no row statistics
+])
+def test_a_row_wise_norm_reduces_the_rows_before_its_axis(op, shape, attrs, rows) -> None:
+    assert normalized_rows([_row_node(op, shape, **attrs)]) == rows
+
+
+def test_a_norms_rows_cost_the_calibrated_time_each(gpu) -> None:
+    """[1, 56, 56, 24] LayerNormalization at 14 ns per row: 3136 x 14 ns = 43.9 us on top of
+    its FLOPs' time, in the compute term; a profile without the term adds nothing."""
+    cost = Cost(other_flops=3136 * (7 * 24 + 3), transcendental=3136,
+                bytes_read=4 * 3136 * 24, bytes_written=4 * 3136 * 24)
+    eff = constant_efficiency(gpu)
+    plain = estimate_group(cost, "normalization", gpu, what_if("fp32"), eff)
+    fitted = dataclasses.replace(gpu, runtime=Runtime(norm_row_ns=14.0))
+    rows = estimate_group(cost, "normalization", fitted, what_if("fp32"), eff, rows=3136)
+    assert rows.compute_s - plain.compute_s == pytest.approx(3136 * 14e-9)
+    assert rows.latency_s == pytest.approx(
+        max(plain.compute_s + 43.904e-6, plain.memory_s) + plain.overhead_s)
+    assert estimate_group(cost, "normalization", gpu, what_if("fp32"), eff, rows=3136) == plain
+
+
+def test_ort_runs_a_channels_last_layer_norm_and_a_softmax_row_by_row(gpu) -> None:
+    """A LayerNormalization over [1, 56, 56, 24] is one normalization kernel of 3136 rows, a
+    Softmax over [8, 49, 49] one softmax kernel of 392."""
+    r = _analyzed([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)],
+                  [1, 56, 56, 24], ("y", [1, 56, 56, 24]), {"g": [24], "b": [24]})
+    [kernel] = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
+    assert (kernel.cls, kernel.rows) == ("normalization", 3136)
+    r = _analyzed([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [8, 49, 49],
+                  ("y", [8, 49, 49]), {})
+    [kernel] = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
+    assert (kernel.cls, kernel.rows) == ("softmax", 8 * 49)  # MLAS's: a class of its own
 
 
 def test_pool_groups_use_their_class_efficiency(gpu) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 
 from ..cost.base import ZERO, Cost
+from ..cost.common import along_axis
 from ..cost.ops import RESHAPES
 from ..cost.precision import mac_precision
 from ..fold import fold_nodes
@@ -61,6 +62,10 @@ SKIP_NORMALIZATION = "skip_normalization"
 # DQ -> Softmax -> Q (and QOperator's node): ORT's QLinearSoftmax, measured 2.2 ns per element
 # in the QDQ BERT ([1, 16, 64, 64]: 141 us; its 4 were 0.57 of 1.63 ms): calibrated apart.
 SOFTMAX_INT8 = "softmax_int8"
+# A float Softmax: MLAS's row loops are vectorized, LayerNormalization's scalar (measured, ORT
+# 1.31, Zen 5: 0.18 against 0.35 ns per element), though our counts give the Softmax more work
+# per element (its exp): one curve for both had every Softmax 50-90% over.
+SOFTMAX = "softmax"
 # An elementwise kernel between DQs and a Q (QDQ Add, Mul; QLinearAdd, QLinearMul nodes):
 # ORT's QLinearAdd / QLinearMul work on the uint8 values (MLAS), measured 5 us for a ResNet
 # residual where the float rate of its dequantize, add, requantize FLOPs said 4x that.
@@ -195,6 +200,39 @@ def transpose_runs(info: NodeInfo) -> int:
     return runs if runs > 1 else 0
 
 
+# ORT's row-wise normalization kernels: LayerNormalization and its simplified form (one
+# LayerNormImpl), over dims[axis:]; Softmax and LogSoftmax (MLAS), over one axis.
+_LAYER_NORMS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization",
+                          "RMSNormalization"})
+_SOFTMAXES = frozenset({"Softmax", "LogSoftmax"})
+
+
+def normalized_rows(infos: Iterable[NodeInfo]) -> int:
+    """The rows the first row-wise normalization among `infos` (one kernel's nodes) reduces
+    one at a time, 0 where none does (a BatchNormalization) or its shape is unknown; a
+    spelled-out LayerNorm, which ORT fuses into one LayerNormalization, has the rows of its
+    first ReduceMean's output.
+
+    Derivation (ORT's cpu/nn/layer_norm_impl.cc): each row is a job (TryBatchParallelFor)
+    that sums x and x² in one scalar loop, takes the mean, variance and 1/sqrt, then writes
+    the row in a second loop that waits for them: a serial tail per row that the elements do
+    not amortize when rows are short. MLAS's softmax likewise reduces each row twice (max,
+    then the sum of exp) before scaling it. Measured (ORT 1.31, 1 thread, Zen 5):
+    LayerNormalization 14 ns per row beyond 0.35 ns per element ([3136, 24]: 73 us, where
+    [64, 1024], 2.6x the elements, takes 25), Softmax 9 ns per row beyond 0.18 ns."""
+    for info in infos:
+        x = info.input(0)
+        if x is None or not x.known or not x.rank:
+            continue
+        if info.op_type in _LAYER_NORMS:
+            return math.prod(x.dims[:info.attr("axis", -1) % x.rank])
+        if info.op_type in _SOFTMAXES:
+            return along_axis(x.dims, info.attr("axis", -1))[0]
+        if info.op_type == "ReduceMean" and info.outputs and info.outputs[0].known:
+            return info.outputs[0].size
+    return 0
+
+
 def matmul_calls(info: NodeInfo) -> int:
     """The GEMM calls ORT's MatMul makes: one per matrix of the batch when both operands are
     batched ([..., M, K] x [..., K, N]: attention's Q·Kᵀ and P·V, one per head and window);
@@ -245,8 +283,9 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     if group.pattern in _WHOLE and not quantized:  # QDQ attention: QLinearMatMul, QLinearSoftmax
         cls = op_class(mg, group, costs)
         matmul = next((i for k in group.nodes if (i := mg.info(k)).op_type == "MatMul"), None)
-        return [kernel_of(mg, list(group.nodes), costs, cls, NCHW, NCHW,
-                        calls=matmul_calls(matmul) if matmul else 1)]
+        rows = normalized_rows(map(mg.info, group.nodes)) if group.pattern == LAYER_NORM else 0
+        return [replace(kernel_of(mg, list(group.nodes), costs, cls, NCHW, NCHW,
+                                  calls=matmul_calls(matmul) if matmul else 1), rows=rows)]
     kernels: list[tuple[list[str], str]] = []  # (nodes, role: anchor / closed / vector / other)
     riders: list[str] = []  # quantization edges waiting for the kernel that reads them
     for key in group.nodes:
@@ -388,6 +427,8 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     requantized = any(mg.info(k).op_type == "QuantizeLinear" for k in nodes)
     if head.op_type == "QLinearSoftmax" or (head.op_type == "Softmax" and requantized):
         cls = SOFTMAX_INT8
+    elif head.op_type in _SOFTMAXES:
+        cls = SOFTMAX
     elif head.op_type in _QLINEAR_ELEMENTWISE or (
             head.op_type in ("Add", "Mul") and requantized and any(
                 mg.info(k).op_type == "DequantizeLinear" for k in nodes)):
@@ -401,6 +442,8 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     else:
         layout = NCHW
     kernel = kernel_of(mg, nodes, costs, cls, layout, layout, runs=transpose_runs(head))
+    if cls in ("normalization", SOFTMAX):
+        kernel = replace(kernel, rows=normalized_rows(map(mg.info, nodes)))
     if head.op_type == "Gather" and len(nodes) == 1:
         return replace(kernel, cost=gathered(head, kernel.cost))
     return kernel

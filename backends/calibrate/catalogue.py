@@ -367,6 +367,11 @@ def _vector() -> list[Bench]:
             pool("GlobalAveragePool", 256, 24),
             row_op("LayerNormalization", 256, 256), row_op("LayerNormalization", 1024, 128),
             row_op("LayerNormalization", 64, 1024), row_op("LayerNormalization", 4096, 64),
+            # Short rows (channels-last norms of 8-48 channels, softmaxes over a few tokens),
+            # where each row's serial reductions, not its elements, set the time.
+            row_op("LayerNormalization", 2304, 24), row_op("LayerNormalization", 4608, 8),
+            row_op("LayerNormalization", 1152, 48), row_op("Softmax", 2304, 24),
+            row_op("Softmax", 4608, 8),
             row_op("Softmax", 512, 64), row_op("Softmax", 256, 256), row_op("Softmax", 64, 1024),
             row_op("Softmax", 2048, 128), row_op("ReduceMean", 1024, 256),
             row_op("ReduceMean", 64, 4096), row_op("ReduceMean", 4096, 32),

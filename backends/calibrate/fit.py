@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import numpy as np
@@ -37,6 +38,8 @@ F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
 I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
 # Plain vector FLOPs one transcendental evaluation may cost (1: as cheap as an add).
 TRANSCENDENTAL_GRID = np.logspace(0, 2, 31)
+# Nanoseconds per row a row-wise normalization may pay beyond its FLOPs (`fit_norm_rows`).
+ROW_NS_GRID = np.arange(0.0, 40.5, 0.5)
 FP32 = Precision("fp32")  # the float benchmarks are fp32 graphs, costed as stored
 INT8 = Precision("int8")  # the quantized ones (`catalogue.quantized`): int8 x uint8 MACs
 
@@ -86,8 +89,9 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
     # `fit_copy_run` then rates their runs against the bandwidths fitted.
     vector_points = [p for p in points if not p.macs]
     bandwidth, vector, tau = fit_vector(vector_points, hw, peak)
+    row_ns = fit_norm_rows(vector_points, hw, peak, tau)
     curves = {VECTOR_CLASS: vector,
-              **fit_vector_classes(vector_points, hw, peak, bandwidth, tau)}
+              **fit_vector_classes(vector_points, hw, peak, bandwidth, tau, row_ns)}
     # The int8 peak, like fp32's, is raised to the best int8 rate measured (AVX-512 VNNI here:
     # QLinearConv at 1.0 TOPS, above the profile's 4 x fp32 assumption).
     int8_peak = max([hw.peak_flops("int8"), *(2 * p.macs / p.seconds for p in mac_points
@@ -125,7 +129,8 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
         points=tuple(points), ort_version=ort.__version__,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         transcendental_flops=tau, peak_int8_tops=int8_peak / 1e12,
-        copy_run_ns=fit_copy_run([p for p in points if p.runs], hw, bandwidth))
+        copy_run_ns=fit_copy_run([p for p in points if p.runs], hw, bandwidth),
+        norm_row_ns=row_ns)
 
 
 def fit_copy_run(points: Sequence[Point], hw: HardwareProfile, bandwidth: dict[str, float]
@@ -226,7 +231,8 @@ def _compute_bound(points: Sequence[Point], levels: Sequence[str], bandwidth: di
 
 
 def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float,
-                       bandwidth: dict[str, float], tau: float = 1.0) -> dict[str, Curve]:
+                       bandwidth: dict[str, float], tau: float = 1.0, row_ns: float = 0.0
+                       ) -> dict[str, Curve]:
     """A curve of its own for each class in OWN_VECTOR_CLASSES (pools, normalizations,
     reductions) with at least LEVEL_POINTS benchmarks: their loops (a window, a row statistic,
     exp) run at rates of their own, not an elementwise op's. Fitted on every benchmark of the
@@ -234,15 +240,51 @@ def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float
     its measured time, and the memory term takes over only where the bandwidths say a level
     is slower still (a pool streams its input faster than an elementwise op of the same
     bytes, which writes as much as it reads: its benchmarks sit above the fitted bandwidths,
-    not on them)."""
+    not on them). A benchmark's time less `row_ns` per row it normalizes (`fit_norm_rows`:
+    the estimator adds that apart) is what its curve gives."""
     curves = {}
     for cls in OWN_VECTOR_CLASSES:
-        mine = [p for p in points if p.op_class == cls]
+        mine = [replace(p, seconds=p.seconds - p.rows * row_ns * 1e-9) for p in points
+                if p.op_class == cls]
+        mine = [p for p in mine if p.seconds > 0]
         eff_points = _compute_bound(mine, [memory_level(hw, p.bytes).name for p in mine],
                                     {lv: math.inf for lv in bandwidth}, peak, tau)
         if len(eff_points) >= LEVEL_POINTS:
             curves[cls] = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)))
     return curves
+
+
+def fit_norm_rows(points: Sequence[Point], hw: HardwareProfile, peak: float,
+                  tau: float = 1.0) -> float:
+    """Nanoseconds per row a row-wise normalization pays beyond its FLOPs at its class's
+    curve (`normalized_rows`): for each value on ROW_NS_GRID the curves of the classes with
+    rows are fitted on their benchmarks' times less rows x that value (`fit_vector_classes`),
+    and the value whose curves plus row term predict those benchmarks best, by mean
+    |ln(estimate / measured)|, wins. 0 without benchmarks with rows. A row term
+    is not the curve's f_half, a fixed cost per kernel: measured here, LayerNormalization over
+    [3136, 24] takes 73 us where [64, 1024], with 2.6x the FLOPs, takes 25."""
+    classes = {p.op_class for p in points if p.rows}
+    mine = [p for p in points if p.op_class in classes]
+    if not classes:
+        return 0.0
+    infinite = {memory_level(hw, p.bytes).name: math.inf for p in mine}
+    best = (math.inf, 0.0)
+    for row_ns in map(float, ROW_NS_GRID):
+        curves = fit_vector_classes(mine, hw, peak, infinite, tau, row_ns)
+        if any(p.op_class not in curves for p in mine):
+            continue
+        error = statistics.fmean(
+            abs(math.log(_norm_time(p, curves[p.op_class], peak, tau, row_ns) / p.seconds))
+            for p in mine)
+        best = min(best, (error, row_ns))
+    return best[1]
+
+
+def _norm_time(p: Point, curve: Curve, peak: float, tau: float, row_ns: float) -> float:
+    """The estimator's compute term of a benchmark with rows: its work at its curve's rate,
+    plus its rows."""
+    work = p.cost().vector_flops(tau)
+    return work / (peak * curve(work, p.cost().flops() / p.bytes)) + p.rows * row_ns * 1e-9
 
 
 def fit_check(cal: Calibration) -> dict[str, float]:
@@ -256,7 +298,8 @@ def fit_check(cal: Calibration) -> dict[str, float]:
     errors: dict[str, list[float]] = {}
     for p in cal.points:
         seconds = estimate_group(p.cost(), p.op_class, hw, class_precision(p.op_class),
-                                 cal.efficiency, 0, p.reuse, p.calls, p.runs).latency_s
+                                 cal.efficiency, 0, p.reuse, p.calls, p.runs,
+                                 p.rows).latency_s
         if p.pass_flops:
             seconds += activation_pass(p.pass_cost(), hw, FP32, cal.efficiency).latency_s
         errors.setdefault(p.op_class, []).append(abs(seconds / p.seconds - 1))
