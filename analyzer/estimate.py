@@ -272,15 +272,17 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precisio
                  ) -> GroupEstimate:
     """A group run as `kernels`, one after another: each kernel's roofline with its cold
     weight fetch (or, run inside another kernel, its marginal cost: `absorbed`), slowed by its
-    denormal operands, then its epilogue's pass; `combine`d."""
+    denormal operands, then its epilogue's pass; `combine`d. A kernel whose MACs run at
+    another peak than the group's (`Kernel.peak`) is costed at that one."""
     factor = hw.runtime.denormal_factor
     parts, costs = [], []
     for k in kernels:
         costs.append(k.cost)
-        parts.append(absorbed(k, hw, precision, eff) if k.host else cold_weights(
-            estimate_group(k.cost, k.cls, hw, precision, eff, k.launches, k.reuse, k.calls,
+        at = precision if k.peak is None else dataclasses.replace(precision, peak=k.peak)
+        parts.append(absorbed(k, hw, at, eff) if k.host else cold_weights(
+            estimate_group(k.cost, k.cls, hw, at, eff, k.launches, k.reuse, k.calls,
                            k.runs, k.rows),
-            k.cost, k.cls, hw, precision))
+            k.cost, k.cls, hw, at))
         if k.denormal_share:
             parts[-1] = denormal_slowed(parts[-1], k.denormal_share, factor, hw.static_w)
         if k.epilogue.other_flops:

@@ -85,7 +85,7 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 # Finer classes a calibration may measure; a profile without them uses the class given here
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
 SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "depthwise",
-               "gemm_int8": "gemm", "conv_integer": "conv",
+               "gemm_int8": "gemm", "conv_integer": "conv", "gemm_s8s8": "gemm",
                "skip_normalization": "normalization", "softmax": "normalization",
                "softmax_int8": "normalization",
                "elementwise_int8": "elementwise"}
@@ -97,7 +97,12 @@ SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "d
 # 3x faster.
 INT8_CLASS = {"conv": "conv_int8", "depthwise": "depthwise_int8", "gemm": "gemm_int8"}
 CONV_INTEGER = "conv_integer"
-INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER)
+# A QLinearConv, QLinearMatMul or QGemm on int8 activations (quantize_static's default in the
+# QOperator format): on x86 MLAS has no fast int8 x int8 GEMM short of AVX-VNNI-INT8 and runs
+# them in its portable one, measured (ORT 1.31, Zen 5) 13-19 GMAC/s in three models, 15-30x
+# slower than with uint8 activations: a class of its own.
+GEMM_S8S8 = "gemm_s8s8"
+INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8)
 # The runtime whose kernels a profile's calibration measured (`Runtime.name`; the estimator
 # then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU provider,
 # NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.

@@ -13,6 +13,9 @@ tests/hf_models.py) is made in these variants, into `--dir`:
   (QUInt8 / QInt8: ORT's x86 recommendation; ORT 1.31's default activation type is QInt8,
   which ORT runs mostly as float kernels between Q and DQ, `analyzer/runtimes/ort_cpu.py`);
 - `qop`: `quantize_static`, QOperator format (QLinearConv, QLinearAdd, QGemm ...), same types;
+- `qdq-s8`, `qop-s8`: the same with int8 activations, `quantize_static`'s default (QInt8): ORT
+  on x86 fuses a QDQ Conv or MatMul only where its QDQS8ToU8Transformer turned the activations
+  to uint8, and runs a QOperator QLinearConv / QLinearMatMul on int8 in MLAS's generic kernel;
 - `dynamic`: `quantize_dynamic` (int8 weights, activations quantized to uint8 at run time);
 - `fp16`: `onnxruntime.transformers.float16.convert_float_to_float16`, inputs and outputs
   kept float32 (`keep_io_types`).
@@ -52,7 +55,7 @@ import hf_models  # tests/: the tiny Hugging Face models built from configs
 TORCHVISION = ("resnet18", "mobilenet_v2")
 # BERT from a config: 4 layers, hidden 256 (16 heads of 16, MLP 512), 64 tokens.
 BERT = {"layers": 4, "hidden": 256, "seq": 64}
-VARIANTS = ("fp32", "qdq", "qop", "dynamic", "fp16")
+VARIANTS = ("fp32", "qdq", "qop", "qdq-s8", "qop-s8", "dynamic", "fp16")
 MACS_TOLERANCE = 0.01
 TARGETS = {"within_25": 1.0, "median": 0.10}
 
@@ -69,10 +72,11 @@ class Feeds(quantization.CalibrationDataReader):
         return self.left.pop() if self.left else None
 
 
-def _static(fmt: quantization.QuantFormat) -> Callable[[Path, Path], None]:
+def _static(fmt: quantization.QuantFormat, activations: quantization.QuantType
+            ) -> Callable[[Path, Path], None]:
     def make(fp32: Path, out: Path) -> None:
         quantization.quantize_static(fp32, out, Feeds(fp32), quant_format=fmt,
-                                     activation_type=quantization.QuantType.QUInt8,
+                                     activation_type=activations,
                                      weight_type=quantization.QuantType.QInt8, per_channel=True)
     return make
 
@@ -93,9 +97,10 @@ def _fp16(fp32: Path, out: Path) -> None:
     onnx.save(onnx_ir.to_proto(model), out)
 
 
-MAKE = {"qdq": _static(quantization.QuantFormat.QDQ),
-        "qop": _static(quantization.QuantFormat.QOperator), "dynamic": _dynamic,
-        "fp16": _fp16}
+_QDQ, _QOP = quantization.QuantFormat.QDQ, quantization.QuantFormat.QOperator
+_U8, _S8 = quantization.QuantType.QUInt8, quantization.QuantType.QInt8
+MAKE = {"qdq": _static(_QDQ, _U8), "qop": _static(_QOP, _U8), "qdq-s8": _static(_QDQ, _S8),
+        "qop-s8": _static(_QOP, _S8), "dynamic": _dynamic, "fp16": _fp16}
 
 
 def fp32_model(model: str, directory: Path) -> Path:

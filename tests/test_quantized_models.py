@@ -374,3 +374,92 @@ def test_ort_cpu_runs_an_fp16_conv_as_fp32_with_its_clip_apart() -> None:
     assert (run.bytes_read, run.bytes_written, run.param_bytes) == (
         2 * stored.bytes_read, 2 * stored.bytes_written, 2 * stored.param_bytes)
     assert run.macs == stored.macs == 16 * 16 * 9 * 12 * 12
+
+
+def _residual_convs(directory: Any, activations: Any) -> onnx.ModelProto:
+    """x -> Conv -> a -> Conv -> b -> Conv -> c, y = c + b (8 channels, 3x3, 16x16), quantized
+    by quantize_static (QDQ, per channel) with `activations` of that QuantType: b has two
+    readers, every other tensor one."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    shape = [1, 8, 16, 16]
+    pairs = [("x", "a"), ("a", "b"), ("b", "c")]
+    nodes = [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [y], pads=[1] * 4)
+             for i, (x, y) in enumerate(pairs)] + [helper.make_node("Add", ["c", "b"], ["y"])]
+    weights = [numpy_helper.from_array(rng.standard_normal(s, dtype=np.float32) * 0.1, f"{n}{i}")
+               for i in range(3) for n, s in (("w", (8, 8, 3, 3)), ("b", (8,)))]
+    graph = onnx.helper.make_graph(
+        nodes, "residual", [helper.make_tensor_value_info("x", T.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", T.FLOAT, shape)], weights)
+    fp32 = directory / f"fp32-{activations.name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), fp32)
+    out = directory / f"qdq-{activations.name}.onnx"
+    quantization.quantize_static(fp32, out, Reader(tuple(shape)), per_channel=True,
+                                 quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=activations)
+    return onnx.load(out)
+
+
+def test_ort_cpu_leaves_int8_activations_of_shared_tensors_unfused(tmp_path: Any) -> None:
+    """With int8 activations (quantize_static's default) ORT on x86 turns to uint8 only the
+    Q -> DQ pairs whose tensor one node unit reads, and fuses no Conv reading or writing int8:
+    of the three Convs only the first (its input and output each read once) is a
+    QLinearConv; the second (writing b, read twice), the third (reading b) and the Add run as
+    DQ, float kernel and Q, b's DQ copied per reader. The kernel model names the same kernels
+    as ORT's profile, costs the float Conv at fp32 on float weights, and runs all three Convs
+    as QLinearConv with uint8 activations."""
+    from collections import Counter
+
+    from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+    from onnxlens.backends.ort_timing import profile_model
+
+    def kernel_ops(model: onnx.ModelProto) -> tuple[Counter[str], Counter[str], list[Any]]:
+        profiled = Counter(k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0])
+        result = analyze(model)
+        costs = {k: nc.cost for k, nc in result.node_costs.items()}
+        kernels = [k for g in result.groups for k in ort_kernels(result.graph, g, costs, 16)]
+        names = Counter(k.cls if k.cls.endswith("_int8") else result.graph.info(
+            k.nodes[0]).op_type for k in kernels)
+        return profiled, names, kernels
+
+    qtype = quantization.QuantType
+    profiled, modelled, kernels = kernel_ops(_residual_convs(tmp_path, qtype.QInt8))
+    for ort_name, ours in (("QLinearConv", "conv_int8"), ("Conv", "Conv"), ("Add", "Add"),
+                           ("DequantizeLinear", "DequantizeLinear"),
+                           ("QuantizeLinear", "QuantizeLinear")):
+        assert profiled[ort_name] == modelled[ours], ort_name
+    assert (profiled["QLinearConv"], profiled["Conv"], profiled["DequantizeLinear"]) == (1, 2, 9)
+    float_conv = next(k for k in kernels if k.peak == "fp32" and k.cls == "conv")
+    pixels = 8 * 16 * 16
+    assert float_conv.cost.macs == pixels * 8 * 9
+    # x, its float weights and bias (the DQs' outputs) read; y written, all float32
+    assert float_conv.cost.bytes_read == 4 * (pixels + 8 * 8 * 9 + 8)
+    assert float_conv.cost.bytes_written == 4 * pixels
+
+    profiled, modelled, _ = kernel_ops(_residual_convs(tmp_path, qtype.QUInt8))
+    assert profiled["QLinearConv"] == modelled["conv_int8"] == 3
+    assert profiled["Conv"] == modelled["Conv"] == 0
+
+
+def test_a_qoperator_conv_on_int8_activations_is_its_own_class() -> None:
+    """quantize_static's default QOperator Conv reads int8 activations: ORT's profile shows a
+    QLinearConv (between NHWC transposes), which MLAS runs in its portable int8 x int8 GEMM
+    on x86; the kernel model costs it as GEMM_S8S8 with the Conv's MACs, its uint8 twin as
+    conv_int8, and the calibration catalogue times such kernels."""
+    from onnxlens.analyzer.hardware import GEMM_S8S8, INT8_CLASSES
+    from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+    from onnxlens.backends.calibrate import catalogue
+    from onnxlens.backends.ort_timing import profile_model
+
+    for mode, cls in (("qop-s8", GEMM_S8S8), ("qdq", "conv_int8")):
+        model = catalogue.quantized(catalogue.conv(16, 16, 12), mode).build()
+        assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [
+            "Transpose", "QLinearConv", "Transpose"]
+        result = analyze(model)
+        costs = {k: nc.cost for k, nc in result.node_costs.items()}
+        (kernel,) = [k for g in result.groups for k in ort_kernels(result.graph, g, costs, 16)]
+        assert kernel.cls == cls and kernel.cost.macs == 16 * 16 * 9 * 12 * 12
+    assert GEMM_S8S8 in INT8_CLASSES
+    assert sum(b.name.endswith("QOperator s8s8") for b in catalogue.benchmarks()) == 3

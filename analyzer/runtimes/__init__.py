@@ -106,6 +106,9 @@ class Kernel:
     # The share of its operands that are float32 denormals (the estimator slows it by the
     # profile's measured factor: `denormal_slowed`).
     denormal_share: float = 0.0
+    # The peak its MACs run at where not its group's precision's (an int8 group that ORT runs
+    # as DequantizeLinear, a float32 Conv and QuantizeLinear: `ort_cpu._unfused_kernels`).
+    peak: str | None = None
 
 
 

@@ -28,7 +28,7 @@ from ..cost.precision import mac_precision
 from ..fold import fold_nodes
 from ..fusion import ADD_LAYER_NORM, ADD_RMS_NORM, ATTENTION, LAYER_NORM, RMS_NORM, Group
 from ..graph import ModelGraph
-from ..hardware import CONV_INTEGER, INT8_CLASS, ORT_CPU, HardwareProfile
+from ..hardware import CONV_INTEGER, GEMM_S8S8, INT8_CLASS, ORT_CPU, HardwareProfile
 from ..ir import NodeInfo, TensorInfo
 from ..loader import LoadedModel
 from . import ANY, GroupKernels, Kernel, _dominant_class, kernel_of, node_class, op_class
@@ -268,9 +268,9 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     a Conv's MACs). Profiled (ORT 1.31, AVX-512 VNNI, QDQ ResNet-18 per channel): with uint8
     activations ORT runs 20 QLinearConv, 8 QLinearAdd, one kernel per pool, Flatten and QGemm
     (36 kernels, 2 of them NHWC transposes not modelled here); with int8 activations
-    (quantize_static's default) only 9 Convs become QLinearConv and the others run as DQ,
-    float Conv and Q kernels (124 kernels): not modelled, the estimate assumes the uint8
-    fusion. `block`: the NCHWc block in channels."""
+    (quantize_static's default) only the node units ORT turns to uint8 are fused
+    (`_int8_unfused`): 9 QLinearConv, and 11 Convs and 8 Adds run as DQ, float kernel and Q
+    (124 kernels, `_unfused_kernels`). `block`: the NCHWc block in channels."""
     quantized = any(mg.info(k).op_type in _QUANT_EDGES for k in group.nodes)
     if group.pattern == ADD_LAYER_NORM and not quantized:
         return [kernel_of(mg, list(group.nodes), costs, SKIP_NORMALIZATION, NCHW, NCHW)]
@@ -327,8 +327,10 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
         kernels[-1][0].extend(riders)
     elif riders:  # a group of quantization edges alone (the model's input Q, output DQ)
         kernels.append((riders, "other"))
-    return [_ort_kernel(mg, nodes, role, costs, block) for nodes, role in kernels] or [
-        Kernel("data_movement", Cost(), (), launches=0)]
+    out = [k for nodes, role in kernels for k in (
+        _unfused_kernels(mg, nodes, costs) if _int8_unfused(mg, nodes)
+        else [_ort_kernel(mg, nodes, role, costs, block)])]
+    return out or [Kernel("data_movement", Cost(), (), launches=0)]
 
 
 def _rides_ahead(mg: ModelGraph, info: NodeInfo) -> bool:
@@ -338,6 +340,112 @@ def _rides_ahead(mg: ModelGraph, info: NodeInfo) -> bool:
     sources = [mg.producer.get(t.name) for t in info.inputs if t is not None]
     return info.op_type == "Mul" and any(
         src is not None and mg.info(src).op_type == "DynamicQuantizeLinear" for src in sources)
+
+
+def activation_type(mg: ModelGraph, dq: NodeInfo) -> int:
+    """The element type ORT's CPU provider on x86 runs quantized activation `dq` reads in (a
+    DequantizeLinear's input made by a QuantizeLinear; 0 for a weight or an unknown type).
+    ORT copies a DQ with several readers into one per reader (EnsureUniqueDQForNodeUnit,
+    level 1), then its QDQS8ToU8Transformer turns an int8 Q -> DQ pair with a scalar zero
+    point into uint8 where the Q's only reader is the DQ (level 2): an int8 tensor read by one
+    node unit (or that is the graph's output) becomes uint8, one read by several (a
+    residual's input: a Conv and the Add) stays int8. Profiled (ORT 1.31, QDQ ResNet-18
+    with int8 activations): the 9 Convs whose input and output each have one reader are
+    QLinearConv, the other 11 and the 8 Adds float."""
+    x = dq.input(0)
+    q = None if x is None else mg.producer.get(x.name)
+    if x is None or q is None or mg.info(q).op_type != "QuantizeLinear":
+        return 0
+    if x.elem_type != onnx.TensorProto.INT8:
+        return x.elem_type
+    zero_point = mg.info(q).input(2)
+    y = dq.outputs[0].name
+    readers = len(mg.consumers.get(y, ())) + (y in mg.graph_outputs)  # DQ copies ORT makes
+    converted = (len(mg.consumers.get(x.name, ())) == 1 and readers == 1
+                 and zero_point is not None and zero_point.known and zero_point.size == 1)
+    return onnx.TensorProto.UINT8 if converted else onnx.TensorProto.INT8
+
+
+_QOPERATOR_MACS = frozenset({"QLinearConv", "QLinearMatMul", "QGemm"})
+
+
+def multiplies_int8_activations(mg: ModelGraph, head: NodeInfo) -> bool:
+    """Whether ORT runs `head`'s integer MACs on int8 activations (GEMM_S8S8): a QOperator
+    node reading int8, or a QDQ Gemm whose input ORT keeps int8 (`activation_type`; a QDQ
+    Conv or MatMul on int8 is not fused at all: `_int8_unfused`)."""
+    x = head.input(0)
+    if x is None:
+        return False
+    if head.op_type in _QOPERATOR_MACS:
+        return x.elem_type == onnx.TensorProto.INT8
+    dq = mg.producer.get(x.name)
+    return dq is not None and mg.info(dq).op_type == "DequantizeLinear" and activation_type(
+        mg, mg.info(dq)) == onnx.TensorProto.INT8
+
+
+def _unit(mg: ModelGraph, nodes: list[str]) -> tuple[NodeInfo, list[NodeInfo], NodeInfo | None]:
+    """A kernel's node unit as ORT's QDQ selectors see it: the op, the DequantizeLinears of
+    its activation inputs (in the kernel or before it), the QuantizeLinear of its output."""
+    infos = [mg.info(k) for k in nodes]
+    head = next(i for i in infos if i.op_type not in _QUANT_EDGES)
+    dqs = [mg.info(k) for t in head.inputs if t is not None
+           and (k := mg.producer.get(t.name)) is not None
+           and mg.info(k).op_type == "DequantizeLinear" and activation_type(mg, mg.info(k))]
+    q = next((i for i in infos if i.op_type == "QuantizeLinear"
+              and any(mg.producer.get(t.name) == head.name for t in i.inputs if t)), None)
+    return head, dqs, q
+
+
+def _int8_unfused(mg: ModelGraph, nodes: list[str]) -> bool:
+    """Whether ORT leaves a QDQ node unit (DQs -> op -> Q) unfused because of int8
+    activations (`activation_type`): its selectors (qdq_selectors.cc, ORT 1.31) fuse a Conv
+    or MatMul whose first input and output have one type, never int8 on x86 (MLAS's fast
+    integer GEMMs there want uint8 activations: QDQIsInt8Allowed is ARM's only); any other
+    op (QLinearAdd, QLinearSoftmax, QLinearGlobalAveragePool, MaxPool on the integers) whose
+    inputs and output have one type, int8 or not."""
+    if not any(mg.info(k).op_type == "QuantizeLinear" for k in nodes) or all(
+            mg.info(k).op_type in _QUANT_EDGES for k in nodes):
+        return False
+    head, dqs, q = _unit(mg, nodes)
+    if not dqs or q is None or any(t is None or not t.elem_type for t in (
+            dq.input(0) for dq in dqs)):
+        return False
+    inputs = [activation_type(mg, dq) for dq in dqs]
+    output = q.outputs[0].elem_type
+    readers = mg.consumers.get(q.outputs[0].name, ())
+    if len(readers) == 1 and mg.info(readers[0]).op_type == "DequantizeLinear":
+        output = activation_type(mg, mg.info(readers[0]))
+    if head.op_type in ("Conv", "MatMul"):
+        return inputs[0] == onnx.TensorProto.INT8 or inputs[0] != output
+    return len({*inputs, output}) > 1
+
+
+def _unfused_kernels(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None]
+                     ) -> list[Kernel]:
+    """A QDQ node unit ORT does not fuse (`_int8_unfused`), as ORT runs it: a DequantizeLinear
+    kernel per quantized input (weights and bias included: ORT keeps their DQs, run every
+    inference; an activation's DQ that several units read is one copy per reader, each
+    counted by its reader, so a DQ of `nodes` that the op does not read is left out), the
+    op's float kernel at fp32 (a Conv on the NCHW path: the NCHWc transformer wants constant
+    weights), and a QuantizeLinear kernel. Profiled (ORT 1.31, QDQ ResNet-18, int8
+    activations): DQ, DQ, DQ, Conv, Q per unfused Conv; 51 DQ kernels, 1.1 ms of 12.7."""
+    head = _unit(mg, nodes)[0]
+    dequantized = [k for t in head.inputs if t is not None
+                   and (k := mg.producer.get(t.name)) is not None
+                   and mg.info(k).op_type == "DequantizeLinear"]
+    work = [k for k in nodes if mg.info(k).op_type not in _QUANT_EDGES]
+    cls, calls, reuse = node_class(head), 1, 0.0
+    if cls == "depthwise":  # on the NCHW path, one small GEMM per channel (`ort_conv_path`)
+        cls = "grouped_conv"
+    if cls == "grouped_conv":
+        calls, reuse = group_gemms(head)
+    elif head.op_type == "MatMul":
+        calls = matmul_calls(head)
+    float_kernel = replace(kernel_of(mg, work, costs, cls, NCHW, NCHW, calls=calls, reuse=reuse,
+                                     passes=activation_passes(mg, work, False)), peak="fp32")
+    return ([kernel_of(mg, [k], costs, "elementwise", NCHW, NCHW) for k in dequantized]
+            + [float_kernel] + [kernel_of(mg, [k], costs, "elementwise", NCHW, NCHW)
+                                for k in nodes if mg.info(k).op_type == "QuantizeLinear"])
 
 
 def _cast_constants(mg: ModelGraph, info: NodeInfo) -> bool:
@@ -400,6 +508,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         cls, reads, writes = ort_conv_path(head, block)
         if _integer_macs(mg, head):  # QLinearConv / ConvInteger: NHWC, no NCHWc reorders
             cls = CONV_INTEGER if head.op_type == "ConvInteger" else INT8_CLASS.get(cls, cls)
+            cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else cls
             return _integer_kernel(mg, kernel_of(mg, nodes, costs, cls, NCHW, NCHW, passes=(
                 activation_passes(mg, nodes, True))), costs)
         calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
@@ -413,7 +522,8 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
                            calls=matmul_calls(head) if head.op_type == "MatMul" else 1,
                            passes=activation_passes(mg, nodes, False))
         if _integer_macs(mg, head):
-            return _integer_kernel(mg, replace(kernel, cls=INT8_CLASS.get(cls, cls)), costs)
+            cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else INT8_CLASS.get(cls, cls)
+            return _integer_kernel(mg, replace(kernel, cls=cls), costs)
         return kernel
     if head.op_type == "BatchNormalization":
         x = head.input(0)

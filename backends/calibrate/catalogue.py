@@ -411,7 +411,8 @@ class _Reader(quantization.CalibrationDataReader):
         return self.left.pop() if self.left else None
 
 
-def _without_io_quantization(model: onnx.ModelProto) -> onnx.ModelProto:
+def _without_io_quantization(model: onnx.ModelProto, elem_type: int = TensorProto.UINT8
+                             ) -> onnx.ModelProto:
     """A QDQ graph whose input and output are its quantized tensors: the QuantizeLinear of the
     graph input and the DequantizeLinear of the graph output cut off (in a network those are
     the neighbouring groups' work, and a micro-benchmark must be one group)."""
@@ -423,27 +424,39 @@ def _without_io_quantization(model: onnx.ModelProto) -> onnx.ModelProto:
     renamed |= {n.output[0]: n.input[0] for n in edge if n.op_type == "DequantizeLinear"}
     for v in [*graph.input, *graph.output]:
         v.name = renamed.get(v.name, v.name)
-        v.type.tensor_type.elem_type = TensorProto.UINT8
+        v.type.tensor_type.elem_type = elem_type
     for n in edge:
         graph.node.remove(n)
     return model
 
 
+# quantize_static's (format, activation type) per `quantized` mode, with the graph's input and
+# output type once their Q and DQ are cut off, the name suffix, and the work per fp32 work.
+_STATIC = {"qdq": (quantization.QuantFormat.QDQ, quantization.QuantType.QUInt8,
+                   TensorProto.UINT8, "QDQ u8s8", 0.5),
+           "qop-s8": (quantization.QuantFormat.QOperator, quantization.QuantType.QInt8,
+                      TensorProto.INT8, "QOperator s8s8", 2.0)}
+
+
 def quantized(bench: Bench, mode: str, tier: int = 1) -> Bench:
     """`bench`'s fp32 graph quantized by ONNX Runtime's own tools, as a user's model is:
     `mode` "qdq" (quantize_static, QDQ, uint8 activations, int8 weights per channel: ORT runs
-    QLinearConv / QGemm; graph input and output uint8) or "dynamic" (quantize_dynamic, int8
-    weights: DynamicQuantizeLinear, MatMulInteger, scale; ORT runs DynamicQuantizeMatMul)."""
+    QLinearConv / QGemm; graph input and output uint8), "qop-s8" (quantize_static, QOperator,
+    int8 activations, its default: MLAS's portable int8 x int8 GEMM) or "dynamic"
+    (quantize_dynamic, int8 weights: DynamicQuantizeLinear, MatMulInteger, scale; ORT runs
+    DynamicQuantizeMatMul)."""
+    static = _STATIC.get(mode)
+
     def build() -> onnx.ModelProto:
         fp32 = bench.build()
         logging.disable(logging.WARNING)  # the quantizer's advice to pre-process, per graph
         try:
             with tempfile.TemporaryDirectory(prefix="onnxlens-calibrate-") as tmp:
                 out = Path(tmp) / "q.onnx"
-                if mode == "qdq":
+                if static:
                     quantization.quantize_static(
-                        fp32, out, _Reader(fp32), quant_format=quantization.QuantFormat.QDQ,
-                        activation_type=quantization.QuantType.QUInt8,
+                        fp32, out, _Reader(fp32), quant_format=static[0],
+                        activation_type=static[1],
                         weight_type=quantization.QuantType.QInt8, per_channel=True)
                 else:
                     quantization.quantize_dynamic(fp32, out,
@@ -451,9 +464,9 @@ def quantized(bench: Bench, mode: str, tier: int = 1) -> Bench:
                 model = onnx.load(out)
         finally:
             logging.disable(logging.NOTSET)
-        return _without_io_quantization(model) if mode == "qdq" else model
-    name = f"{bench.name} {'QDQ u8s8' if mode == 'qdq' else 'dynamic s8'}"
-    return Bench(name, build, tier, bench.work / 2)
+        return _without_io_quantization(model, static[2]) if static else model
+    suffix, work = (static[3], static[4]) if static else ("dynamic s8", 0.5)
+    return Bench(f"{bench.name} {suffix}", build, tier, bench.work * work)
 
 
 def _quantized() -> list[Bench]:
@@ -471,8 +484,11 @@ def _quantized() -> list[Bench]:
     dynamic = [matmul(64, 256, 256), conv(64, 64, 24, act="Relu"), linear(512, 256, 1024),
                matmul(256, 512, 512), matmul(1, 1024, 1024), linear(256, 1024, 256),
                conv(32, 128, 24, 1), conv(128, 128, 12), depthwise(64, 48), depthwise(256, 12)]
+    # int8 activations in QOperator QLinearConv / QLinearMatMul (GEMM_S8S8)
+    s8 = [conv(64, 64, 24), matmul(64, 256, 256), conv(32, 128, 24, 1)]
     return ([quantized(b, "qdq", 0 if i < 4 else 1) for i, b in enumerate(qdq)]
-            + [quantized(b, "dynamic", 0 if i < 2 else 1) for i, b in enumerate(dynamic)])
+            + [quantized(b, "dynamic", 0 if i < 2 else 1) for i, b in enumerate(dynamic)]
+            + [quantized(b, "qop-s8", 0 if i < 1 else 1) for i, b in enumerate(s8)])
 
 
 def benchmarks() -> list[Bench]:
