@@ -17,6 +17,8 @@ from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.hardware import NATIVE_CPU, NATIVE_CUDA, ORT_CPU
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.analyzer.runtimes import kernel_model
+from onnxlens.backends.calibrate.catalogue import benchmarks
+from onnxlens.backends.calibrate.measure import _kernels_of, _point
 from onnxlens.backends.native.kernel_model import (
     NATIVE_CPU_MODEL,
     NATIVE_CUDA_MODEL,
@@ -76,6 +78,48 @@ def test_a_conv_with_its_epilogue_is_one_kernel(tmp_path: Path) -> None:
     assert not k.epilogue.other_flops  # no activation pass after the kernel
 
 
+def test_an_epilogue_the_tile_cannot_store_is_a_pass_after_it(tmp_path: Path) -> None:
+    """Conv + bias + SiLU (Sigmoid, Mul): the tile applies only ops.def's TILE_EPILOGUE
+    operations as it stores, so the core runs this program over the output after the tile: the
+    Sigmoid's and the Mul's FLOPs are the kernel's epilogue pass (costed at the elementwise
+    rate), 1 FLOP + 1 sigmoid and 1 FLOP per output element; the Conv (MACs and its bias)
+    stays the kernel's. With a Relu instead, the tile applies it: no pass."""
+    n = 8 * 16 * 16  # output elements
+    silu = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Sigmoid", ["c"], ["s"]),
+            helper.make_node("Mul", ["c", "s"], ["y"])]
+    relu = [silu[0], helper.make_node("Relu", ["c"], ["y"])]
+    inits = [_init("w", 8, 8, 3, 3), _init("b", 8)]
+    r, out = _kernels(_save(tmp_path, silu, inits, [1, 8, 16, 16], [1, 8, 16, 16]))
+    (k,) = out[r.groups[0].id]
+    assert (k.epilogue.other_flops, k.epilogue.transcendental) == (2 * n, n)
+    assert (k.cost.macs, k.cost.other_flops, k.cost.transcendental) == (n * 8 * 9, n, 0)
+    assert k.cost.bytes_written == n * 4  # the pass works on the output in cache
+    r, out = _kernels(_save(tmp_path, relu, inits, [1, 8, 16, 16], [1, 8, 16, 16]))
+    (k,) = out[r.groups[0].id]
+    assert not k.epilogue.other_flops and k.cost.other_flops == 2 * n  # bias, Relu
+
+
+def test_a_native_calibration_point_is_read_through_the_plan(tmp_path: Path) -> None:
+    """A native-cpu calibration point is what the kernel model will cost: Conv + HardSwish is
+    a conv kernel with the HardSwish (5 FLOPs per output element) as its pass, which the fit
+    takes out at the elementwise rate; an attention block, one group that the plan runs as
+    MatMul, Softmax, MatMul, is no point."""
+    hw = host_profile(1)
+    native = _kernels_of(NATIVE_CPU, hw)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["y"])]
+    conv = onnx.load(_save(tmp_path, nodes, [_init("w", 8, 8, 3, 3)], [1, 8, 16, 16],
+                           [1, 8, 16, 16]))
+    p = _point("conv", conv, 1e-3, 0.0, 0.0, native)
+    assert p is not None and (p.op_class, p.pass_flops, p.macs) == (
+        "conv", 5 * 8 * 16 * 16, 8 * 16 * 16 * 8 * 9)
+    bench = next(b for b in benchmarks() if b.name.startswith("Attention"))
+    attention = bench.build()
+    assert len(analyze(attention).groups) == 1
+    assert _point(bench.name, attention, 1e-3, 0.0, 0.0, native) is None
+
+
 def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=8, pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]
@@ -96,6 +140,47 @@ def test_a_view_is_a_copy_of_its_bytes(tmp_path: Path) -> None:
     assert r.group_costs[view.id].cost.bytes_read == 0
     (k,) = kernels[view.id]
     assert (k.cls, k.cost.bytes_read, k.cost.bytes_written) == ("data_movement", 192, 192)
+
+
+def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None:
+    """`runs`, each a fixed cost beyond the bytes, read from the plan's kernels on x [1, 4, 6,
+    8]: a Pad is a MapCopy of one memcpy per output element (1·4·8·8 = 256); a Transpose
+    (0, 2, 1, 3) keeps the last dim contiguous, one run of 8 per (1, 6, 4) index = 24; (0, 2,
+    3, 1) makes the innermost dim strided, copied element by element: no run counted; a Concat
+    of two on axis 1 is one memcpy per part per index before the axis (1 x 2 = 2); a Gather of
+    5 rows on axis 1 is 1 x 5 copies of 8 floats."""
+    pads = numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 0, 1, 0], np.int64), "pads")
+    rows = numpy_helper.from_array(np.array([0, 2, 1, 3, 3], np.int64), "rows")
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"]),
+             helper.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["x"], ["t2"], perm=[0, 2, 3, 1]),
+             helper.make_node("Concat", ["x", "x"], ["c"], axis=1),
+             helper.make_node("Gather", ["x", "rows"], ["g"], axis=1)]
+    nodes += [helper.make_node("ReduceSum", [t], [f"s{t}"], keepdims=0)
+              for t in ("p", "t1", "t2", "c", "g")]
+    nodes.append(helper.make_node("Sum", [f"s{t}" for t in ("p", "t1", "t2", "c", "g")], ["y"]))
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 6, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [])], [pads, rows])
+    path = tmp_path / "copies.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    r, out = _kernels(path)
+    runs = {r.graph.info(k.nodes[0]).outputs[0].name: k.runs
+            for g in r.groups for k in out[g.id] if k.cls == "data_movement"}
+    assert runs == {"p": 256, "t1": 24, "t2": 0, "c": 2, "g": 5}
+
+
+def test_a_batched_matmul_is_a_gemm_per_matrix(tmp_path: Path) -> None:
+    """[6, 16, 8] x [6, 8, 16] is 6 GEMM calls (one per matrix of the batch); x [8, 16], one B
+    for every matrix, is one GEMM over 96 rows."""
+    b = helper.make_node("MatMul", ["x", "w"], ["y"])
+    batched = _save(tmp_path, [b], [_init("w", 6, 8, 16)], [6, 16, 8], [6, 16, 16])
+    r, out = _kernels(batched)
+    assert [k.calls for k in out[r.groups[0].id]] == [6]
+    single = _save(tmp_path, [b], [_init("w", 8, 16)], [6, 16, 8], [6, 16, 16])
+    r, out = _kernels(single)
+    assert [k.calls for k in out[r.groups[0].id]] == [1]
 
 
 def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:

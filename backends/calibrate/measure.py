@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ...analyzer.analysis import analyze
+from ...analyzer.analysis import AnalysisResult, analyze
 from ...analyzer.calibration import (
     DEFAULT_BACKEND,
     Calibration,
@@ -33,7 +33,7 @@ from ...analyzer.hardware import (
     load_profile,
 )
 from ...analyzer.host import host_profile
-from ...analyzer.runtimes import op_class
+from ...analyzer.runtimes import Kernel, op_class
 from ...analyzer.runtimes.ort_cpu import nchwc_block, ort_kernels
 from ..base import BackendError, input_specs, random_inputs
 from ..ort_timing import NodeTime, make_session, profile_model, random_feeds, time_session
@@ -223,10 +223,10 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
              for b in benches if b.name.startswith("Relu chain") and b.name in samples}
     fixed_s, kernel_s = fit_line(list(chain), list(chain.values()))
     kernel_s = max(kernel_s, 0.0)
-    block = nchwc_block(hw)
+    kernels = _kernels_of(backend, hw)
     points = [p for b in benches if b.name in samples and not b.name.startswith("Relu chain")
               for p in [_point(b.name, models[b.name], samples[b.name], fixed_s, kernel_s,
-                               block if backend == ORT_CPU else 0)]
+                               kernels)]
               if p is not None]
     cal = fit(points, hw, threads, kernel_s)
     skipped = len(benches) - len(samples) - len(refused)
@@ -307,13 +307,44 @@ def denormal_factor(threads: int, min_time_s: float = 0.05) -> float:
     return max(1.0, median(np.full((48, 49, 49), 1e-40, np.float32)) / normal)
 
 
+# The kernels a runtime runs for a benchmark's one group, given its analysis and node costs;
+# None: not a point of its fit.
+KernelsOf = Callable[[AnalysisResult, dict[str, Cost | None]], list[Kernel] | None]
+
+
+def _kernels_of(backend: str, hw: HardwareProfile) -> KernelsOf | None:
+    """The kernel model a point of `backend` is read through, as the estimator will cost it:
+    ORT's (NCHWc block of `hw`), the native executor's plan; None for a GPU runtime (one
+    kernel of the group's class). A benchmark the native executor runs as several kernels
+    (attention's MatMul, Softmax, MatMul; a quantized op's Casts around its program) is no
+    point of its fit: its time is their sum, which no one kernel's curve explains (through
+    ORT such a benchmark is read as its largest kernel, the others' time being small)."""
+    if backend == ORT_CPU:
+        block = nchwc_block(hw)
+        return lambda result, costs: ort_kernels(result.graph, result.groups[0], costs, block)
+    if backend == NATIVE_CPU:
+        from ..native.kernel_model import NATIVE_CPU_MODEL
+
+        def native(result: AnalysisResult, costs: dict[str, Cost | None]
+                   ) -> list[Kernel] | None:
+            group_costs = {g: gc.cost for g, gc in result.group_costs.items()}
+            kernels = NATIVE_CPU_MODEL.kernels(result.graph, result.groups, costs,
+                                               group_costs, hw, result.model)
+            mine = kernels[result.groups[0].id]
+            return mine if mine is not None and len(mine) == 1 else None
+        return native
+    return None
+
+
 def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
-           kernel_s: float, block: int = 0) -> Point | None:
+           kernel_s: float, kernels_of: KernelsOf | None = None) -> Point | None:
     """The benchmark's group cost (onnxlens's analysis) and the time the estimator's
     max(compute, memory) term should give it: its fastest run less the fixed cost of a run
-    call and one kernel overhead (the estimator adds its own). Its class is that of its
-    largest ORT kernel when `block` (the NCHWc block) is given: the estimator's class on a
-    profile calibrated through ORT (a Conv off ORT's NCHWc path is `grouped_conv`)."""
+    call and one kernel overhead (the estimator adds its own). Read through the runtime's
+    kernels (`kernels_of`) where given, as the estimator costs them: the class of its largest
+    kernel (through ORT, a Conv off the NCHWc path is `grouped_conv`), that kernel's reuse,
+    calls and copy runs, and the activation it runs as a pass over its output (MLAS's ReLU6
+    or HardSwish; the native executor's epilogue program that its GEMM tile cannot apply)."""
     result = analyze(model)
     if len(result.groups) != 1:
         return None
@@ -324,10 +355,12 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
         return None
     costs = {k: nc.cost for k, nc in result.node_costs.items()}
     nbytes = cost.bytes_read + cost.bytes_written
-    if not block:
+    kernels = kernels_of(result, costs) if kernels_of else []
+    if kernels is None:
+        return None
+    if not kernels:
         return Point(name, op_class(result.graph, group, costs), cost.macs, cost.other_flops,
                      nbytes, seconds, transcendental=cost.transcendental)
-    kernels = ort_kernels(result.graph, group, costs, block)
     main = max(kernels, key=lambda k: k.cost.flops())
     # Its kernels' work (the group's, less what ORT does not run: a quantized kernel's DQs)
     work = sum((k.cost + k.epilogue for k in kernels), Cost())

@@ -35,6 +35,7 @@ of such an estimate says `calibrated: false`.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 from ...analyzer.cost.base import Cost
@@ -53,6 +54,8 @@ from ...analyzer.runtimes import (
     register_kernel_model,
 )
 from . import lower
+from .catalogue import TILE_EPILOGUE
+from .lower import MAIN_OPS
 from .plan import FOLDED, lower_groups
 
 
@@ -97,7 +100,68 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
     if k.op == "Copy" and len(k.nodes) == 1 and mg.info(k.nodes[0]).op_type in VIEWS:
         return _copied_view(mg, k)
     cls = "elementwise" if k.op == "Elementwise" else node_class(mg.info(k.nodes[0]))
-    return kernel_of(mg, k.nodes, costs, cls, ANY, ANY)
+    passes = frozenset(k.nodes[1:]) if _interpreted(k) else frozenset()
+    dims = {name: model.tensors[name].dims for name in [*k.inputs, *k.outputs]
+            if name and name in model.tensors}
+    return kernel_of(mg, k.nodes, costs, cls, ANY, ANY, passes=passes,
+                     calls=_gemm_calls(k, dims), runs=copy_runs(k, dims))
+
+
+def _gemm_calls(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
+    """The GEMMs the core's MatMul makes (k_matmul.cpp): one per matrix of the output's batch
+    when B is batched (attention's Q·Kᵀ and P·V: Swin-T's first stage, 192 of 49x32x49); one
+    when B is a single matrix, the batch folded into A's rows."""
+    if k.op != "MatMul":
+        return 1
+    b, y = dims.get(k.inputs[1] or "", ()), dims.get(k.outputs[0], ())
+    return max(1, math.prod(y[:-2])) if math.prod(b[:-2]) > 1 else 1
+
+
+def copy_runs(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
+    """The separate copies a data-movement kernel of the core makes (k_data.cpp), each a
+    fixed cost beyond its bytes (the calibration's `copy_run_ns`); 0 for one contiguous copy.
+
+    - Copy (Transpose, Slice, Expand ...; `strides` per output dim, in input elements): the
+      output's trailing dims that are contiguous in the input too form a run, copied by one
+      memcpy; when the innermost dim is strided, a loop copies element by element and no run
+      is counted (measured: 0.35 ns per element of NCHW <-> NHWC, where a memcpy run cost 2);
+    - MapCopy (Pad, Tile, nearest Resize): one memcpy per element (Swin-T's Pads of [1, 56,
+      56, 96], 301,056 elements: 280 us each where their bytes say 20);
+    - Concat and Split: one per part per index of the dims before the axis;
+    - Gather: one per index per index of the dims before the axis.
+    """
+    if not k.outputs or any(n not in dims for n in [*k.inputs, *k.outputs] if n):
+        return 0
+    y = dims[k.outputs[0]]
+    if k.op == "Copy" and "strides" in k.ints:
+        run = 1
+        for size, stride in reversed(list(zip(y, k.ints["strides"], strict=True))):
+            if size == 1:
+                continue
+            if stride != run:
+                break
+            run *= size
+        runs = math.prod(y) // run if run > 1 else 0
+    elif k.op == "MapCopy":
+        runs = math.prod(y)
+    elif k.op in ("Concat", "Split"):
+        whole = y if k.op == "Concat" else dims[k.inputs[0] or ""]
+        parts = len(k.inputs) if k.op == "Concat" else len(k.outputs)
+        runs = math.prod(whole[:k.ints["axis"][0]]) * parts
+    elif k.op == "Gather":
+        axis = k.ints["axis"][0]
+        runs = math.prod(dims[k.inputs[0] or ""][:axis]) * math.prod(dims[k.inputs[1] or ""])
+    else:
+        return 0
+    return runs if runs > 1 else 0
+
+
+def _interpreted(k: lower.Kernel) -> bool:
+    """A Conv, Gemm or MatMul whose epilogue program the tile cannot apply as it stores (an
+    operation outside ops.def's TILE_EPILOGUE: SiLU, HardSwish, a Sigmoid ...): the core runs
+    the program over the output after the tile, chunk by chunk in L1 (`EwProgram::apply`),
+    as an Elementwise kernel runs it."""
+    return k.op in MAIN_OPS and any(i.op not in TILE_EPILOGUE for i in k.program)
 
 
 def _copied_view(mg: ModelGraph, k: lower.Kernel) -> Kernel:

@@ -182,10 +182,28 @@ bool EwProgram::fold_row_op(const Instr& in, FastEpilogue& f, int row_dim) const
   return true;
 }
 
+namespace {
+
+// Whether a tile may apply `op` as it stores (ops.def's TILE_EPILOGUE list).
+bool in_tile_epilogue(EwOp op) {
+  switch (op) {
+#define TILE_EPILOGUE(name) case EwOp::name:
+#include "ops.def"
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 FastEpilogue EwProgram::fast(int row_dim, int64_t rows, bool col_dim_ok) const {
   FastEpilogue f;
   std::vector<Instr> code;
   if (code_.empty() || !chain(code)) return f;
+  for (const Instr& in : code) {
+    if (!in_tile_epilogue(in.op)) return f;
+  }
   f.row_scale.assign(static_cast<size_t>(rows), 1.0f);
   f.row_bias.assign(static_cast<size_t>(rows), 0.0f);
   size_t i = 0;
