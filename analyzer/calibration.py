@@ -62,6 +62,10 @@ What it holds:
   bytes at the bandwidth (`backends.calibrate.fit.fit_copy_run`, from the calibration's
   transposes; `analyzer.runtimes.ort_cpu.transpose_runs` counts a Transpose's runs). The calibrated
   profile carries it as `runtime.copy_run_ns`; a file without it reads 0 (nothing added).
+- `copy_element_ns`: what ORT's Transpose pays per element it copies one at a time (a
+  permutation that moves the innermost axis other than alone: `transpose_elements`), beyond
+  the bytes at the bandwidth (`backends.calibrate.fit.fit_copy_element`). The calibrated
+  profile carries it as `runtime.copy_element_ns`; a file without it reads 0 (nothing added).
 - `norm_row_ns`: what ORT's row-wise normalization kernels (LayerNormalization and its
   simplified form, Softmax) pay per row beyond their FLOPs at the `normalization` curve's
   rate (`backends.calibrate.fit.fit_norm_rows`, from the calibration's normalizations, whose
@@ -173,6 +177,7 @@ class Point:
     pass_transcendental: int = 0
     runs: int = 0  # contiguous runs its kernel copies one at a time (`transpose_runs`)
     rows: int = 0  # rows its kernel normalizes one at a time (`normalized_rows`)
+    elements: int = 0  # elements its kernel copies one at a time (`transpose_elements`)
 
     def cost(self) -> Cost:
         """Its kernel's cost as the estimator sees it (all its bytes counted as read), less
@@ -208,6 +213,7 @@ class Calibration:
     cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
     copy_run_ns: float = 0.0  # a Transpose's cost per contiguous run copied; 0: not fitted
     norm_row_ns: float = 0.0  # a row-wise normalization's cost per row; 0: not fitted
+    copy_element_ns: float = 0.0  # a Transpose's cost per element copied alone; 0: not fitted
     # The int8 peak the int8 classes' curves are fractions of: the profile's, raised to the
     # best int8 rate measured (`fit`); 0: not measured (the profile's stays).
     peak_int8_tops: float = 0.0
@@ -347,7 +353,8 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
         source=f"measured: {where}")
     return replace(measured, runtime=Runtime(cal.backend, cal.transcendental_flops,
                                              cal.copy_run_ns, cal.cold_weight_gbps,
-                                             cal.denormal_factor, cal.norm_row_ns))
+                                             cal.denormal_factor, cal.norm_row_ns,
+                                             cal.copy_element_ns))
 
 
 def constant_efficiency(hw: HardwareProfile) -> EfficiencyFn:

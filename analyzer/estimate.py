@@ -128,7 +128,8 @@ def peak_seconds(cost: Cost, hw: HardwareProfile, precision: Precision) -> float
 
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precision,
                    efficiency: Efficiency, launches: int = 1, reuse: float = 0.0,
-                   calls: int = 1, runs: int = 0, rows: int = 0) -> GroupEstimate:
+                   calls: int = 1, runs: int = 0, rows: int = 0, elements: int = 0
+                   ) -> GroupEstimate:
     """One kernel's roofline (module docstring); `launches` kernel overheads (0: the work runs
     inside another kernel, as a sum ORT folds into the convolution before it). A kernel that
     is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution: `group_gemms`) reads its
@@ -139,7 +140,10 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precisi
     FLOPs had pushed ShuffleNet's 58-channel depthwise calls, 31.4 KB of operands, past a
     32 KB L1 and doubled their estimate). A kernel that copies `runs` contiguous runs one at
     a time (a Transpose: `transpose_runs`) pays, on a profile whose calibration fitted it,
-    `runtime.copy_run_ns` per run on top of its bytes, in its memory term. One that
+    `runtime.copy_run_ns` per run on top of its bytes, in its memory term, and one that
+    copies `elements` one at a time (ORT's element-wise Transpose: `transpose_elements`)
+    `runtime.copy_element_ns` per element likewise (measured, ORT 1.31, Zen 5: 2.2 ns per
+    element at every shape tried, where the bytes at the bandwidth say 0.1). One that
     normalizes `rows` rows one at a time (ORT's LayerNormalization, Softmax:
     `normalized_rows`) pays `runtime.norm_row_ns` per row on top of its FLOPs, in its compute
     term: each row's reductions are a serial chain whose result the row's second pass waits
@@ -160,7 +164,8 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precisi
         eff = 1.0  # no arithmetic
     compute_s = peak_seconds(cost, hw, precision) / eff + rows * hw.runtime.norm_row_ns * 1e-9
     level = memory_level(hw, nbytes)
-    memory_s = nbytes / (level.bandwidth_gbps * 1e9) + runs * hw.runtime.copy_run_ns * 1e-9
+    memory_s = nbytes / (level.bandwidth_gbps * 1e9) + (
+        runs * hw.runtime.copy_run_ns + elements * hw.runtime.copy_element_ns) * 1e-9
     overhead_s = launches * hw.kernel_launch_us * 1e-6
     latency_s = max(compute_s, memory_s) + overhead_s
     if overhead_s >= max(compute_s, memory_s):
@@ -281,7 +286,7 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precisio
         at = precision if k.peak is None else dataclasses.replace(precision, peak=k.peak)
         parts.append(absorbed(k, hw, at, eff) if k.host else cold_weights(
             estimate_group(k.cost, k.cls, hw, at, eff, k.launches, k.reuse, k.calls,
-                           k.runs, k.rows),
+                           k.runs, k.rows, k.elements),
             k.cost, k.cls, hw, at))
         if k.denormal_share:
             parts[-1] = denormal_slowed(parts[-1], k.denormal_share, factor, hw.static_w)

@@ -45,6 +45,7 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     cold_weight_gbps = 16.0            # rate of a network's cold weight fetches; 0: not measured
     denormal_factor = 1.0              # MatMul slowdown on float32 denormal operands
     norm_row_ns = 14.0                 # per row a row-wise norm (LayerNorm, Softmax) reduces
+    copy_element_ns = 2.2              # per element a Transpose copies one at a time
 
     [extra]                            # optional facts behind the numbers (cores, clocks, ...)
 
@@ -178,7 +179,8 @@ class Runtime:
     """What a calibration measured of the runtime it ran on, beyond peaks, bandwidths and
     efficiency curves (`analyzer.calibration` says how each is measured); the defaults are
     a profile nobody measured: no runtime's kernels, each transcendental one FLOP, nothing
-    added per copied run, per normalized row, for cold weights or for denormals."""
+    added per copied run or element, per normalized row, for cold weights or for
+    denormals."""
 
     name: str | None = None  # ORT_CPU, NATIVE_CPU, ...: whose kernels the estimate models
     transcendental_flops: float = 1.0  # τ: plain vector FLOPs one exp / tanh / erf costs
@@ -186,6 +188,7 @@ class Runtime:
     cold_weight_gbps: float = 0.0  # rate of a network's cold weight fetches; 0: not measured
     denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
     norm_row_ns: float = 0.0  # per row a row-wise normalization reduces, beyond its FLOPs
+    copy_element_ns: float = 0.0  # per element a Transpose copies one at a time
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,7 @@ _FIELDS = {
     "power": {"static_w", "tdp_w", "source", *(f"compute_pj_per_flop_{p}" for p in PRECISIONS)},
     "efficiency": {"source", *OP_CLASSES},
     "runtime": {"name", "transcendental_flops", "copy_run_ns", "cold_weight_gbps",
-                "denormal_factor", "norm_row_ns"},
+                "denormal_factor", "norm_row_ns", "copy_element_ns"},
 }
 
 
@@ -356,7 +359,8 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
                    r.non_negative(table, "copy_run_ns", "runtime", default.copy_run_ns),
                    r.non_negative(table, "cold_weight_gbps", "runtime", default.cold_weight_gbps),
                    r.positive(table, "denormal_factor", "runtime", default.denormal_factor),
-                   r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns))
+                   r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns),
+                   r.non_negative(table, "copy_element_ns", "runtime", default.copy_element_ns))
 
 
 def _memory_levels(r: _Reader, memory: Any) -> tuple[MemoryLevel, ...]:

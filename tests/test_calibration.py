@@ -426,6 +426,19 @@ def test_the_copy_run_cost_is_the_extra_time_over_all_runs() -> None:
     assert fit.fit_copy_run([], hw, bandwidth) == 0.0
 
 
+def test_the_copy_element_cost_is_the_extra_time_over_all_elements() -> None:
+    """Two element-wise transposes taking 10 us for their bytes at the bandwidth plus 2 ns
+    per element (100,000 and 50,000): 2 ns; none: 0 (not fitted)."""
+    hw = host_profile(1)
+    bandwidth = {lv.name: 10.0 for lv in hw.memory}  # GB/s: 10 KB per us
+    point = functools.partial(Point, op_class="data_movement", macs=0, other_flops=0,
+                              bytes=10**5)
+    points = [point("a", seconds=10e-6 + 200e-6, elements=100_000),
+              point("b", seconds=10e-6 + 100e-6, elements=50_000)]
+    assert fit.fit_copy_element(points, hw, bandwidth) == pytest.approx(2.0)
+    assert fit.fit_copy_element([], hw, bandwidth) == 0.0
+
+
 def test_the_norm_row_cost_is_recovered_from_timings() -> None:
     """LayerNormalizations timed as 12 ns per row plus their FLOPs at 5% of the peak (rows
     of 8 to 1024): the fit finds 12 ns, and a curve that then gives the rest; without rows, 0."""
@@ -445,20 +458,23 @@ def test_the_norm_row_cost_is_recovered_from_timings() -> None:
 
 def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
-                        cold_weight_gbps=17.0, copy_run_ns=9.0, norm_row_ns=14.0).to_dict()
+                        cold_weight_gbps=17.0, copy_run_ns=9.0, norm_row_ns=14.0,
+                        copy_element_ns=2.0).to_dict()
     runtime = apply_calibration(host_profile(1), Calibration.from_dict(data)).runtime
     assert runtime == Runtime(ORT_CPU, transcendental_flops=3.0, copy_run_ns=9.0,
-                              cold_weight_gbps=17.0, denormal_factor=120.0, norm_row_ns=14.0)
+                              cold_weight_gbps=17.0, denormal_factor=120.0, norm_row_ns=14.0,
+                              copy_element_ns=2.0)
     for key in ("denormal_factor", "transcendental_flops", "cold_weight_gbps", "copy_run_ns",
-                "norm_row_ns"):
+                "norm_row_ns", "copy_element_ns"):
         del data[key]
     for point in data["points"]:
         del point["transcendental"], point["pass_flops"], point["pass_transcendental"]
-        del point["runs"], point["rows"]
+        del point["runs"], point["rows"], point["elements"]
     old = Calibration.from_dict(data)
     assert old.denormal_factor == old.transcendental_flops == 1.0
     assert old.cold_weight_gbps == old.copy_run_ns == old.norm_row_ns == 0.0  # nothing added
-    assert all(p.runs == p.rows == 0 for p in old.points)
+    assert old.copy_element_ns == 0.0
+    assert all(p.runs == p.rows == p.elements == 0 for p in old.points)
     assert apply_calibration(host_profile(1), old).runtime == Runtime(ORT_CPU)
 
 

@@ -40,6 +40,7 @@ from onnxlens.analyzer.runtimes.ort_cpu import (
     ort_conv_path,
     ort_kernels,
     reorder_cost,
+    transpose_elements,
     transpose_runs,
 )
 
@@ -466,6 +467,31 @@ def test_a_transposes_runs_cost_the_calibrated_time_each(gpu) -> None:
     assert slow.memory_s - hot.memory_s == pytest.approx(1000 * 8e-9)
     assert estimate_group(cost, "data_movement", gpu, what_if("fp32"), constant_efficiency(gpu),
                           runs=1000) == hot  # not fitted: nothing added
+
+
+@pytest.mark.parametrize(("shape", "perm", "elements"), [
+    ((1, 784, 3, 4, 12), (2, 0, 3, 4, 1), 784 * 3 * 4 * 12),  # EdgeNeXt's qkv split
+    ((8, 96, 3, 32), (2, 0, 3, 1), 8 * 96 * 3 * 32),
+    ((1, 64, 48, 48), (0, 2, 3, 1), 0),  # one axis moved: MLAS's blocked transpose
+    ((64, 49, 3, 3, 32), (2, 0, 3, 1, 4), 0),  # the innermost axis stays: runs of 32
+    ((1, 1, 1024, 4096), (2, 0, 3, 1), 0),  # the longer axes keep their order: a reshape
+])
+def test_a_transpose_moving_the_innermost_axis_with_others_copies_each_element(
+        shape, perm, elements) -> None:
+    assert transpose_elements(_transpose_info(shape, perm)) == elements
+
+
+def test_a_transposes_elements_cost_the_calibrated_time_each(gpu) -> None:
+    """112,896 elements copied one at a time at 2.2 ns: 248.4 us on top of their bytes."""
+    cost = Cost(bytes_read=4 * 112_896, bytes_written=4 * 112_896)
+    eff = constant_efficiency(gpu)
+    hot = estimate_group(cost, "data_movement", gpu, what_if("fp32"), eff)
+    fitted = dataclasses.replace(gpu, runtime=Runtime(copy_element_ns=2.2))
+    slow = estimate_group(cost, "data_movement", fitted, what_if("fp32"), eff,
+                          elements=112_896)
+    assert slow.memory_s - hot.memory_s == pytest.approx(248.3712e-6)
+    assert estimate_group(cost, "data_movement", gpu, what_if("fp32"), eff,
+                          elements=112_896) == hot  # not fitted: nothing added
 
 
 def _row_node(op: str, shape: tuple[int, ...], **attrs: int) -> NodeInfo:

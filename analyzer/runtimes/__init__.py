@@ -100,6 +100,7 @@ class Kernel:
     calls: int = 1  # GEMM calls it makes (a grouped convolution, batched MatMul)
     runs: int = 0  # contiguous runs it copies one at a time (a Transpose)
     rows: int = 0  # rows it normalizes one at a time (LayerNormalization, Softmax)
+    elements: int = 0  # elements it copies one at a time (a Transpose's element-wise path)
     # An activation applied in a pass over the output in cache after the kernel: its FLOPs,
     # at the elementwise rate, no traffic, no launch.
     epilogue: Cost = ZERO

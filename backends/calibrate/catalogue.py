@@ -389,6 +389,8 @@ def _movement_and_attention() -> list[Bench]:
             transpose((1, 2, 64, 24, 24), (0, 2, 1, 3, 4)),
             transpose((64, 36, 4, 32), (0, 2, 1, 3)), transpose((256, 16, 8, 8), (0, 2, 1, 3)),
             transpose((96, 32, 16, 16), (0, 2, 1, 3)),
+            # The innermost axis moved with others: ORT copies element by element.
+            transpose((1, 576, 3, 4, 16), (2, 0, 3, 4, 1)), transpose((8, 96, 3, 32), (2, 0, 3, 1)),
             concat(64, 48), concat(128, 24), concat(256, 6), slice_half(128, 48),
             slice_half(256, 12)]
     # Attention blocks: heads x sequence x head dim.

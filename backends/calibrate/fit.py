@@ -87,7 +87,9 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
     # Transposes that copy run by run stay in the bandwidth fit: without them, at two threads
     # it found a degenerate optimum (all levels 94 GB/s, τ 54; with them 53 GB/s, τ 1.8).
     # `fit_copy_run` then rates their runs against the bandwidths fitted.
-    vector_points = [p for p in points if not p.macs]
+    # Transposes that copy element by element stay out: their time is their elements'
+    # (`fit_copy_element`), not their bytes'.
+    vector_points = [p for p in points if not p.macs and not p.elements]
     bandwidth, vector, tau = fit_vector(vector_points, hw, peak)
     row_ns = fit_norm_rows(vector_points, hw, peak, tau)
     curves = {VECTOR_CLASS: vector,
@@ -130,7 +132,8 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         transcendental_flops=tau, peak_int8_tops=int8_peak / 1e12,
         copy_run_ns=fit_copy_run([p for p in points if p.runs], hw, bandwidth),
-        norm_row_ns=row_ns)
+        norm_row_ns=row_ns,
+        copy_element_ns=fit_copy_element([p for p in points if p.elements], hw, bandwidth))
 
 
 def fit_copy_run(points: Sequence[Point], hw: HardwareProfile, bandwidth: dict[str, float]
@@ -143,6 +146,16 @@ def fit_copy_run(points: Sequence[Point], hw: HardwareProfile, bandwidth: dict[s
     extra_s = sum(p.seconds - _stream_s(p.bytes, hw, bandwidth) for p in points)
     runs = sum(p.runs for p in points)
     return max(0.0, extra_s / runs * 1e9) if runs else 0.0
+
+
+def fit_copy_element(points: Sequence[Point], hw: HardwareProfile,
+                     bandwidth: dict[str, float]) -> float:
+    """Nanoseconds per element a Transpose copies one at a time (`transpose_elements`),
+    beyond its bytes at the fitted bandwidth of their level: all the points' extra time over
+    all their elements; 0 without such points. Measured here: 2.2 ns at every shape tried."""
+    extra_s = sum(p.seconds - _stream_s(p.bytes, hw, bandwidth) for p in points)
+    elements = sum(p.elements for p in points)
+    return max(0.0, extra_s / elements * 1e9) if elements else 0.0
 
 
 def _stream_s(nbytes: float, hw: HardwareProfile, bandwidth: dict[str, float]) -> float:
@@ -299,7 +312,7 @@ def fit_check(cal: Calibration) -> dict[str, float]:
     for p in cal.points:
         seconds = estimate_group(p.cost(), p.op_class, hw, class_precision(p.op_class),
                                  cal.efficiency, 0, p.reuse, p.calls, p.runs,
-                                 p.rows).latency_s
+                                 p.rows, p.elements).latency_s
         if p.pass_flops:
             seconds += activation_pass(p.pass_cost(), hw, FP32, cal.efficiency).latency_s
         errors.setdefault(p.op_class, []).append(abs(seconds / p.seconds - 1))

@@ -366,7 +366,8 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
     work = sum((k.cost + k.epilogue for k in kernels), Cost())
     return Point(name, main.cls, cost.macs, work.other_flops, nbytes, seconds, main.reuse,
                  main.calls, work.transcendental, main.epilogue.other_flops,
-                 main.epilogue.transcendental, main.runs, main.rows)
+                 main.epilogue.transcendental, main.runs, main.rows,
+                 main.elements)
 
 
 class _progress_bar:
