@@ -87,6 +87,7 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
 SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "depthwise",
                "gemm_int8": "gemm", "conv_integer": "conv", "gemm_s8s8": "gemm",
+               "gemm_nbits": "gemm",
                "skip_normalization": "normalization", "softmax": "normalization",
                "softmax_int8": "normalization",
                "elementwise_int8": "elementwise"}
@@ -103,7 +104,11 @@ CONV_INTEGER = "conv_integer"
 # them in its portable one, measured (ORT 1.31, Zen 5) 13-19 GMAC/s in three models, 15-30x
 # slower than with uint8 activations: a class of its own.
 GEMM_S8S8 = "gemm_s8s8"
-INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8)
+# ORT's MatMulNBits at accuracy_level 4 over more than one row (MLAS's CompInt8 kernel:
+# int8 VNNI dot products on 4-bit weights unpacked per block, with per-block scale work):
+# measured (ORT 1.31, Zen 5) at 0.25 of the int8 GEMMs' peak, a class of its own.
+GEMM_NBITS = "gemm_nbits"
+INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8, GEMM_NBITS)
 # The runtime whose kernels a profile's calibration measured (`Runtime.name`; the estimator
 # then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU provider,
 # NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -17,6 +18,7 @@ from onnxlens.analyzer.hardware import Runtime, load_profile, what_if
 from onnxlens.analyzer.ir import NodeInfo
 from onnxlens.analyzer.runtimes import node_class
 from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+from onnxlens.backends.ort_timing import profile_model
 
 VOCAB, HIDDEN, TOKENS = 4096, 64, 3
 
@@ -89,19 +91,105 @@ def _n_bits(rows: int, level: int) -> onnxlens.AnalysisResult:
         helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]))
 
 
-@pytest.mark.parametrize(("rows", "level", "macs", "flops"), [
-    # prefill, CompInt8: 8 x 64 x 32 = 16384 MACs at 8/23 of the int8 peak, no dequantizing
-    (8, 4, round(16384 * 23 / 8), 0),
+@pytest.mark.parametrize(("rows", "level", "cls", "flops"), [
+    # prefill, CompInt8: the MLAS kernel's own class, no dequantizing of B
+    (8, 4, "gemm_nbits", 0),
     # one row (decode) and accuracy_level 0 (fp32 GEMM on dequantized B): the node's cost,
     # 2 FLOPs per weight to dequantize B (2 x 64 x 32)
-    (1, 4, 2048, 4096),
-    (8, 0, 16384, 4096),
+    (1, 4, "gemm", 4096),
+    (8, 0, "gemm", 4096),
 ])
-def test_matmul_n_bits_runs_mlas_int8_kernel_at_its_issue_rate(rows: int, level: int,
-                                                               macs: int, flops: int) -> None:
+def test_matmul_n_bits_runs_mlas_int8_kernel_in_a_class_of_its_own(rows: int, level: int,
+                                                                    cls: str, flops: int) -> None:
     r = _n_bits(rows, level)
     costs = {k: nc.cost for k, nc in r.node_costs.items()}
     assert costs["q4"].macs == rows * 64 * 32
     [kernel] = ort_kernels(r.graph, r.groups[0], costs, 16)
-    assert (kernel.cost.macs, kernel.cost.other_flops) == (macs, flops)
+    assert (kernel.cls, kernel.cost.macs, kernel.cost.other_flops) == (
+        cls, rows * 64 * 32, flops)
     assert kernel.cost.param_bytes == costs["q4"].param_bytes  # 4-bit weights and scales
+
+
+def _gqa(past: int) -> onnxlens.AnalysisResult:
+    """One decode step of GroupQueryAttention: packed QKV [1, 1, (4 + 2·2)·8], 4 query heads
+    over 2 KV heads of 8, a past of `past` tokens."""
+    heads, kv_heads, head = 4, 2, 8
+    node = helper.make_node(
+        "GroupQueryAttention", ["qkv", "", "", "past_k", "past_v", "seqlens_k", "total"],
+        ["y", "present_key", "present_value"], name="gqa", domain="com.microsoft",
+        num_heads=heads, kv_num_heads=kv_heads)
+    cache = [1, kv_heads, past, head]
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("qkv", TensorProto.FLOAT,
+                                       [1, 1, (heads + 2 * kv_heads) * head]),
+         helper.make_tensor_value_info("past_k", TensorProto.FLOAT, cache),  # fixed: no LLM view
+         helper.make_tensor_value_info("past_v", TensorProto.FLOAT, cache),
+         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
+         helper.make_tensor_value_info("total", TensorProto.INT32, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, heads * head]),
+         helper.make_tensor_value_info("present_key", TensorProto.FLOAT,
+                                       [1, kv_heads, past + 1, head]),
+         helper.make_tensor_value_info("present_value", TensorProto.FLOAT,
+                                       [1, kv_heads, past + 1, head])])
+    return onnxlens.analyze(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]))
+
+
+def test_group_query_attention_copies_the_cache_once_per_query_head() -> None:
+    """ORT's GQA at decode (past 7 + 1 new = 8 tokens of 8 floats: one head's present K is
+    c = 256 bytes): memset of both present buffers 2·2·c = 1024 bytes, each of the 4 query
+    heads copies its KV head's K and V, 2·4·c = 2048 bytes read and written; then 2 GEMM
+    calls per query head reading the packed QKV (64 floats), the present K and V per query
+    head (2048 bytes), writing the output (32 floats)."""
+    r = _gqa(7)
+    costs = {k: nc.cost for k, nc in r.node_costs.items()}
+    cache, products = ort_kernels(r.graph, r.groups[0], costs, 16)
+    assert (cache.cls, cache.launches) == ("data_movement", 0)
+    assert (cache.cost.bytes_read, cache.cost.bytes_written) == (2048, 1024 + 2048)
+    assert products.cls == "attention" and products.calls == 8
+    assert (products.cost.bytes_read, products.cost.bytes_written) == (256 + 2048, 128)
+    assert products.cost.macs == costs["gqa"].macs == 4 * 8 * (8 + 8)  # query rows x L x (D + Dv)
+
+
+def _masked_attention() -> onnx.ModelProto:
+    """The dynamo export's attention on 2 heads of 4 tokens x 8: Q·Kᵀ, a scalar scale, the
+    mask's Add, Softmax, IsNaN -> Where (a fully masked row's NaNs to 0), P·V."""
+    def value(name: str, shape: list[int]) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
+             helper.make_node("Mul", ["s", "scale"], ["ss"], name="scale"),
+             helper.make_node("Add", ["ss", "mask"], ["sm"], name="mask_add"),
+             helper.make_node("Softmax", ["sm"], ["p"], axis=-1, name="softmax"),
+             helper.make_node("IsNaN", ["p"], ["nan"], name="isnan"),
+             helper.make_node("Where", ["nan", "zero", "p"], ["pz"], name="where"),
+             helper.make_node("MatMul", ["pz", "v"], ["y"], name="pv")]
+    consts = [numpy_helper.from_array(np.array(0.35, np.float32), "scale"),
+              numpy_helper.from_array(np.array(0.0, np.float32), "zero")]
+    graph = helper.make_graph(
+        nodes, "g", [value("q", [1, 2, 4, 8]), value("kt", [1, 2, 8, 4]), value("v", [1, 2, 4, 8]),
+                     value("mask", [1, 1, 4, 4])], [value("y", [1, 2, 4, 8])], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_an_attention_groups_mask_kernels_run_apart_from_its_products() -> None:
+    """ORT folds the scale into a FusedMatMul and runs the mask's Add, IsNaN and Where as
+    kernels of their own (profiled); the group is costed as the calibrated block (the
+    products, the scale and the softmax, with the group's boundary traffic: Q, Kᵀ, V, the
+    mask and the two scalars in, Y out) and the three mask kernels at their nodes' costs."""
+    model = _masked_attention()
+    assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [
+        "FusedMatMul", "Add", "Softmax", "IsNaN", "Where", "MatMul"]
+    r = onnxlens.analyze(model)
+    costs = {k: nc.cost for k, nc in r.node_costs.items()}
+    [group] = r.groups
+    block, *mask = ort_kernels(r.graph, group, costs, 16)
+    assert [(k.cls, k.nodes) for k in mask] == [("elementwise", ("mask_add",)),
+                                                ("elementwise", ("isnan",)),
+                                                ("elementwise", ("where",))]
+    assert [k.cost for k in mask] == [costs["mask_add"], costs["isnan"], costs["where"]]
+    assert block.cls == "attention" and block.cost.macs == 2 * (2 * 4 * 4 * 8)
+    assert block.cost.other_flops == costs["scale"].other_flops + costs["softmax"].other_flops
+    assert block.cost.transcendental == costs["softmax"].transcendental
+    assert block.cost.bytes_read == 4 * (3 * 2 * 4 * 8 + 4 * 4 + 2)
+    assert block.cost.bytes_written == 4 * 2 * 4 * 8

@@ -28,10 +28,18 @@ from ..cost.precision import mac_precision
 from ..fold import fold_nodes
 from ..fusion import ADD_LAYER_NORM, ADD_RMS_NORM, ATTENTION, LAYER_NORM, RMS_NORM, Group
 from ..graph import ModelGraph
-from ..hardware import CONV_INTEGER, GEMM_S8S8, INT8_CLASS, ORT_CPU, HardwareProfile
+from ..hardware import (
+    CONV_INTEGER,
+    GEMM_NBITS,
+    GEMM_S8S8,
+    INT8_CLASS,
+    ORT_CPU,
+    HardwareProfile,
+)
 from ..ir import NodeInfo, TensorInfo
 from ..loader import LoadedModel
 from . import ANY, GroupKernels, Kernel, _dominant_class, kernel_of, node_class, op_class
+from .ort_attention import gqa_kernels, in_attention_block, without_work_of
 
 NCHWC, NCHW = "nchwc", "nchw"
 # Activations ORT's Conv/Gemm activation fusion takes into the kernel (FusedConv, the NCHWc
@@ -304,6 +312,9 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     (`_int8_unfused`): 9 QLinearConv, and 11 Convs and 8 Adds run as DQ, float kernel and Q
     (124 kernels, `_unfused_kernels`). `block`: the NCHWc block in channels."""
     quantized = any(mg.info(k).op_type in _QUANT_EDGES for k in group.nodes)
+    if len(group.nodes) == 1 and mg.info(group.nodes[0]).op_type == "GroupQueryAttention":
+        return gqa_kernels(mg.info(group.nodes[0]), kernel_of(
+            mg, list(group.nodes), costs, "attention", NCHW, NCHW))
     if group.pattern == ADD_LAYER_NORM and not quantized:
         return [kernel_of(mg, list(group.nodes), costs, SKIP_NORMALIZATION, NCHW, NCHW)]
     norm = _RESIDUAL_NORMS.get(group.pattern)
@@ -316,8 +327,12 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
         cls = op_class(mg, group, costs)
         matmul = next((i for k in group.nodes if (i := mg.info(k)).op_type == "MatMul"), None)
         rows = normalized_rows(map(mg.info, group.nodes)) if group.pattern == LAYER_NORM else 0
-        return [replace(kernel_of(mg, list(group.nodes), costs, cls, NCHW, NCHW,
-                                  calls=matmul_calls(matmul) if matmul else 1), rows=rows)]
+        whole = replace(kernel_of(mg, list(group.nodes), costs, cls, NCHW, NCHW,
+                                  calls=matmul_calls(matmul) if matmul else 1), rows=rows)
+        apart = [k for k in group.nodes  # the mask's kernels (Add, IsNaN, Where), Expand
+                 if group.pattern == ATTENTION and not in_attention_block(mg, mg.info(k))]
+        return [without_work_of(whole, [costs[k] for k in apart])] + [  # type: ignore[misc]
+            _ort_kernel(mg, [k], "other", costs, block) for k in apart]
     kernels: list[tuple[list[str], str]] = []  # (nodes, role: anchor / closed / vector / other)
     riders: list[str] = []  # quantization edges waiting for the kernel that reads them
     for key in group.nodes:
@@ -593,37 +608,27 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     return kernel
 
 
-# MLAS's int8 kernel for 4-bit weights in blocks of 32 (accuracy_level 4, SQNBIT_CompInt8;
-# sqnbitgemm_kernel_avx512_int8_blklen32.h, R2xC4) is not a register-blocked GEMM: per 2 rows
-# of int8 A x 1 column x 4 blocks (256 MACs) it issues 23 vector instructions: 3 unpack the
-# 4-bit weights, and per row 4 combine the two rows' block scales (mul, broadcast, permute),
-# 2 are VNNI dot products of 64 MACs, and 4 reduce, convert and scale-accumulate the int32
-# sums. The profile's int8 peak issues only dot products, on half the CPU's vector pipes
-# (2 of 4 on Zen 4/5): 4 dots take 2 cycles at the peak, the 23 instructions 23 / 4 cycles,
-# so the MACs run at 2 / 5.75 = 8/23 of the peak. Measured (Zen 5, ORT 1.31, 1 thread, one
-# MatMulNBits of K 1024, N 16384, M 128): 262 GFLOP/s, 0.25 of the 1028 the calibration's
-# int8 GEMMs reached (the count takes the shuffles at full issue; Zen 5 has 2 shuffle pipes).
-NBITS_INT8_ISSUE_SHARE = 8 / 23
-
-
 def n_bits_kernel(info: NodeInfo, k: Kernel) -> Kernel:
     """A MatMulNBits as ORT's CPU kernel runs it. At accuracy_level 4 with more than one row
-    of A (a prefill), MLAS quantizes A to int8 per block and runs its CompInt8 kernel: the
-    MACs are int8 (the group's precision) at NBITS_INT8_ISSUE_SHARE of the int8 peak, charged
-    as MACs / share, and B is never dequantized to float (its 2 FLOPs per weight are the
-    kernel's scale instructions, counted in the share). One row (a decode step) is a GEMV
-    whose time is its 4-bit weights and scales streamed from memory (`cold_weights`), and
-    other accuracy levels dequantize B blocks to fp32 for an fp32 GEMM (float32 MACs): both
-    as the node's cost."""
+    of A (a prefill), MLAS quantizes A to int8 per block and runs its CompInt8 kernel, which
+    is not a register-blocked GEMM: per block it unpacks the 4-bit weights, issues VNNI dot
+    products, and converts, scales and accumulates the int32 sums in float, so the mix, not
+    the dot products, sets its rate (an issue count of sqnbitgemm_kernel_avx512_int8_blklen32.h
+    said 0.35 of the int8 peak; measured, ORT 1.31, Zen 5: 0.25, 262 GFLOP/s at M 128, K
+    1024, N 16384). Its MACs are int8 (the group's precision) in a class of its own,
+    `gemm_nbits`, calibrated on MatMulNBits benchmarks (`catalogue.matmul_n_bits`), and B is
+    never dequantized to float (its 2 FLOPs per weight are inside that rate). One row (a
+    decode step) is a GEMV whose time is its 4-bit weights and scales streamed from memory
+    (`cold_weights`), and other accuracy levels dequantize B blocks to fp32 for an fp32 GEMM
+    (float32 MACs): both as the node's cost."""
     a = info.input(0)
     if info.attr("accuracy_level", 0) != 4 or a is None or not a.known or not k.cost.macs:
         return k
     if a.size // a.dims[-1] <= 1:
         return k
-    c = k.cost
     dequantize = 2 * info.attr("K") * info.attr("N")
-    return replace(k, cost=replace(c, macs=round(c.macs / NBITS_INT8_ISSUE_SHARE),
-                                   other_flops=c.other_flops - dequantize))
+    return replace(k, cls=GEMM_NBITS,
+                   cost=replace(k.cost, other_flops=k.cost.other_flops - dequantize))
 
 
 def gathered(info: NodeInfo, cost: Cost) -> Cost:

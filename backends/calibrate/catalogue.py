@@ -76,6 +76,25 @@ def gemm(m: int, k: int, n: int, tier: int = 1) -> Bench:
         _work(2 * m * k * n, 4 * (m * k + k * n + m * n)))
 
 
+def matmul_n_bits(m: int, k: int, n: int, tier: int = 1, block: int = 32) -> Bench:
+    """Y[m,n] = X[m,k] · B[k,n], B in 4 bits with a float scale per block of `block` along K
+    (no zero point), as onnxruntime-genai's model builder writes its int4 MatMulNBits: at
+    accuracy_level 4 ORT quantizes X to int8 per block and runs MLAS's CompInt8 kernel (the
+    estimator's `gemm_nbits` class, measured rather than derived from its instruction mix)."""
+    def build() -> onnx.ModelProto:
+        blocks = k // block
+        packed = numpy_helper.from_array(
+            _RNG.integers(0, 256, (n, blocks, block // 2), dtype=np.uint8), "B")
+        node = helper.make_node("MatMulNBits", ["X", "B", "S"], ["Y"], domain="com.microsoft",
+                                K=k, N=n, bits=4, block_size=block, accuracy_level=4)
+        model = _model([node], [("X", (m, k))], ("Y", (m, n)),
+                       [packed, _const("S", (n, blocks), 0.01)])
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        return model
+    return Bench(f"MatMulNBits {m}x{k}x{n} int4", build, tier,
+                 _work(2 * m * k * n, 4 * (m * k + m * n) + k * n // 2))
+
+
 def linear(rows: int, k: int, n: int, gelu: bool = False, tier: int = 1) -> Bench:
     """nn.Linear on a [1, rows, k] activation as torch exports it (MatMul, Add bias), then
     GELU spelled out in erf (opset 17) if `gelu`: a transformer or ConvNeXt MLP's group."""
@@ -280,6 +299,9 @@ def _gemms() -> list[Bench]:
             linear(2048, 128, 512, gelu=True), linear(2048, 512, 128), linear(512, 256, 1024),
             linear(512, 1024, 256), linear(256, 512, 2048, gelu=True), linear(256, 2048, 512),
             SQUARE_GEMM, matmul(1, 8192, 4096, 2, weight=False)]
+    # 4-bit weights as LLMs ship for ORT, over a prefill's rows (one row is a GEMV: `gemm`).
+    out += [matmul_n_bits(128, 1024, 2048, 0), matmul_n_bits(32, 1024, 1024),
+            matmul_n_bits(256, 512, 1536), matmul_n_bits(64, 2048, 512)]
     return out
 
 
