@@ -128,6 +128,17 @@ def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
     assert [k.cls for k in out[r.groups[0].id]] == ["depthwise"]
 
 
+def test_a_global_pool_is_a_reduction(tmp_path: Path) -> None:
+    """The core runs a GlobalAveragePool as a row sum per channel plane, the kernel a
+    ReduceMean over contiguous axes runs: its class is reduce, a windowed pool's is pool."""
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["y"])]
+    r, out = _kernels(_save(tmp_path, nodes, [], [1, 8, 6, 6], [1, 8, 1, 1]))
+    assert [k.cls for k in out[r.groups[0].id]] == ["reduce"]
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    r, out = _kernels(_save(tmp_path, nodes, [], [1, 8, 6, 6], [1, 8, 3, 3]))
+    assert [k.cls for k in out[r.groups[0].id]] == ["pool"]
+
+
 def test_a_view_is_a_copy_of_its_bytes(tmp_path: Path) -> None:
     """Relu -> Reshape: the analysis charges the Reshape nothing (a view), but the executor
     runs it as a Copy into a tensor of its own: 2x3x8 floats read and written, 192 bytes
@@ -148,9 +159,10 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
     (0, 2, 1, 3) keeps the last dim contiguous, one run of 8 per (1, 6, 4) index = 24; (0, 2,
     3, 1) makes the innermost dim strided, copied element by element: no run counted; a Concat
     of two on axis 1 is one memcpy per part per index before the axis (1 x 2 = 2); a Gather of
-    5 rows on axis 1 is 1 x 5 copies of 8 floats."""
+    2 of the 4 rows on axis 1 is 1 x 2 copies of 6·8 floats, and reads only those (384
+    bytes) and its indices (16 bytes), where the analysis charges all of x (768)."""
     pads = numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 0, 1, 0], np.int64), "pads")
-    rows = numpy_helper.from_array(np.array([0, 2, 1, 3, 3], np.int64), "rows")
+    rows = numpy_helper.from_array(np.array([2, 0], np.int64), "rows")
     nodes = [helper.make_node("Pad", ["x", "pads"], ["p"]),
              helper.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1, 3]),
              helper.make_node("Transpose", ["x"], ["t2"], perm=[0, 2, 3, 1]),
@@ -168,7 +180,10 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
     r, out = _kernels(path)
     runs = {r.graph.info(k.nodes[0]).outputs[0].name: k.runs
             for g in r.groups for k in out[g.id] if k.cls == "data_movement"}
-    assert runs == {"p": 256, "t1": 24, "t2": 0, "c": 2, "g": 5}
+    assert runs == {"p": 256, "t1": 24, "t2": 0, "c": 2, "g": 2}
+    gather = next(k for g in r.groups for k in out[g.id] if k.nodes == (r.graph.producer["g"],))
+    assert r.node_costs[gather.nodes[0]].cost.bytes_read >= 768
+    assert gather.cost.bytes_read == 2 * 6 * 8 * 4 + 2 * 8
 
 
 def test_a_batched_matmul_is_a_gemm_per_matrix(tmp_path: Path) -> None:
