@@ -32,7 +32,8 @@ from . import Kernel
 def gqa_kernels(info: NodeInfo, k: Kernel) -> list[Kernel]:
     """`k` (the node as one `attention` kernel) as ORT runs it: the KV-cache copy, a
     `data_movement` pass inside the same kernel (no launch of its own), then the per-head
-    products at the attention curve, 2 GEMM calls per query head.
+    products at the attention curve (the gemm curve for a single new token), 2 GEMM calls per
+    query head.
 
     Derivation, with B the batch, N the query heads, Nkv the KV heads, D the head size, P the
     past and S the new tokens, T the present length (P + S), e the element bytes, and
@@ -45,8 +46,9 @@ def gqa_kernels(info: NodeInfo, k: Kernel) -> list[Kernel]:
 
     Measured (ORT 1.31, 1 thread, Zen 5), one node at decode: 16 query / 4 KV heads of 64,
     past 255, 511, 1023: 80, 144, 274 us (linear in T, 0.26 us per token: 26.6 KB per token
-    over the three terms, 102 GB/s); 16 / 16 heads 240 us, 4 / 4 heads 70 us. A shape this
-    function cannot read is left as `k`."""
+    over the three terms, 102 GB/s); 16 / 16 heads 240 us, 4 / 4 heads 70 us; estimated at
+    past 511 168 us (copies 116, products 52). A shape this function cannot read is left as
+    `k`."""
     q, y, past = info.input(0), info.outputs[0], info.input(3)
     present = info.outputs[1] if len(info.outputs) > 1 else None
     heads = info.attr("num_heads")
@@ -68,7 +70,10 @@ def gqa_kernels(info: NodeInfo, k: Kernel) -> list[Kernel]:
               if info.attr("do_rotary", 0) and cos is not None and cos.known else 0)
     products = replace(k.cost, bytes_read=q.nbytes + new_kv + 2 * batch * heads * chunk + rotary,
                        bytes_written=y.nbytes, param_bytes=rotary if 7 in info.const_inputs else 0)
-    return [cache, replace(k, cost=products, calls=2 * batch * heads)]
+    # One new token: each call is a GEMV (one query row), which the gemm curve measured
+    # (one-row MatMuls) and the calibration's attention blocks (36 rows and more) never did.
+    cls = "gemm" if seq == 1 else k.cls
+    return [cache, replace(k, cls=cls, cost=products, calls=2 * batch * heads)]
 
 
 # What ORT runs of a decomposed attention block as the calibration's attention benchmark
