@@ -14,6 +14,7 @@ from onnxlens.analyzer.calibration import constant_efficiency, resolve_target
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import (
     Bound,
+    absorbed,
     cold_weights,
     denormal_slowed,
     estimate_group,
@@ -30,7 +31,7 @@ from onnxlens.analyzer.hardware import (
     what_if,
 )
 from onnxlens.analyzer.ir import NodeInfo, TensorInfo
-from onnxlens.analyzer.runtimes import node_class
+from onnxlens.analyzer.runtimes import Kernel, node_class
 from onnxlens.analyzer.runtimes.ort_cpu import (
     denormal_reads,
     group_gemms,
@@ -537,6 +538,21 @@ def test_ort_runs_a_channels_last_layer_norm_and_a_softmax_row_by_row(gpu) -> No
                   ("y", [8, 49, 49]), {})
     [kernel] = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
     assert (kernel.cls, kernel.rows) == ("softmax", 8 * 49)  # MLAS's: a class of its own
+
+
+def test_a_folded_kernel_never_makes_its_host_faster(gpu) -> None:
+    """A sum whose bytes move its Conv's working set past the 50 MB L2, where the curve
+    rates the Conv 5x faster (a fitted level factor can): what it adds is 0, not less."""
+    def eff(cls: str, flops: float, intensity: float) -> float:
+        return 0.1 if flops / intensity <= 50e6 else 0.5
+
+    conv = Kernel("conv", Cost(macs=10**10, bytes_read=40 * 10**6, bytes_written=8 * 10**6), ())
+    add = Kernel("conv", Cost(other_flops=2 * 10**6, bytes_read=8 * 10**6), (), host=conv)
+    alone = estimate_group(conv.cost, "conv", gpu, what_if("fp32"), eff, 0)
+    both = estimate_group(conv.cost + add.cost, "conv", gpu, what_if("fp32"), eff, 0)
+    assert both.latency_s < alone.latency_s  # the curve's artefact the marginal must not show
+    marginal = absorbed(add, gpu, what_if("fp32"), eff)
+    assert marginal.latency_s == marginal.compute_s == 0.0
 
 
 def test_pool_groups_use_their_class_efficiency(gpu) -> None:
