@@ -1,7 +1,11 @@
-"""ONNX Runtime's CPU GroupQueryAttention as the work it does (`ort_cpu` costs its kernels).
+"""ONNX Runtime's CPU attention as the kernels it runs (`ort_cpu` costs them): its
+GroupQueryAttention kernel's copies and products, and which nodes of a decomposed attention
+group (an eager or SDPA export) run inside the products and softmax or as kernels of their own
+(`in_attention_block`; profiled in the Llama export: per layer FusedMatMul, Add, Softmax,
+IsNaN, Where, MatMul and 2 Expands of K and V).
 
-ORT's kernel (contrib_ops/cpu/bert/gqa_attention_base.h, ORT 1.2x-1.3x) loops over the query
-heads, one job per batch row and query head, and in each job:
+ORT's GroupQueryAttention kernel (contrib_ops/cpu/bert/gqa_attention_base.h, ORT 1.2x-1.3x)
+loops over the query heads, one job per batch row and query head, and in each job:
 
 1. copies its KV head's past chunk and the new tokens into `present` (ConcatStateChunkGQA),
    for the key (before Q·Kᵀ) and the value (before P·V), after a memset of both present
