@@ -4,18 +4,23 @@ The estimate of a profile calibrated through native-cpu (`onnxlens calibrate --b
 native-cpu`) costs what the executor runs, read from the planner itself
 (`plan.lower_groups`), never from a restatement of its rules:
 
-- a Conv, Gemm or MatMul with the elementwise nodes fused after it is one kernel whose
-  epilogue (bias, BatchNorm, residual Add, activations) runs at the kernel's rate, on values
-  in registers (no separate activation pass, unlike ORT's MLAS);
+- a Conv, Gemm or MatMul with the elementwise nodes fused after it is one kernel. Its
+  epilogue runs at the kernel's rate, on values in registers, when the tile can apply it as
+  it stores (ops.def's TILE_EPILOGUE: bias, BatchNorm as scale and shift, a residual Add,
+  Relu, Clip); any other op (SiLU, HardSwish, Sigmoid ...) makes the core run the whole
+  program over the output after the tile, a pass at the elementwise rate (`_interpreted`). A
+  batched MatMul is one GEMM call per matrix when B is batched (`_gemm_calls`);
 - a convolution keeps its class (`depthwise`, `grouped_conv`, `conv`): the core's depthwise
-  path is what the calibration's depthwise benchmarks timed;
+  path is what the calibration's depthwise benchmarks timed; a global pool is a `reduce`;
 - a run of elementwise nodes is one Elementwise kernel (its register program), which reads
   the tensors entering it and writes the one leaving it;
 - any other group (attention, a norm, a squeeze-excite) runs as the planner's sequence of
   kernels, their intermediate values in scratch memory: each kernel pays its own traffic and
   launch;
 - a view (Reshape, Squeeze, ...) is a Copy kernel of its bytes, not free as the analysis
-  charges it: the executor gives its output a tensor of its own;
+  charges it: the executor gives its output a tensor of its own; a data-movement kernel
+  pays each separate memcpy it makes (`copy_runs`), and a Copy or Gather reads only what it
+  writes;
 - nodes computed from constants are folded before the run and cost nothing; a folded tensor
   that crosses a group boundary is copied into the arena (a `data_movement` kernel of its
   bytes).
@@ -24,7 +29,11 @@ Each kernel's cost is `analyzer.runtimes.kernel_of` of the nodes it computes (th
 the tensors crossing the kernel's boundary), so its FLOPs are the analyzer's own. A group the
 executor cannot run is estimated as one kernel (what the analyzer would otherwise assume), so
 the estimate stays complete; `onnxlens compare` says the backend cannot run it. Not modelled:
-the GEMM micro-kernel's tile edges (a GEMM is one curve point per size, as calibrated).
+the GEMM micro-kernel's tile edges (a GEMM is one curve point per size, as calibrated); the
+other conditions of the tile's epilogue (per-row constants; no residual in a depthwise
+kernel), under which a program of TILE_EPILOGUE ops also runs as a pass; a strided Copy's
+element-by-element loop, charged its bytes only; memcpy-based copies (Concat, Slice) stream
+faster than the elementwise benchmarks that fit the bandwidths (over-charged 2-5x here).
 
 native-cuda (`-H a100 --runtime native-cuda`) costs the same plan on a GPU profile, each plan
 kernel one CUDA launch (`cuda/lower.cpp`; a group with a kernel the CUDA executor lacks is one
