@@ -43,14 +43,11 @@ struct DepthwiseArgs {
   float* out;
   const float* w;  // kh * kw
   int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
-  int64_t ph_end, pw_end;  // bottom and right pads
-  float* scratch;          // (H + ph + ph_end) * (W + pw + pw_end) + kDepthwiseSlack * sw
-  bool border_ready;       // scratch holds the previous plane of the same geometry
+  float* scratch;  // W floats: the rows above and below the plane, zeroed by the kernel
   // The channel's fused store, when `fused`: v = min(max(v * scale + bias, lo), hi).
   bool fused;
   float scale, bias, lo, hi;
 };
-constexpr int64_t kDepthwiseSlack = 16;
 
 // One output row of a 2-D pooling window (see k_pool.cpp).
 struct PoolRowArgs {

@@ -189,11 +189,10 @@ class ConvKernel : public XyKernel {
     }
   }
 
-  // Depthwise: the epilogue's scratch, then the zero-bordered plane of a channel and its slack.
+  // Depthwise: the epilogue's scratch, then a row of zeros (the padding above and below).
   int64_t workspace_floats() const override {
     if (!depthwise_) return gemm_workspace_floats(simd_, &epilogue_);
-    return epilogue_.scratch_floats() + (g_.H + g_.pt + g_.pb) * (g_.W + g_.pl + g_.pr) +
-           kDepthwiseSlack * g_.sw;
+    return epilogue_.scratch_floats() + g_.W;
   }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
@@ -216,8 +215,9 @@ class ConvKernel : public XyKernel {
         float* scratch = ws.get(tid);
         DepthwiseArgs a{x_.f32() + p * g_.H * g_.W, y_.f32() + p * ohw,
                         w_ + c * g_.kh * g_.kw, g_.H, g_.W, g_.OH, g_.OW, g_.kh,
-                        g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw, g_.pb, g_.pr,
-                        scratch + epilogue_.scratch_floats(), p > r.begin, dw_fused_, 1.0f, 0.0f, fast_.lo, fast_.hi};
+                        g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw,
+                        scratch + epilogue_.scratch_floats(), dw_fused_, 1.0f, 0.0f, fast_.lo,
+                        fast_.hi};
         if (dw_fused_ && !fast_.row_scale.empty()) {
           a.scale = fast_.row_scale[static_cast<size_t>(c)];
           a.bias = fast_.row_bias[static_cast<size_t>(c)];
