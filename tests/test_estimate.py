@@ -540,6 +540,20 @@ def test_ort_runs_a_channels_last_layer_norm_and_a_softmax_row_by_row(gpu) -> No
     assert (kernel.cls, kernel.rows) == ("softmax", 8 * 49)  # MLAS's: a class of its own
 
 
+@pytest.mark.parametrize(("w", "group", "x", "padded"), [
+    ([4, 16, 1, 1], 1, [1, 16, 8, 8], 16 * 16 * 64),  # GhostNet's 1x1 to 4 channels: 16
+    ([20, 24, 1, 1], 1, [1, 24, 8, 8], 32 * 32 * 64),  # both sides rounded up to blocks
+    ([32, 16, 3, 3], 1, [1, 16, 8, 8], 32 * 16 * 9 * 64),  # whole blocks: as counted
+    ([24, 1, 3, 3], 24, [1, 24, 8, 8], 32 * 9 * 64),  # depthwise: channels in blocks
+])
+def test_an_nchwc_conv_computes_whole_channel_blocks(w, group, x, padded) -> None:
+    """ORT's NCHWc Conv (block 16) multiplies channels padded to whole blocks."""
+    r = _analyzed([helper.make_node("Conv", ["x", "w"], ["y"], group=group, pads=[w[2] // 2] * 4)],
+                  x, ("y", [1, w[0], 8, 8]), {"w": w})
+    [kernel] = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
+    assert kernel.writes == "nchwc" and kernel.cost.macs == padded
+
+
 def test_a_folded_kernel_never_makes_its_host_faster(gpu) -> None:
     """A sum whose bytes move its Conv's working set past the 50 MB L2, where the curve
     rates the Conv 5x faster (a fitted level factor can): what it adds is 0, not less."""

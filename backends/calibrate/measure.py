@@ -364,7 +364,7 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
     main = max(kernels, key=lambda k: k.cost.flops())
     # Its kernels' work (the group's, less what ORT does not run: a quantized kernel's DQs)
     work = sum((k.cost + k.epilogue for k in kernels), Cost())
-    return Point(name, main.cls, cost.macs, work.other_flops, nbytes, seconds, main.reuse,
+    return Point(name, main.cls, work.macs, work.other_flops, nbytes, seconds, main.reuse,
                  main.calls, work.transcendental, main.epilogue.other_flops,
                  main.epilogue.transcendental, main.runs, main.rows,
                  main.elements)
