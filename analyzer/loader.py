@@ -23,7 +23,7 @@ import numbers
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -1011,6 +1011,27 @@ def _global_pool_shape(engine: Any, node: onnx.NodeProto) -> None:
         onnx.helper.make_tensor_value_info(node.output[0], elem_type, dims))
 
 
+def _gqa_present_shape(engine: Any, infer: Callable[[onnx.NodeProto], None],
+                       node: onnx.NodeProto) -> None:
+    """GroupQueryAttention in ORT's symbolic inference (`infer`), with its present K / V
+    [B, N_kv, past + S, D] where the past and the query's S new tokens are known numbers.
+    ORT's rule gives present the past's shape, which holds only when the two share one buffer
+    of the maximum length; run with separate buffers, as onnxlens feeds it and as the
+    onnxruntime-genai export declares (`total_sequence_length`), ORT appends the new tokens:
+    a decode step over a past of 511 returns 512 rows."""
+    infer(node)
+    past, query = engine._try_get_shape(node, 3), engine._try_get_shape(node, 0)
+    if len(node.output) < 3 or not past or len(past) != 4 or not query or len(query) != 3:
+        return
+    if not (isinstance(past[2], int) and isinstance(query[1], int)):
+        return  # symbolic: ORT's answer stands
+    present = [*past[:2], past[2] + query[1], past[3]]
+    for name in node.output[1:3]:
+        vi = engine.known_vi_[name]
+        vi.CopyFrom(onnx.helper.make_tensor_value_info(
+            name, vi.type.tensor_type.elem_type, present))
+
+
 def _qgemm_shape(engine: Any, node: onnx.NodeProto) -> None:
     """QGemm's output in ORT's symbolic inference: [M, N] of A [M, K] (transA: [K, M]) and B
     (input 3) [K, N] (transB: [N, K]); quantized to y_zero_point's type (input 8; A's without
@@ -1045,6 +1066,9 @@ def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
     engine.dispatcher_.setdefault("QLinearGlobalAveragePool", functools.partial(
         _global_pool_shape, engine))
     engine.dispatcher_.setdefault("QGemm", functools.partial(_qgemm_shape, engine))
+    if "GroupQueryAttention" in engine.dispatcher_:
+        engine.dispatcher_["GroupQueryAttention"] = functools.partial(
+            _gqa_present_shape, engine, engine.dispatcher_["GroupQueryAttention"])
     try:
         engine._preprocess(model)
         complete = False

@@ -3,11 +3,13 @@ ops, against counts derived by hand in each test (never the formula's code)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import onnx
 import pytest
 
+from onnxlens.analyzer.analysis import analyze
 from onnxlens.analyzer.cost import Cost, lookup
 from onnxlens.analyzer.ir import NodeInfo, TensorInfo
 
@@ -323,6 +325,40 @@ def _present_length(op: str, inputs: dict[str, Any], names: list[str], outputs: 
 def _length(op: str, shapes: list[Any], out: Any, rows: int, head: int, **attrs: Any) -> int:
     """The attended length our formula used: its attention MACs over (rows x (D + Dv))."""
     return cost(op, shapes, [out], **attrs)[0] // (rows * 2 * head)
+
+
+def test_gqa_present_shape_is_the_one_ort_returns(tmp_path: Path) -> None:
+    """ORT's symbolic inference gives GroupQueryAttention's present the past's shape (right
+    only for a buffer shared by both); run with separate buffers, ORT appends the new tokens:
+    the loader's shape is what the session returns."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("sympy")
+    rng = np.random.default_rng(0)
+    gqa = {"q": rng.standard_normal((1, 4, 128)).astype(np.float32),
+           "pk": rng.standard_normal((1, 2, 60, 16)).astype(np.float32),
+           "sl": np.array([63], np.int32), "tl": np.array(64, np.int32)}
+    gqa["pv"] = gqa["pk"]
+    names = ["q", "", "", "pk", "pv", "sl", "tl"]
+    attrs = {"num_heads": 4, "kv_num_heads": 2}
+    ort = pytest.importorskip("onnxruntime")
+    h = onnx.helper
+    node = h.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"],
+                       domain=MS, **attrs)
+    graph = h.make_graph([node], "g", [h.make_tensor_value_info(
+        k, h.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in gqa.items()],
+        [h.make_tensor_value_info("y", F32, [1, 4, 64])] +  # as the genai export declares
+        [h.make_tensor_value_info(n, F32, [1, 2, "total_sequence_length", 16])
+         for n in ("present_k", "present_v")])
+    model = h.make_model(graph, ir_version=10, opset_imports=[h.make_opsetid("", 17),
+                                                              h.make_opsetid(MS, 1)])
+    onnx.save(model, tmp_path / "gqa.onnx")
+    session = ort.InferenceSession(str(tmp_path / "gqa.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    ran = {o.name: v.shape for o, v in zip(session.get_outputs(), session.run(None, gqa),
+                                            strict=True)}
+    assert ran["present_k"] == (1, 2, 64, 16)  # 60 past + 4 new
+    shapes = {t.name: t.shape for t in analyze(tmp_path / "gqa.onnx").model.graph_outputs}
+    assert shapes == ran
 
 
 def test_attended_length_is_ort_s_present_length() -> None:

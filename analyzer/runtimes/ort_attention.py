@@ -17,9 +17,9 @@ loops over the query heads, one job per batch row and query head, and in each jo
 ORT skips the memset and the past's copy when the caller binds one buffer as both past and
 present (onnxruntime-genai's past_present_share_buffer); a session run as `--measure` runs it
 does not, and the graph cannot say: the copies are always counted, over a present of P + S
-tokens (ORT's shape inference writes the past's length for present, which assumes a shared
-buffer). At a decode step the copies dominate: 16 query heads over 4 KV heads of 64 at
-context 512 move 9.4 MB for 2.1 MFLOP of products.
+tokens (the loader's shape for present: `loader._gqa_present_shape`). At a decode step the
+copies dominate: 16 query heads over 4 KV heads of 64 at context 512 move 9.4 MB for 2.1
+MFLOP of products.
 """
 
 from __future__ import annotations
