@@ -19,10 +19,13 @@ from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.analyzer.runtimes import kernel_model
 from onnxlens.backends.calibrate.catalogue import benchmarks
 from onnxlens.backends.calibrate.measure import _kernels_of, _point
+from onnxlens.backends.native.catalogue import GEMM_TILES
 from onnxlens.backends.native.kernel_model import (
     NATIVE_CPU_MODEL,
     NATIVE_CUDA_MODEL,
     cuda_kernel_ops,
+    gemm_tile,
+    tile_work,
 )
 from onnxlens.cli import app
 
@@ -198,6 +201,20 @@ def test_a_batched_matmul_is_a_gemm_per_matrix(tmp_path: Path) -> None:
     assert [k.calls for k in out[r.groups[0].id]] == [1]
 
 
+def test_a_gemm_computes_whole_tiles() -> None:
+    """The core's GEMM work over the product's own, by hand, on AVX-512's 8 x 32 tile:
+    512 x 49 (ResNet's last 3x3 convolutions) computes 512 x 64; 240 x 1 (a squeeze-excite
+    1x1 convolution of one pixel) 240 x 32; 1 x 1000 (the classifier, a matrix-vector
+    product) 1 x 1024; 17 rows are two tiles and a one-row product (17); 10 rows, two tiles
+    (16). The ISA's tile is ops.def's row."""
+    assert GEMM_TILES["avx512"] == (8, 32)
+    assert tile_work(512, 49, 8, 32) == pytest.approx(64 / 49)
+    assert tile_work(240, 1, 8, 32) == 32
+    assert tile_work(1, 1000, 8, 32) == pytest.approx(1.024)
+    assert tile_work(17, 32, 8, 32) == 1
+    assert tile_work(10, 32, 8, 32) == pytest.approx(1.6)
+
+
 def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:
     """softmax(Q·Kᵀ)·V, one fused group, runs as the planner's three kernels (MatMul, Softmax,
     MatMul); the scores pass through scratch memory, so each kernel pays its own traffic: the
@@ -214,7 +231,10 @@ def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:
     by_node = {k.nodes[-1]: k for k in kernels}
     qk, softmax, pv = (by_node[r.graph.producer[t]] for t in ("scores", "p", "y"))
     assert (qk.cls, softmax.cls, pv.cls) == ("gemm", "normalization", "gemm")
-    assert qk.cost.macs == s * d * s and pv.cost.macs == s * s * d
+    # each a GEMM of s rows: Q·Kᵀ s columns, P·V d, computed in whole tiles of nr columns
+    nr = gemm_tile()[1] if gemm_tile() else 1
+    assert qk.cost.macs == s * d * (-(-s // nr) * nr)
+    assert pv.cost.macs == s * s * (-(-d // nr) * nr)
     assert qk.cost.bytes_written == s * s * 4 == softmax.cost.bytes_read
     assert softmax.cost.bytes_written == s * s * 4
     assert pv.cost.bytes_read == (s * s + s * d) * 4

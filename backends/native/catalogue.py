@@ -1,7 +1,8 @@
 """The native executor's operation catalogue, read from `ops.def`, the one file the C++ core
 and the CUDA kernels include as X-macros: the elementwise operations of the fused programs
 (name, operand count, scalar parameters), the reduction kernels, the storage codes of plan
-tensors, and the operations a GEMM or depthwise tile applies as it stores (`TILE_EPILOGUE`).
+tensors, the operations a GEMM or depthwise tile applies as it stores (`TILE_EPILOGUE`), and
+each instruction set's GEMM micro-tile (`GEMM_TILES`).
 The planner builds its instructions and tensors from these, so Python and C++ cannot disagree
 on a name or a code; an operation the catalogue lacks is refused when it is emitted.
 """
@@ -16,6 +17,7 @@ from ...analyzer.cost.reduce import REDUCE_OPS as ANALYZER_REDUCE_OPS
 
 _ENTRY = re.compile(
     r"^(EW_UNARY|EW_BINARY|EW_TERNARY|REDUCE_OP|STORAGE|TILE_EPILOGUE)\((\w+)(?:,\s*(\w+))?")
+_GEMM_TILE = re.compile(r"^GEMM_TILE\((\w+),\s*(\d+),\s*(\d+)\)")
 _ARITY = {"EW_UNARY": 1, "EW_BINARY": 2, "EW_TERNARY": 3}
 
 
@@ -31,7 +33,8 @@ def _entries(path: Path) -> list[tuple[str, str, str | None]]:
             if (m := _ENTRY.match(line))]
 
 
-_ALL = _entries(Path(__file__).with_name("ops.def"))
+_DEF = Path(__file__).with_name("ops.def")
+_ALL = _entries(_DEF)
 EW_OPS: dict[str, EwOp] = {
     name: EwOp(name, _ARITY[kind], int(extra or 0) if kind == "EW_UNARY" else 0)
     for kind, name, extra in _ALL if kind in _ARITY}
@@ -53,3 +56,7 @@ STORAGE: dict[str, int] = {name: int(code or 0) for kind, name, code in _ALL if 
 # makes it a program run over the kernel's output after the tile (ewprog.cpp).
 TILE_EPILOGUE: frozenset[str] = frozenset(name for kind, name, _ in _ALL
                                           if kind == "TILE_EPILOGUE")
+# Instruction set -> (mr, nr): the GEMM micro-tile the core's GEMM computes whole.
+GEMM_TILES: dict[str, tuple[int, int]] = {
+    m[1]: (int(m[2]), int(m[3])) for line in _DEF.read_text(encoding="utf-8").splitlines()
+    if (m := _GEMM_TILE.match(line))}
