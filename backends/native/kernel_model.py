@@ -28,8 +28,8 @@ native-cpu`) costs what the executor runs, read from the planner itself
 Each kernel's cost is `analyzer.runtimes.kernel_of` of the nodes it computes (their formulas,
 the tensors crossing the kernel's boundary), so its FLOPs are the analyzer's own. A group the
 executor cannot run is estimated as one kernel (what the analyzer would otherwise assume), so
-the estimate stays complete; `onnxlens compare` says the backend cannot run it. Not modelled:
-the GEMM micro-kernel's tile edges (a GEMM is one curve point per size, as calibrated); the
+the estimate stays complete; `onnxlens compare` says the backend cannot run it. A GEMM's
+MACs are those of the whole micro-tiles the core computes (`tile_work`). Not modelled: the
 other conditions of the tile's epilogue (per-row constants; no residual in a depthwise
 kernel), under which a program of TILE_EPILOGUE ops also runs as a pass; a strided Copy's
 element-by-element loop, charged its bytes only; memcpy-based copies (Concat, Slice) stream
