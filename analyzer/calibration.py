@@ -122,7 +122,7 @@ MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "gemm", "attention", *INT8_C
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
 OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "softmax", "softmax_int8",
-                      "elementwise_int8", "reduce")
+                      "elementwise_int8", "quantize", "dequantize", "reduce")
 DEFAULT_BACKEND = ORT_CPU
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4
@@ -354,7 +354,9 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
     return replace(measured, runtime=Runtime(cal.backend, cal.transcendental_flops,
                                              cal.copy_run_ns, cal.cold_weight_gbps,
                                              cal.denormal_factor, cal.norm_row_ns,
-                                             cal.copy_element_ns))
+                                             cal.copy_element_ns,
+                                             frozenset(p.op_class for p in cal.points
+                                                       if p.calls > 1)))
 
 
 def constant_efficiency(hw: HardwareProfile) -> EfficiencyFn:

@@ -68,7 +68,8 @@ Efficiency = Callable[[str, float, float], float]
 # (a calibration fits pools, normalizations, reductions apart); any other group's non-MAC
 # FLOPs (bias, activation) run at `elementwise`'s.
 VECTOR_CLASSES = ("elementwise", "normalization", "skip_normalization", "softmax", "softmax_int8",
-                  "elementwise_int8", "pool", "reduce", "data_movement")
+                  "elementwise_int8", "quantize", "dequantize", "pool", "reduce",
+                  "data_movement")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +158,8 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precisi
     if cost.macs:  # the epilogue at the kernel's rate (module docstring)
         call_flops = (2 * cost.macs if reuse else flops) / calls
         eff = efficiency(cls, call_flops, reuse or intensity)
-    elif vector_flops:
-        eff = efficiency(cls if cls in VECTOR_CLASSES else "elementwise", vector_flops,
+    elif vector_flops:  # per call likewise (a per-axis QuantizeLinear's blocks)
+        eff = efficiency(cls if cls in VECTOR_CLASSES else "elementwise", vector_flops / calls,
                          intensity)
     else:
         eff = 1.0  # no arithmetic

@@ -87,10 +87,12 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
 SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "depthwise",
                "gemm_int8": "gemm", "conv_integer": "conv", "gemm_s8s8": "gemm",
+               "grouped_conv_integer": "conv",
                "gemm_nbits": "gemm",
                "skip_normalization": "normalization", "softmax": "normalization",
                "softmax_int8": "normalization",
-               "elementwise_int8": "elementwise"}
+               "elementwise_int8": "elementwise", "quantize": "elementwise",
+               "dequantize": "elementwise"}
 # A runtime's kernels whose MACs multiply integers (ORT's QLinearConv, QGemm,
 # DynamicQuantizeMatMul) are classes of their own, their efficiencies fractions of the int8
 # peak: measured by `onnxlens calibrate`, never assumed from the float kernels' rates.
@@ -108,7 +110,12 @@ GEMM_S8S8 = "gemm_s8s8"
 # int8 VNNI dot products on 4-bit weights unpacked per block, with per-block scale work):
 # measured (ORT 1.31, Zen 5) at 0.25 of the int8 GEMMs' peak, a class of its own.
 GEMM_NBITS = "gemm_nbits"
-INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8, GEMM_NBITS)
+# A grouped or depthwise ConvInteger: ORT runs an im2col and an unpacked MlasGemm per image and
+# group (conv_integer.cc), read per call (`ort_cpu.group_gemms`). Measured (ORT 1.31, 1 thread,
+# Zen 5) ~20 us per 3x3 channel at 48x48 or 56x56, 2 GOPS: MobileNetV2's 17 depthwise
+# ConvIntegers are 30 of its 42 ms; at a dense ConvInteger's rate they read 5x too fast.
+GROUPED_CONV_INTEGER = "grouped_conv_integer"
+INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8, GEMM_NBITS, GROUPED_CONV_INTEGER)
 # The runtime whose kernels a profile's calibration measured (`Runtime.name`; the estimator
 # then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU provider,
 # NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.
@@ -194,6 +201,9 @@ class Runtime:
     denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
     norm_row_ns: float = 0.0  # per row a row-wise normalization reduces, beyond its FLOPs
     copy_element_ns: float = 0.0  # per element a Transpose copies one at a time
+    # The classes whose curves the calibration read per call (its benchmarks of them made
+    # several calls: a grouped ConvInteger, a per-axis QuantizeLinear); the others per kernel.
+    per_call_classes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

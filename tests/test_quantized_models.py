@@ -463,3 +463,114 @@ def test_a_qoperator_conv_on_int8_activations_is_its_own_class() -> None:
         assert kernel.cls == cls and kernel.cost.macs == 16 * 16 * 9 * 12 * 12
     assert GEMM_S8S8 in INT8_CLASSES
     assert sum(b.name.endswith("QOperator s8s8") for b in catalogue.benchmarks()) == 3
+
+
+def test_ort_cpu_runs_a_dynamic_conv_as_a_kernel_per_node() -> None:
+    """quantize_dynamic's Conv: ORT fuses nothing of ConvInteger's chain (it has no
+    DynamicQuantizeMatMul for convolutions), so its profile names one kernel per node, and
+    the kernel model names the same ones in the same order, the bias and scale Reshapes of
+    constants folded; the Cast reads the int32 output and writes it as float32."""
+    from onnxlens.analyzer.hardware import CONV_INTEGER
+    from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+    from onnxlens.backends.calibrate import catalogue
+    from onnxlens.backends.ort_timing import profile_model
+
+    model = catalogue.quantized(catalogue.conv(16, 16, 12, act="Clip"), "dynamic").build()
+    profiled = [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]]
+    result = analyze(model)
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    kernels = [k for g in result.groups for k in ort_kernels(result.graph, g, costs, 16)]
+    ops = [result.graph.info(k.nodes[0]).op_type for k in kernels]
+    assert sorted(ops) == sorted(profiled)
+    assert profiled.count("Mul") == 2 and len(profiled) == 7
+    assert next(k for k in kernels if k.cost.macs).cls == CONV_INTEGER
+    cast = kernels[ops.index("Cast")].cost
+    assert (cast.bytes_read, cast.bytes_written) == (4 * 16 * 12 * 12, 4 * 16 * 12 * 12)
+
+
+def _dequantize(shape: list[int], axis: int | None, block_size: int = 0) -> onnx.ModelProto:
+    """y = DequantizeLinear(x int8 of `shape`), per tensor (`axis` None), per axis or blocked."""
+    from onnx import helper, numpy_helper
+
+    scale_shape: list[int] = [] if axis is None else [shape[axis]]
+    if block_size:
+        scale_shape = [d // block_size if i == axis else d for i, d in enumerate(shape)]
+    scale = numpy_helper.from_array(np.full(scale_shape, 0.02, np.float32), "s")
+    attrs = {} if axis is None else {"axis": axis}
+    if block_size:
+        attrs["block_size"] = block_size
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["x", "s"], ["y"], **attrs)], "dq",
+        [helper.make_tensor_value_info("x", T.INT8, shape)],
+        [helper.make_tensor_value_info("y", T.FLOAT, shape)], [scale])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+@pytest.mark.parametrize(("shape", "axis", "block_size", "blocks"), [
+    ([64, 32, 3, 3], None, 0, 1),  # per tensor: one loop over all
+    ([64, 32, 3, 3], 0, 0, 64),  # a Conv weight per channel: 64 loops of 288
+    ([256, 512], 1, 0, 256 * 512),  # a MatMul weight per column: a loop per element
+    ([1, 64, 56, 56], 1, 0, 64),  # an activation per channel
+    ([256, 512], 0, 32, 256),  # blocked along K: a loop over N per row
+])
+def test_a_dequantize_runs_one_block_per_index_up_to_its_axis(shape, axis, block_size,
+                                                                blocks) -> None:
+    from onnxlens.analyzer.runtimes.ort_cpu import DEQUANTIZE, ort_kernels
+
+    result = analyze(_dequantize(shape, axis, block_size))
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    (kernel,) = [k for g in result.groups for k in ort_kernels(result.graph, g, costs, 16)]
+    assert (kernel.cls, kernel.calls) == (DEQUANTIZE, blocks)
+
+
+def test_a_dequantize_pays_its_curves_fixed_cost_per_block_once_calibrated() -> None:
+    """A [256, 512] DQ per column: 131,072 blocks. With a curve f / (f + f_half) the
+    estimator charges (F + blocks x f_half) / peak, hand-derived; a calibration whose
+    dequantize benchmarks all made one call (an older file) reads it per kernel."""
+    import dataclasses
+
+    from onnxlens.analyzer.estimate import estimate_group
+    from onnxlens.analyzer.hardware import Runtime, what_if
+    from onnxlens.analyzer.host import host_profile
+    from onnxlens.analyzer.runtimes.ort_cpu import DEQUANTIZE, MODEL
+
+    result = analyze(_dequantize([256, 512], 1))
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    base = host_profile(1)
+    kernels = {}
+    for classes in (frozenset(), frozenset({DEQUANTIZE})):
+        hw = dataclasses.replace(base, runtime=Runtime("ort-cpu", per_call_classes=classes))
+        (kernels[classes],) = [k for run in MODEL.kernels(
+            result.graph, result.groups, costs, {}, hw).values() for k in run or ()]
+    assert kernels[frozenset()].calls == 1
+    kernel = kernels[frozenset({DEQUANTIZE})]
+    assert kernel.calls == 256 * 512
+    flops = kernel.cost.vector_flops(1.0)
+    assert flops == 2 * 256 * 512  # x x scale and the int -> float convert (no zero point)
+
+    def curve(cls: str, f: float, intensity: float) -> float:
+        assert cls == DEQUANTIZE
+        return f / (f + 10.0)
+
+    est = estimate_group(kernel.cost, kernel.cls, base, what_if("fp32"), curve,
+                         calls=kernel.calls)
+    assert est.compute_s == pytest.approx((flops + 256 * 512 * 10.0) / base.peak_flops("fp32"))
+
+
+@pytest.mark.parametrize(("group", "cls", "calls"), [(16, "grouped_conv_integer", 16),
+                                                     (1, "conv_integer", 1)])
+def test_a_grouped_conv_integer_is_a_gemm_call_per_group(group, cls, calls) -> None:
+    """ORT's ConvInteger makes an im2col and a MlasGemm per image and group: a depthwise one
+    of 16 channels is 16 calls of M 1, K 9, N 144 (reuse 2·9·144 / (4·(9 + 1296 + 144))); a
+    dense one is one call of the curve ConvInteger always had."""
+    from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+    from onnxlens.backends.calibrate import catalogue
+
+    model = catalogue.quantized(catalogue.conv(16, 16, 12, group=group), "dynamic").build()
+    result = analyze(model)
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    (kernel,) = [k for g in result.groups for k in ort_kernels(result.graph, g, costs, 16)
+                 if k.cost.macs]
+    assert (kernel.cls, kernel.calls) == (cls, calls)
+    reuse = 2 * 9 * 144 / (4 * (9 + 9 * 144 + 144)) if group > 1 else 0.0
+    assert kernel.reuse == pytest.approx(reuse)

@@ -421,6 +421,33 @@ def _movement_and_attention() -> list[Bench]:
     return out
 
 
+def quantize_linear(op: str, shape: Sequence[int], axis: int | None, tier: int = 1) -> Bench:
+    """A QuantizeLinear (float32 -> int8) or DequantizeLinear (int8 -> float32) of `shape`,
+    per tensor (`axis` None) or per axis, as ORT runs the Q and DQ it leaves unfused: its
+    kernel runs one block per index up to the axis (`ort_cpu.quantization_blocks`), so the
+    last axis of [K, N] is K·N blocks of one element, the first Cout blocks of the rest."""
+    per_tensor = axis is None
+    n = 1 if per_tensor else shape[axis]
+    scale = numpy_helper.from_array(
+        np.full(() if per_tensor else (n,), 0.02, np.float32), "scale")
+    zero = numpy_helper.from_array(np.zeros(() if per_tensor else (n,), np.int8), "zero")
+    quantize = op == "QuantizeLinear"
+    x_type, y_type = ((TensorProto.FLOAT, TensorProto.INT8) if quantize
+                      else (TensorProto.INT8, TensorProto.FLOAT))
+    size = math.prod(shape)
+
+    def build() -> onnx.ModelProto:
+        node = helper.make_node(op, ["X", "scale", "zero"], ["Y"], axis=axis or 0)
+        graph = helper.make_graph([node], "bench", [value_info("X", shape, x_type)],
+                                  [value_info("Y", shape, y_type)], [scale, zero])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                 ir_version=IR_VERSION)
+    where = "per tensor" if per_tensor else f"axis {axis}"
+    blocks = 1 if per_tensor else math.prod(shape[:axis + 1])
+    return Bench(f"{op} {'x'.join(map(str, shape))} {where}", build, tier,
+                 _work(2 * size + 50 * blocks, 5 * size))
+
+
 class _Reader(quantization.CalibrationDataReader):
     """Two random input sets for quantize_static's ranges (the kernels ORT picks do not
     depend on them)."""
@@ -510,7 +537,13 @@ def _quantized() -> list[Bench]:
                conv(32, 128, 24, 1), conv(128, 128, 12), depthwise(64, 48), depthwise(256, 12)]
     # int8 activations in QOperator QLinearConv / QLinearMatMul (GEMM_S8S8)
     s8 = [conv(64, 64, 24), matmul(64, 256, 256), conv(32, 128, 24, 1)]
-    return ([quantized(b, "qdq", 0 if i < 4 else 1) for i, b in enumerate(qdq)]
+    # Standalone Q and DQ: per tensor, per channel on the first axis, per column on the last.
+    standalone = [quantize_linear(op, shape, axis, tier)
+                  for op in ("DequantizeLinear", "QuantizeLinear")
+                  for shape, axis, tier in (((256, 256), 1, 0), ((1 << 16,), None, 0),
+                                            ((1 << 20,), None, 1), ((256, 1024), 0, 1),
+                                            ((64, 1024), 1, 1))]
+    return (standalone + [quantized(b, "qdq", 0 if i < 4 else 1) for i, b in enumerate(qdq)]
             + [quantized(b, "dynamic", 0 if i < 2 else 1) for i, b in enumerate(dynamic)]
             + [quantized(b, "qop-s8", 0 if i < 1 else 1) for i, b in enumerate(s8)])
 

@@ -239,7 +239,8 @@ def _compute_bound(points: Sequence[Point], levels: Sequence[str], bandwidth: di
     for p, lv in zip(points, levels, strict=True):
         work = p.cost().vector_flops(tau)
         if work and p.bytes / (bandwidth[lv] * 1e9) < COMPUTE_BOUND_SHARE * p.seconds:
-            out.append((work, p.cost().flops() / p.bytes, work / (peak * p.seconds)))
+            # one call's work, as the estimator reads the curve (a per-axis Q's blocks)
+            out.append((work / p.calls, p.cost().flops() / p.bytes, work / (peak * p.seconds)))
     return out
 
 
