@@ -94,21 +94,25 @@ def test_a_constant_curve_from_too_few_points() -> None:
     assert curve.e_max == pytest.approx(math.sqrt(0.2 * 0.4))
 
 
-def test_run_calibration_fits_a_fake_machine() -> None:
-    """A machine whose every op takes max(FLOPs at 40% of peak, bytes at 20 GB/s) plus fixed
-    costs: the fit finds the overhead and bandwidths, and efficiencies near 40%."""
+def _fake_machine(model: onnx.ModelProto, threads: int) -> measure.Timer:
+    """A timer of a machine whose every op takes max(FLOPs at 40% of peak, bytes at 20 GB/s)
+    plus fixed costs (5 us a run, 1 us a kernel)."""
     peak = host_profile(1).peak_flops("fp32")
+    if model.graph.node[0].op_type == "Relu" and model.graph.input[0].type.tensor_type \
+            .shape.dim[-1].dim_value == 16:  # the overhead chain
+        return lambda min_time_s: 5e-6 + 1e-6 * len(model.graph.node)
+    result = measure.analyze(model)
+    cost = result.group_costs[0].cost
+    assert cost is not None
+    work = max(cost.flops() / (0.4 * peak), (cost.bytes_read + cost.bytes_written) / 20e9)
+    return lambda min_time_s: 5e-6 + 1e-6 + work
 
-    def prepare(model: onnx.ModelProto, threads: int) -> measure.Timer:
-        if model.graph.node[0].op_type == "Relu" and model.graph.input[0].type.tensor_type \
-                .shape.dim[-1].dim_value == 16:  # the overhead chain
-            return lambda min_time_s: 5e-6 + 1e-6 * len(model.graph.node)
-        result = measure.analyze(model)
-        cost = result.group_costs[0].cost
-        assert cost is not None
-        work = max(cost.flops() / (0.4 * peak), (cost.bytes_read + cost.bytes_written) / 20e9)
-        return lambda min_time_s: 5e-6 + 1e-6 + work
 
+def test_run_calibration_fits_a_fake_machine() -> None:
+    """The fake machine (`_fake_machine`): the fit finds the overhead and bandwidths, and
+    efficiencies near 40%."""
+    peak = host_profile(1).peak_flops("fp32")
+    prepare = _fake_machine
     # 0.3 s: the coarse tier always runs; analyzing the rest alone takes longer than that.
     cal = measure.run_calibration(1, budget_s=0.3, progress=False, prepare=prepare)
     assert cal.kernel_overhead_us == pytest.approx(1.0, rel=1e-6)
@@ -179,6 +183,26 @@ def test_a_real_mini_calibration() -> None:
         if f:
             assert 0 < cal.efficiency(point.op_class, f, f / point.bytes) <= 1
     assert {"elementwise", "conv", "gemm"} <= set(cal.curves)
+
+
+def test_a_native_calibration_fetches_cold_weights_at_main_memory_rate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native executor packs each Conv's weights into a buffer of its own, so the cold
+    probe's shared chain would share nothing: a native-cpu calibration does not time the
+    probe's chains (more than one Conv) and charges cold weights at main memory's fitted
+    rate, the fake machine's 20 GB/s."""
+    def prepare(model: onnx.ModelProto, threads: int) -> measure.Timer:
+        assert sum(n.op_type == "Conv" for n in model.graph.node) <= 1, "timed a chain"
+        return _fake_machine(model, threads)
+
+    # the coarse tier and a Relu of 64 MB each way, so that main memory's rate is fitted
+    benches = [*(b for b in catalogue.benchmarks() if b.tier == 0),
+               catalogue.unary("Relu", 1 << 24, 0)]
+    monkeypatch.setattr(measure, "benchmarks", lambda: benches)
+    cal = measure.run_calibration(1, budget_s=5.0, progress=False, prepare=prepare,
+                                  backend="native-cpu")
+    assert cal.cold_weight_gbps == pytest.approx(20.0, rel=0.05)
+    assert cal.cold_weight_gbps == cal.bandwidth_gbps[host_profile(1).main_memory.name]
 
 
 def test_a_real_mini_calibration_of_the_native_executor() -> None:
