@@ -116,6 +116,25 @@ def test_conv_fuzz(case: dict) -> None:
     check(model_of(nodes, feeds, weights, ["y" if case["relu"] else "c"]), feeds)
 
 
+@pytest.mark.parametrize(("k", "s", "d", "pads"), [
+    (3, 1, 1, [1, 1, 1, 1]), (3, 2, 1, [1, 1, 1, 1]), (3, 2, 1, [0, 0, 1, 1]),
+    (5, 1, 1, [2, 2, 2, 2]), (5, 2, 1, [2, 1, 2, 1]), (3, 1, 2, [2, 2, 2, 2]),
+    (3, 3, 1, [1, 0, 0, 1]), (2, 1, 1, [0, 1, 1, 0]),
+])
+def test_depthwise_on_planes_wider_than_a_vector(k: int, s: int, d: int, pads: list[int]
+                                                 ) -> None:
+    # The fuzzed planes (<= 13 wide) fit in the edge blocks of every ISA; 37x41 planes also
+    # run the depthwise kernel's interior blocks, which load the input in place, and both
+    # masked edges (41 = 2 x 16 + 9 on AVX-512, 5 x 8 + 1 on AVX2).
+    rng = np.random.default_rng(k * 100 + s * 10 + d)
+    x, w, b = rand(rng, 1, 24, 37, 41), rand(rng, 24, 1, k, k), rand(rng, 24)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=24, strides=[s, s],
+                              dilations=[d, d], pads=pads, kernel_shape=[k, k]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    weights = {"w": w, "b": b, "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})
+
+
 @FUZZ
 @given(op=st.sampled_from(["MaxPool", "AveragePool"]), k=pairs(1, 4), s=pairs(1, 3),
        pads=st.lists(st.integers(0, 1), min_size=4, max_size=4), ceil=st.integers(0, 1),
