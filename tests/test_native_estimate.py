@@ -311,6 +311,8 @@ def test_native_cuda_costs_the_plans_launches_on_a_gpu_profile(tmp_path: Path) -
     r, cpu = _kernels(path)
     _, cuda = _kernels(path, NATIVE_CUDA_MODEL)
     assert [k.cls for k in cuda[r.groups[0].id]] == [k.cls for k in cpu[r.groups[0].id]]
+    # the CPU core's GEMM tiles are not the CUDA kernels': their MACs are the products' own
+    assert [k.cost.macs for k in cuda[r.groups[0].id] if k.cls == "gemm"] == [s * d * s] * 2
     est = analyze(path, hardware=["a100"], runtime=NATIVE_CUDA).estimates["a100"]
     plain = analyze(path, hardware=["a100"]).estimates["a100"]
     (group,) = est.groups.values()

@@ -96,12 +96,15 @@ class NativePlan:
             if group.id in refused or any(node_costs.get(k) is None for k in group.nodes):
                 out[group.id] = fallback.get(group.id)
                 continue
-            out[group.id] = [_kernel(mg, k, node_costs, model) for k in step.kernels]
+            out[group.id] = [_kernel(mg, k, node_costs, model, self.runtime == NATIVE_CPU)
+                             for k in step.kernels]
         return out
 
 
 def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
-            model: LoadedModel) -> Kernel:
+            model: LoadedModel, cpu: bool) -> Kernel:
+    """Plan kernel `k` as the estimator costs it; `cpu`: as the C++ CPU core runs it (its GEMM
+    tiles, its epilogue passes), which the CUDA executor's kernels do not share."""
     if not k.nodes:  # a folded tensor copied into the arena: read once, written once
         nbytes = sum(model.tensors[n].nbytes for n in k.outputs)
         name = k.inputs[0] or ""
@@ -110,13 +113,13 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
     if k.op == "Copy" and len(k.nodes) == 1 and mg.info(k.nodes[0]).op_type in VIEWS:
         return _copied_view(mg, k)
     cls = _CLASS_OF_KERNEL.get(k.op) or node_class(mg.info(k.nodes[0]))
-    passes = frozenset(k.nodes[1:]) if _interpreted(k) else frozenset()
+    passes = frozenset(k.nodes[1:]) if cpu and _interpreted(k) else frozenset()
     dims = {name: model.tensors[name].dims for name in [*k.inputs, *k.outputs]
             if name and name in model.tensors}
     calls = _gemm_calls(k, dims)
     kernel = kernel_of(mg, k.nodes, costs, cls, ANY, ANY, passes=passes, calls=calls,
                        runs=copy_runs(k, dims))
-    if cls in ("conv", "grouped_conv", "gemm") and (tile := gemm_tile()) is not None:
+    if cpu and cls in ("conv", "grouped_conv", "gemm") and (tile := gemm_tile()) is not None:
         shape = _gemm_shape(k, dims.get(k.outputs[0], ()), calls)
         kernel = dataclasses.replace(kernel, cost=dataclasses.replace(
             kernel.cost, macs=round(kernel.cost.macs * tile_work(*shape, *tile))))
