@@ -44,7 +44,7 @@ def estimates(models: list[str], profiles: list[str]) -> dict[str, list]:
                     profile = dataclasses.replace(hw, runtime=Runtime(runtime))
                 else:
                     profile = dataclasses.replace(hw, extra={**hw.extra, "runtime": runtime})
-                e = result.estimate(profile, "fp32")
+                e = result.estimate(profile)  # the graph's own: fp32, or a quantized model's
                 out[f"{Path(model).name}/{key}/{runtime or 'per-group'}"] = [repr(e.latency_s)] + [
                     [g, repr(ge.latency_s)] for g, ge in sorted(e.groups.items()) if ge]
     return out

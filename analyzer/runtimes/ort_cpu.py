@@ -15,7 +15,7 @@ constant mask added (Swin's shifted-window mask, -100) reads `share` float32 den
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -368,9 +368,21 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
                  if group.pattern == ATTENTION and not in_attention_block(mg, mg.info(k))]
         return [without_work_of(whole, [costs[k] for k in apart])] + [  # type: ignore[misc]
             _ort_kernel(mg, [k], "other", costs, block) for k in apart]
-    kernels: list[tuple[list[str], str]] = []  # (nodes, role: anchor / closed / vector / other)
+    kernels = _node_runs(mg, group.nodes)
+    out = [k for nodes, role in kernels for k in (
+        _unfused_kernels(mg, nodes, costs) if _int8_unfused(mg, nodes)
+        else [_ort_kernel(mg, nodes, role, costs, block)])]
+    return out or [Kernel("data_movement", Cost(), (), launches=0)]
+
+
+def _node_runs(mg: ModelGraph, nodes: Sequence[str]) -> list[tuple[list[str], str]]:
+    """A group's nodes cut into the kernels ORT runs (`ort_kernels`' rules for a group that
+    no special case takes), each with its role: "anchor" (a Conv, Gemm, MatMul or lone
+    BatchNormalization still taking what follows it), "closed" (one that took its
+    activation), "vector" (a run of elementwise nodes) or "other"."""
+    kernels: list[tuple[list[str], str]] = []
     riders: list[str] = []  # quantization edges waiting for the kernel that reads them
-    for key in group.nodes:
+    for key in nodes:
         info = mg.info(key)
         if info.op_type == "Constant":
             continue
@@ -409,10 +421,7 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
         kernels[-1][0].extend(riders)
     elif riders:  # a group of quantization edges alone (the model's input Q, output DQ)
         kernels += [([k], "other") for k in riders]
-    out = [k for nodes, role in kernels for k in (
-        _unfused_kernels(mg, nodes, costs) if _int8_unfused(mg, nodes)
-        else [_ort_kernel(mg, nodes, role, costs, block)])]
-    return out or [Kernel("data_movement", Cost(), (), launches=0)]
+    return kernels
 
 
 def _conv_integer_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
