@@ -34,17 +34,9 @@ each by the roofline above with its own overhead. Uncalibrated profiles, and run
 without a model, run one kernel per group. Fusion's groups are unchanged; only their cost is
 split.
 
-Cold weights. On a profile whose calibration measured it, each kernel of a model also fetches
-its weights cold, not overlapped with its work (`cold_weights`): the micro-benchmarks a
-calibration fits run one kernel over and over, with its weights in cache.
-
-Denormal operands. A kernel whose runtime model says that a `share` of its operands are
-float32 denormals (ORT's: a MatMul reading a softmax over Swin's shifted-window mask) costs
-
-    latency_s · (1 + share · (factor - 1))
-
-with `factor` the calibration's measured MatMul slowdown on denormal operands
-(`runtime.denormal_factor`; 1 when not measured: a GPU flushes denormals to zero).
+Two refinements per kernel, where a calibration measured them: its weights fetched cold, not
+overlapped with its work (`cold_weights`: the micro-benchmarks a calibration fits run one
+kernel over and over, weights in cache), and float32 denormal operands (`denormal_slowed`).
 """
 
 from __future__ import annotations
@@ -225,8 +217,11 @@ def absorbed(k: Kernel, hw: HardwareProfile, precision: Precision, eff: Efficien
 
 def denormal_slowed(e: GroupEstimate, share: float, factor: float,
                     static_w: float) -> GroupEstimate:
-    """A kernel reading `share` denormal operands: its time x (1 + share · (factor - 1)); the
-    extra time costs static power."""
+    """A kernel whose runtime model says a `share` of its operands are float32 denormals
+    (ORT's: a MatMul reading a softmax over Swin's shifted-window mask): its time
+    x (1 + share · (factor - 1)), `factor` the calibration's measured MatMul slowdown on
+    denormal operands (`runtime.denormal_factor`; 1 when not measured: a GPU flushes them to
+    zero); the extra time costs static power."""
     scale = 1 + share * (max(factor, 1.0) - 1)
     extra = e.latency_s * (scale - 1)
     return dataclasses.replace(e, latency_s=e.latency_s + extra, compute_s=e.compute_s * scale,
@@ -234,8 +229,7 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
 
 
 def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
-                 precision: Precision
-                 ) -> GroupEstimate:
+                 precision: Precision) -> GroupEstimate:
     """A kernel of a network, whose weights were last read one inference ago: on a profile
     whose calibration measured the rate of that fetch (`runtime.cold_weight_gbps`), the
     fetch of its W weight bytes serializes with the kernel's arithmetic but overlaps its
@@ -278,8 +272,7 @@ def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
 
 
 def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precision,
-                 eff: Efficiency
-                 ) -> GroupEstimate:
+                 eff: Efficiency) -> GroupEstimate:
     """A group run as `kernels`, one after another: each kernel's roofline with its cold
     weight fetch (or, run inside another kernel, its marginal cost: `absorbed`), slowed by its
     denormal operands, then its epilogue's pass; `combine`d. A kernel whose MACs run at
