@@ -574,3 +574,19 @@ def test_a_grouped_conv_integer_is_a_gemm_call_per_group(group, cls, calls) -> N
     assert (kernel.cls, kernel.calls) == (cls, calls)
     reuse = 2 * 9 * 144 / (4 * (9 + 9 * 144 + 144)) if group > 1 else 0.0
     assert kernel.reuse == pytest.approx(reuse)
+
+
+def test_a_calibration_point_carries_its_largest_kernels_work_alone() -> None:
+    """quantize_dynamic's depthwise Conv is 6 ORT kernels; its calibration point is the
+    grouped ConvInteger's: its MACs (64 channels x 9 x 48²), none of the other kernels'
+    FLOPs (DynamicQuantizeLinear, Cast, Mul, Add: the estimator costs them apart), 64 calls."""
+    from onnxlens.analyzer.hardware import ORT_CPU
+    from onnxlens.analyzer.host import host_profile
+    from onnxlens.backends.calibrate import catalogue
+    from onnxlens.backends.calibrate.measure import _kernels_of, _point
+
+    model = catalogue.quantized(catalogue.depthwise(64, 48), "dynamic").build()
+    p = _point("dw", model, 1e-3, 0.0, 0.0, _kernels_of(ORT_CPU, host_profile(1)))
+    assert p is not None
+    assert (p.op_class, p.macs, p.other_flops, p.calls) == (
+        "grouped_conv_integer", 64 * 9 * 48 * 48, 0, 64)

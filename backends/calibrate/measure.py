@@ -367,8 +367,13 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
         return Point(name, op_class(result.graph, group, costs), cost.macs, cost.other_flops,
                      nbytes, seconds, transcendental=cost.transcendental)
     main = max(kernels, key=lambda k: k.cost.flops())
-    # Its kernels' work (the group's, less what ORT does not run: a quantized kernel's DQs)
-    work = sum((k.cost + k.epilogue for k in kernels), Cost())
+    # Its largest kernel's work (less what ORT does not run: a quantized kernel's DQs): the
+    # estimator costs the other kernels apart at their own classes, so their FLOPs in this
+    # point would be charged to the main kernel's class (quantize_dynamic's depthwise Conv is
+    # 6 kernels, whose DynamicQuantizeLinear, Cast, Mul and Add do 1.5 MFLOP to its 2.7: with them
+    # the grouped ConvInteger curve read MobileNetV2's depthwise ConvIntegers 3x fast). Their
+    # time stays in the point's (a few percent of a Conv's).
+    work = main.cost + main.epilogue
     return Point(name, main.cls, work.macs, work.other_flops, nbytes, seconds, main.reuse,
                  main.calls, work.transcendental, main.epilogue.other_flops,
                  main.epilogue.transcendental, main.runs, main.rows,
