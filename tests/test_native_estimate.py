@@ -55,6 +55,15 @@ def _kernels(path: Path, model: object = NATIVE_CPU_MODEL) -> tuple[object, dict
     return r, out
 
 
+def _attention(tmp_path: Path, s: int, d: int) -> Path:
+    """softmax(x·xᵀ)·x of x [s, d]: one fused attention group."""
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "xt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "x"], ["y"])]
+    return _save(tmp_path, nodes, [], [s, d], [s, d])
+
+
 def test_the_models_register_with_the_backends() -> None:
     assert kernel_model(NATIVE_CPU) is NATIVE_CPU_MODEL
     assert kernel_model(NATIVE_CUDA) is NATIVE_CUDA_MODEL
@@ -221,11 +230,7 @@ def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:
     [s, s] scores are written by the first and read by the second, the probabilities written
     by the second and read by the third."""
     s, d = 32, 16
-    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
-             helper.make_node("MatMul", ["x", "xt"], ["scores"]),
-             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "x"], ["y"])]
-    path = _save(tmp_path, nodes, [], [s, d], [s, d])
+    path = _attention(tmp_path, s, d)
     r, out = _kernels(path)
     kernels = [k for g in r.groups for k in out[g.id]]
     by_node = {k.nodes[-1]: k for k in kernels}
@@ -303,11 +308,7 @@ def test_native_cuda_costs_the_plans_launches_on_a_gpu_profile(tmp_path: Path) -
     assert {"MatMul", "Softmax", "Elementwise"} <= cuda_kernel_ops()
     assert "Gather" not in cuda_kernel_ops()
     s, d = 32, 16
-    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
-             helper.make_node("MatMul", ["x", "xt"], ["scores"]),
-             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "x"], ["y"])]
-    path = _save(tmp_path, nodes, [], [s, d], [s, d])
+    path = _attention(tmp_path, s, d)
     r, cpu = _kernels(path)
     _, cuda = _kernels(path, NATIVE_CUDA_MODEL)
     assert [k.cls for k in cuda[r.groups[0].id]] == [k.cls for k in cpu[r.groups[0].id]]
