@@ -558,3 +558,17 @@ def test_profile_gives_kernels_per_run() -> None:
     assert len(runs) == 3
     assert [k.op_type for k in runs[0]] == ["Relu", "Sigmoid"]
     assert all(k.duration_s >= 0 and k.input_shapes == ((1, 64),) for k in runs[0])
+
+
+def test_a_per_call_curve_recovers_a_few_flops_fixed_cost_per_call() -> None:
+    """A per-axis DequantizeLinear read per block: calls of 3 FLOPs at a fixed cost of 30
+    FLOPs' time each (e = 0.1 · f / (f + 30)) beside per-tensor ones of 3e3-1e6 FLOPs. Offered
+    the low grid (`per_call`) the fit reads a 3-FLOP call within 10%; the plain grid, whose
+    smallest f_half is 1000, cannot."""
+    flops = np.array([3.0, 3.0, 3e3, 5e4, 1e6])
+    intensity = np.full(5, 0.6)
+    eff = 0.1 * flops / (flops + 30.0)
+    assert fit.fit_curve(flops, intensity, eff, per_call=True)(3.0, 0.6) == pytest.approx(
+        0.1 * 3 / 33, rel=0.1)
+    assert fit.fit_curve(flops, intensity, eff)(3.0, 0.6) != pytest.approx(0.1 * 3 / 33,
+                                                                            rel=0.5)

@@ -35,6 +35,10 @@ FIT_ROUNDS = 4
 LEVEL_POINTS = 3  # benchmarks a memory level needs for an i_half factor of its own
 LEVEL_GRID = np.logspace(-1, 2, 31)  # the i_half factors a level may take (1 included)
 F_HALF_GRID = (0.0, *np.logspace(3, 10, 57))
+# Below it, for a class read per call whose calls are a few FLOPs (a per-axis
+# DequantizeLinear's blocks of one element: 3 FLOPs, 1.1 ns each, an f_half of ~30): offered
+# to such classes only (`fit_curve`'s `per_call`), so no other curve's fit changes.
+F_HALF_LOW_GRID = tuple(np.logspace(0, 3, 25)[:-1])
 I_HALF_GRID = (0.0, *np.logspace(-2, 3, 41))
 # Plain vector FLOPs one transcendental evaluation may cost (1: as cheap as an add).
 TRANSCENDENTAL_GRID = np.logspace(0, 2, 31)
@@ -264,7 +268,8 @@ def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float
         eff_points = _compute_bound(mine, [memory_level(hw, p.bytes).name for p in mine],
                                     {lv: math.inf for lv in bandwidth}, peak, tau)
         if len(eff_points) >= LEVEL_POINTS:
-            curves[cls] = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)))
+            curves[cls] = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)),
+                                    per_call=any(p.calls > 1 for p in mine))
     return curves
 
 
@@ -328,7 +333,7 @@ def describe_fit_check(cal: Calibration) -> str:
 
 
 def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
-              levels: Sequence[str] = (), reuse: bool = True) -> Curve:
+              levels: Sequence[str] = (), reuse: bool = True, per_call: bool = False) -> Curve:
     """Least absolute deviations on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half · level
     factor), with e_max <= 1. The shape is fitted on the most common level's points (the
     reference, factor 1; all points when no levels are given): a grid over (f_half, i_half)
@@ -337,13 +342,15 @@ def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
     is refitted on all. Intensities past the largest fitted one are read as it (no
     extrapolation). Absolute, not squared, deviations: one odd benchmark (a channel count ORT
     runs on a slow path) must not drag a whole class. Fewer than 3 points fit e_max alone;
-    `reuse` False fits no reuse factor (i_half 0)."""
+    `reuse` False fits no reuse factor (i_half 0); `per_call` offers F_HALF_LOW_GRID too."""
     y = np.log(eff)
     names = np.asarray(levels if len(levels) else [""] * len(y))
     counts = {lv: int((names == lv).sum()) for lv in dict.fromkeys(names.tolist())}
     reference, *others = sorted(counts, key=lambda lv: -counts[lv])
     ref = names == reference
     f_grid = np.asarray(F_HALF_GRID if ref.sum() >= 3 else (0.0,))
+    if per_call and ref.sum() >= 3:
+        f_grid = np.asarray(sorted((*F_HALF_GRID, *F_HALF_LOW_GRID)))
     i_grid = np.asarray(I_HALF_GRID if reuse and ref.sum() >= 3 else (0.0,))
     g = (np.log(flops[ref] / (flops[ref] + f_grid[:, None]))[:, None, :]
          + np.log(intensity[ref] / (intensity[ref] + i_grid[:, None]))[None, :, :])
