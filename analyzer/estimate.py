@@ -10,6 +10,8 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
                  (its boundary tensors: inputs incl. weights, and outputs)
     memory_s   = bytes / bandwidth(level)
     overhead_s = kernel_launch_us · 1e-6                          # per kernel
+    compute_s += rows · norm_row_ns; memory_s += runs · copy_run_ns + elements · copy_element_ns
+                 (a kernel that loops over rows, copy runs or single elements: `estimate_group`)
     latency_s  = max(compute_s, memory_s) + overhead_s            # compute and memory overlap
     bound      = "compute" | "memory:<level>" | "overhead", whichever term is largest
     energy_j   = FLOPs · pJ/FLOP(p) + bytes · pJ/byte(level) + static_w · latency_s
@@ -123,26 +125,18 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precisi
                    efficiency: Efficiency, launches: int = 1, reuse: float = 0.0,
                    calls: int = 1, runs: int = 0, rows: int = 0, elements: int = 0
                    ) -> GroupEstimate:
-    """One kernel's roofline (module docstring); `launches` kernel overheads (0: the work runs
-    inside another kernel, as a sum ORT folds into the convolution before it). A kernel that
-    is `calls` GEMMs of `reuse` FLOP/B each (a grouped convolution: `group_gemms`) reads its
-    MAC efficiency at one call's FLOPs and that reuse: the per-call cost t0 is paid `calls`
-    times, t = calls·t0 + F/(e·peak), which is the curve's F/(F + f_half) factor at
-    F / calls. With a reuse, a call's F is its GEMM's 2·M·K·N alone, so that F / reuse is
-    its operands' bytes, the working set whose memory level the curve reads (the epilogue's
-    FLOPs had pushed ShuffleNet's 58-channel depthwise calls, 31.4 KB of operands, past a
-    32 KB L1 and doubled their estimate). A kernel that copies `runs` contiguous runs one at
-    a time (a Transpose: `transpose_runs`) pays, on a profile whose calibration fitted it,
-    `runtime.copy_run_ns` per run on top of its bytes, in its memory term, and one that
-    copies `elements` one at a time (ORT's element-wise Transpose: `transpose_elements`)
-    `runtime.copy_element_ns` per element likewise (measured, ORT 1.31, Zen 5: 2.2 ns per
-    element at every shape tried, where the bytes at the bandwidth say 0.1). One that
-    normalizes `rows` rows one at a time (ORT's LayerNormalization, Softmax:
-    `normalized_rows`) pays `runtime.norm_row_ns` per row on top of its FLOPs, in its compute
-    term: each row's reductions are a serial chain whose result the row's second pass waits
-    for, t = rows·t_row + F / (eff·peak) (measured, ORT 1.31, Zen 5: LayerNormalization 14 ns
-    per row and 0.35 ns per element, so rows of 24 take 2.6x what their FLOPs at the rate of
-    rows of 768 say)."""
+    """One kernel's roofline (module docstring); `launches` kernel overheads (0: its work runs
+    inside another kernel). A kernel of `calls` GEMMs (a grouped convolution, a batched
+    MatMul) reads its MAC efficiency at one call's FLOPs, so the per-call cost t0 is paid
+    `calls` times: t = calls·t0 + F/(e·peak); with a `reuse`, a call's F is its GEMM's
+    2·M·K·N alone and F / reuse its operands' bytes, whose level the curve reads (the
+    epilogue's FLOPs had pushed ShuffleNet's depthwise calls past a 32 KB L1). A kernel that
+    copies `runs` contiguous runs or `elements` single elements one at a time (ORT's
+    Transposes) pays the calibration's per-run or per-element cost in its memory term
+    (measured, ORT 1.31, Zen 5: 2.2 ns per element, where bytes at the bandwidth say 0.1); one
+    that normalizes `rows` one at a time, each row's reduction a serial chain its second pass
+    waits for (ORT's LayerNormalization, Softmax), `norm_row_ns` per row in its compute term
+    (measured: 14 ns per row, 0.35 ns per element)."""
     nbytes = (cost.bytes_read + cost.bytes_written) * precision.byte_scale
     flops = cost.flops(2)
     intensity = flops / nbytes if nbytes else float("inf")
@@ -231,27 +225,18 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
 def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
                  precision: Precision) -> GroupEstimate:
     """A kernel of a network, whose weights were last read one inference ago: on a profile
-    whose calibration measured the rate of that fetch (`runtime.cold_weight_gbps`), the
-    fetch of its W weight bytes serializes with the kernel's arithmetic but overlaps its
-    stalls,
+    whose calibration measured that fetch's rate (`runtime.cold_weight_gbps`), fetching its W
+    weight bytes serializes with its arithmetic but overlaps its stalls,
 
         latency_s = max(latency_s, work_s + overhead_s + W / rate)
 
-    with work_s its FLOPs at its class's best efficiency (no size or reuse penalty); their
-    energy at main memory's pJ/byte. A compute-bound convolution pays the fetch on top
-    (measured: Conv chains with a weight per layer against one shared weight,
-    `backends.calibrate.measure.cold_weight_gbps`); a GEMV, whose time is already its weight stream,
-    is re-rated to it (VGG-11's FusedGemm layers, 16 to 411 MB, ran at 16-18 GB/s, the rate
-    the chains measured). Calibration benchmarks, hot, are not changed. Approximation,
-    signed: every weight counts as cold, which over-estimates a network small enough that
-    the caches keep its weights between runs.
-
-    A kernel below the main memory's ridge point (FLOPs per byte under peak / bandwidth: a
-    GEMV, one row times a weight matrix) is a linear stream over its weights, which the
-    hardware prefetchers run ahead of: they arrive at main memory's streaming bandwidth, not
-    at the chains' rate of fetches between arithmetic. Measured (Zen 5, ORT 1.31, 1 thread):
-    a decoder step's MatMuls of 4-64 MB of weights ran at 36-41 GB/s, DRAM streaming 41.7,
-    the chains 27.7; on the earlier hosts both rates were 14-18 GB/s."""
+    with work_s its FLOPs at its class's best efficiency; their energy at main memory's
+    pJ/byte. A compute-bound convolution pays the fetch on top (measured: Conv chains with a
+    weight per layer against one shared weight, `backends.calibrate.measure`); a kernel below
+    main memory's ridge point (a GEMV) is a linear stream the prefetchers run ahead of, at
+    main memory's bandwidth (Zen 5, ORT 1.31: a decoder step's 4-64 MB MatMuls at 36-41 GB/s,
+    DRAM 41.7, the chains 27.7). Approximation, signed: every weight counts as cold, which
+    over-estimates a network small enough for the caches to keep its weights between runs."""
     gbps = hw.runtime.cold_weight_gbps
     weights = cost.param_bytes * precision.byte_scale
     if gbps <= 0 or not weights:
