@@ -29,12 +29,11 @@ working-set rule ignores what the previous group left in cache; the
 model's latency is the sum over kernels in execution order (no overlap between kernels).
 
 Kernels of a runtime. A profile calibrated through a runtime (`runtime.name`, set by
-`analyzer.calibration`) is estimated as that runtime's kernels, since those are what its
-curves measured: the runtime's `KernelModel` (`analyzer.runtimes`; ONNX Runtime's CPU
-provider in `runtimes.ort_cpu`) takes the groups to its kernels, and `cost_kernels` costs
-each by the roofline above with its own overhead. Uncalibrated profiles, and runtimes
-without a model, run one kernel per group. Fusion's groups are unchanged; only their cost is
-split.
+`analyzer.calibration`) is estimated as that runtime's kernels, what its curves measured: the
+runtime's `KernelModel` (`analyzer.runtimes`; ONNX Runtime's CPU provider in
+`runtimes.ort_cpu`) takes the groups to its kernels, and `cost_kernels` costs each by the
+roofline above with its own overhead. Uncalibrated profiles, and runtimes without a model,
+run one kernel per group. Fusion's groups are unchanged; only their cost is split.
 
 Two refinements per kernel, where a calibration measured them: its weights fetched cold, not
 overlapped with its work (`cold_weights`: the micro-benchmarks a calibration fits run one
@@ -46,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .calibration import constant_efficiency
 from .cost.base import Cost
@@ -122,9 +122,13 @@ def peak_seconds(cost: Cost, hw: HardwareProfile, precision: Precision) -> float
 
 
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precision,
-                   efficiency: Efficiency, launches: int = 1, reuse: float = 0.0,
-                   calls: int = 1, runs: int = 0, rows: int = 0, elements: int = 0
-                   ) -> GroupEstimate:
+                   efficiency: Efficiency, **shape: Any) -> GroupEstimate:
+    """`cost` as one kernel of class `cls` (`estimate_kernel`), shaped by `Kernel` fields."""
+    return estimate_kernel(Kernel(cls, cost, (), **shape), hw, precision, efficiency)
+
+
+def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
+                    efficiency: Efficiency) -> GroupEstimate:
     """One kernel's roofline (module docstring); `launches` kernel overheads (0: its work runs
     inside another kernel). A kernel of `calls` GEMMs (a grouped convolution, a batched
     MatMul) reads its MAC efficiency at one call's FLOPs, so the per-call cost t0 is paid
@@ -137,6 +141,7 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precisi
     that normalizes `rows` one at a time, each row's reduction a serial chain its second pass
     waits for (ORT's LayerNormalization, Softmax), `norm_row_ns` per row in its compute term
     (measured: 14 ns per row, 0.35 ns per element)."""
+    cost, cls, reuse, calls = k.cost, k.cls, k.reuse, k.calls
     nbytes = (cost.bytes_read + cost.bytes_written) * precision.byte_scale
     flops = cost.flops(2)
     intensity = flops / nbytes if nbytes else float("inf")
@@ -149,11 +154,11 @@ def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precisi
                          intensity)
     else:
         eff = 1.0  # no arithmetic
-    compute_s = peak_seconds(cost, hw, precision) / eff + rows * hw.runtime.norm_row_ns * 1e-9
+    compute_s = peak_seconds(cost, hw, precision) / eff + k.rows * hw.runtime.norm_row_ns * 1e-9
     level = memory_level(hw, nbytes)
     memory_s = nbytes / (level.bandwidth_gbps * 1e9) + (
-        runs * hw.runtime.copy_run_ns + elements * hw.runtime.copy_element_ns) * 1e-9
-    overhead_s = launches * hw.kernel_launch_us * 1e-6
+        k.runs * hw.runtime.copy_run_ns + k.elements * hw.runtime.copy_element_ns) * 1e-9
+    overhead_s = k.launches * hw.kernel_launch_us * 1e-6
     latency_s = max(compute_s, memory_s) + overhead_s
     if overhead_s >= max(compute_s, memory_s):
         bound = OVERHEAD
@@ -198,9 +203,9 @@ def absorbed(k: Kernel, hw: HardwareProfile, precision: Precision, eff: Efficien
     -0.3 us), and work added to a kernel does not speed it up."""
     host = k.host
     assert host is not None
-    args = (host.cls, hw, precision, eff, 0, host.reuse, host.calls)
-    alone = estimate_group(host.cost, *args)
-    both = estimate_group(host.cost + k.cost, *args)
+    alone, both = (estimate_kernel(Kernel(host.cls, cost, (), launches=0, reuse=host.reuse,
+                                          calls=host.calls), hw, precision, eff)
+                   for cost in (host.cost, host.cost + k.cost))
     nbytes = (k.cost.bytes_read + k.cost.bytes_written) * precision.byte_scale
     return GroupEstimate(max(0.0, both.latency_s - alone.latency_s),
                          max(0.0, both.energy_j - alone.energy_j),
@@ -268,9 +273,7 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precisio
         costs.append(k.cost)
         at = precision if k.peak is None else dataclasses.replace(precision, peak=k.peak)
         parts.append(absorbed(k, hw, at, eff) if k.host else cold_weights(
-            estimate_group(k.cost, k.cls, hw, at, eff, k.launches, k.reuse, k.calls,
-                           k.runs, k.rows, k.elements),
-            k.cost, k.cls, hw, at))
+            estimate_kernel(k, hw, at, eff), k.cost, k.cls, hw, at))
         if k.denormal_share:
             parts[-1] = denormal_slowed(parts[-1], k.denormal_share, factor, hw.static_w)
         if k.epilogue.other_flops:

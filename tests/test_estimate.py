@@ -562,8 +562,9 @@ def test_a_folded_kernel_never_makes_its_host_faster(gpu) -> None:
 
     conv = Kernel("conv", Cost(macs=10**10, bytes_read=40 * 10**6, bytes_written=8 * 10**6), ())
     add = Kernel("conv", Cost(other_flops=2 * 10**6, bytes_read=8 * 10**6), (), host=conv)
-    alone = estimate_group(conv.cost, "conv", gpu, what_if("fp32"), eff, 0)
-    both = estimate_group(conv.cost + add.cost, "conv", gpu, what_if("fp32"), eff, 0)
+    alone = estimate_group(conv.cost, "conv", gpu, what_if("fp32"), eff, launches=0)
+    both = estimate_group(conv.cost + add.cost, "conv", gpu, what_if("fp32"), eff,
+                          launches=0)
     assert both.latency_s < alone.latency_s  # the curve's artefact the marginal must not show
     marginal = absorbed(add, gpu, what_if("fp32"), eff)
     assert marginal.latency_s == marginal.compute_s == 0.0

@@ -317,8 +317,8 @@ def fit_check(cal: Calibration) -> dict[str, float]:
     errors: dict[str, list[float]] = {}
     for p in cal.points:
         seconds = estimate_group(p.cost(), p.op_class, hw, class_precision(p.op_class),
-                                 cal.efficiency, 0, p.reuse, p.calls, p.runs,
-                                 p.rows, p.elements).latency_s
+                                 cal.efficiency, launches=0, reuse=p.reuse, calls=p.calls,
+                                 runs=p.runs, rows=p.rows, elements=p.elements).latency_s
         if p.pass_flops:
             seconds += activation_pass(p.pass_cost(), hw, FP32, cal.efficiency).latency_s
         errors.setdefault(p.op_class, []).append(abs(seconds / p.seconds - 1))
