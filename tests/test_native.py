@@ -135,6 +135,22 @@ def test_depthwise_on_planes_wider_than_a_vector(k: int, s: int, d: int, pads: l
     check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})
 
 
+@pytest.mark.parametrize(("n", "h", "w"), [(1, 7, 7), (2, 7, 7), (1, 6, 3), (2, 4, 5), (1, 3, 1)])
+def test_conv_narrow_columns(n: int, h: int, w: int) -> None:
+    # A tile's last few columns past its whole vectors run column by column (gemm_ucols):
+    # 49 = 32 + 16 + 1 columns on AVX-512 (3 x 16 + 1 on AVX2), 18 = 16 + 2, 20 = 16 + 4,
+    # 3 alone; two images put both images' columns in one tile. 40 channels x 9 taps = 360
+    # rows of K: two K blocks, the second accumulating; the bias, residual and Relu are stored
+    # by the narrow kernel too.
+    rng = np.random.default_rng(h * 10 + w + n)
+    x, r = rand(rng, n, 40, h, w), rand(rng, n, 20, h, w)
+    weights = {"w": rand(rng, 20, 40, 3, 3), "b": rand(rng, 20)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "r"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    check(model_of(nodes, {"x": x, "r": r}, weights, ["y"]), {"x": x, "r": r})
+
+
 @FUZZ
 @given(op=st.sampled_from(["MaxPool", "AveragePool"]), k=pairs(1, 4), s=pairs(1, 3),
        pads=st.lists(st.integers(0, 1), min_size=4, max_size=4), ceil=st.integers(0, 1),

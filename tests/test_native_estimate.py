@@ -212,16 +212,22 @@ def test_a_batched_matmul_is_a_gemm_per_matrix(tmp_path: Path) -> None:
 
 def test_a_gemm_computes_whole_tiles() -> None:
     """The core's GEMM work over the product's own, by hand, on AVX-512's 8 x 32 tile:
-    512 x 49 (ResNet's last 3x3 convolutions) computes 512 x 64; 240 x 1 (a squeeze-excite
-    1x1 convolution of one pixel) 240 x 32; 1 x 1000 (the classifier, a matrix-vector
-    product) 1 x 1024; 17 rows are two tiles and a one-row product (17); 10 rows, two tiles
-    (16). The ISA's tile is ops.def's row."""
+    512 x 49 (ResNet's last 3x3 convolutions) computes 32 + 16 columns and 1 narrow one at 4
+    (52 of 49); 512 x 196 six tiles, then 4 narrow columns (192 + 16); 512 x 784, 24 tiles
+    and a vector of 16 (exact); 512 x 25, 16 + a vector of 16 for 9 (no narrow run past 4);
+    240 x 1 (a squeeze-excite 1x1 convolution of one pixel) one narrow column (4); 1 x 1000
+    (the classifier, a matrix-vector product) 1 x 1024; 17 rows are two tiles and a one-row
+    product (17); 10 rows, two tiles (16). The ISA's tile is ops.def's row."""
     assert GEMM_TILES["avx512"] == (8, 32)
-    assert tile_work(512, 49, 8, 32) == pytest.approx(64 / 49)
-    assert tile_work(240, 1, 8, 32) == 32
+    assert tile_work(512, 49, 8, 32) == pytest.approx(52 / 49)
+    assert tile_work(512, 196, 8, 32) == pytest.approx(208 / 196)
+    assert tile_work(512, 784, 8, 32) == 1
+    assert tile_work(512, 25, 8, 32) == pytest.approx(32 / 25)
+    assert tile_work(240, 1, 8, 32) == 4
     assert tile_work(1, 1000, 8, 32) == pytest.approx(1.024)
     assert tile_work(17, 32, 8, 32) == 1
     assert tile_work(10, 32, 8, 32) == pytest.approx(1.6)
+    assert tile_work(12, 49, 6, 16) == pytest.approx(52 / 49)  # AVX2: 3 x 16 + 1 narrow at 4
 
 
 def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:
@@ -236,10 +242,11 @@ def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:
     by_node = {k.nodes[-1]: k for k in kernels}
     qk, softmax, pv = (by_node[r.graph.producer[t]] for t in ("scores", "p", "y"))
     assert (qk.cls, softmax.cls, pv.cls) == ("gemm", "normalization", "gemm")
-    # each a GEMM of s rows: Q·Kᵀ s columns, P·V d, computed in whole tiles of nr columns
+    # each a GEMM of s rows: Q·Kᵀ s columns, P·V d, computed in whole vectors of nr / 2
+    # columns (AVX2's and AVX-512's 16 and 32 columns: 32 and 16 are whole vectors)
     nr = gemm_tile()[1] if gemm_tile() else 1
     assert qk.cost.macs == s * d * (-(-s // nr) * nr)
-    assert pv.cost.macs == s * s * (-(-d // nr) * nr)
+    assert pv.cost.macs == s * s * (-(-d // (nr // 2 or 1)) * (nr // 2 or 1))
     assert qk.cost.bytes_written == s * s * 4 == softmax.cost.bytes_read
     assert softmax.cost.bytes_written == s * s * 4
     assert pv.cost.bytes_read == (s * s + s * d) * 4

@@ -76,6 +76,9 @@ struct TileEpilogue {
   float lo, hi;
 };
 
+// The most columns gemm_ucols takes (kernel_model.py NARROW_COLS is the same number).
+constexpr int64_t kNarrowCols = 4;
+
 struct SimdKernels {
   const char* name;
   int mr, nr;  // the GEMM micro-tile
@@ -84,6 +87,10 @@ struct SimdKernels {
   // written, and the epilogue's column bias and residual read only there.
   void (*gemm_ukernel)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
                        bool acc, const TileEpilogue* e, int64_t n);
+  // The same for n <= kNarrowCols columns (B's panel still nr wide), column by column: the
+  // columns past a tile's whole vectors of nr / 2 (gemm.cpp `columns`).
+  void (*gemm_ucols)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                     bool acc, const TileEpilogue* e, int64_t n);
   // out[0, nr) = A_row[kc]^T B_panel[kc x nr], A_row[k] = a[k * as]: one row of a tile (a
   // matrix-vector product), without the mr - 1 rows of zeros the micro-kernel would multiply.
   void (*gemv_panel)(int64_t kc, const float* a, int64_t as, const float* b, float* out);

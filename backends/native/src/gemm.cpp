@@ -54,6 +54,26 @@ inline TileEpilogue tile_epilogue(const GemmC& c, int64_t i, int64_t j) {
   return e;
 }
 
+// The micro-kernel over n columns of a full-height tile: the columns past its whole vectors
+// (nr / 2 wide), when they are few, run narrow (gemm_ucols) instead of as a whole vector.
+void columns(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, float* c,
+             int64_t ldc, bool acc, const TileEpilogue* e, int64_t n) {
+  const int64_t narrow = n % (s.nr / 2);
+  if (narrow == 0 || narrow > kNarrowCols) {
+    s.gemm_ukernel(kc, ap, bp, c, ldc, acc, e, n);
+    return;
+  }
+  const int64_t wide = n - narrow;
+  if (wide > 0) s.gemm_ukernel(kc, ap, bp, c, ldc, acc, e, wide);
+  TileEpilogue shifted{};
+  if (e) {
+    shifted = *e;
+    if (shifted.col_bias) shifted.col_bias += wide;
+    if (shifted.residual) shifted.residual += wide;
+  }
+  s.gemm_ucols(kc, ap, bp + wide, c + wide, ldc, acc, e ? &shifted : nullptr, narrow);
+}
+
 // One micro-tile at C(i, j) of m x n valid elements; the last K block also runs a fast
 // epilogue.
 void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, const GemmC& c,
@@ -70,8 +90,8 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, co
       int64_t t1 = contiguous(c, j + t0, n - t0) ? n : t0 + 1;  // the whole rest, usually
       while (t1 < n && contiguous(c, j + t0, t1 - t0 + 1)) ++t1;
       if (fused) e = tile_epilogue(c, i, j + t0);
-      s.gemm_ukernel(kc, ap, bp + t0, c_at(c, i, j + t0), c.ldc, acc, fused ? &e : nullptr,
-                     t1 - t0);
+      columns(s, kc, ap, bp + t0, c_at(c, i, j + t0), c.ldc, acc, fused ? &e : nullptr,
+              t1 - t0);
       t0 = t1;
     }
     return;
