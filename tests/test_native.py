@@ -151,6 +151,18 @@ def test_conv_narrow_columns(n: int, h: int, w: int) -> None:
     check(model_of(nodes, {"x": x, "r": r}, weights, ["y"]), {"x": x, "r": r})
 
 
+@pytest.mark.parametrize(("s", "pads"), [(2, [1, 1, 1, 1]), (1, [0, 0, 0, 0]), (2, [0, 1, 0, 1])])
+def test_conv_im2col_vectors_across_rows(s: int, pads: list[int]) -> None:
+    # The implicit im2col reads each vector of a panel (16 lanes on AVX-512, 8 on AVX2) by its
+    # own step: output rows of 35 or 33 pixels put a row boundary inside some vectors (a
+    # gather) and not others (contiguous or every other float), in one panel.
+    rng = np.random.default_rng(s * 10 + sum(pads))
+    x = rand(rng, 1, 8, 40, 70)
+    weights = {"w": rand(rng, 24, 8, 3, 3), "b": rand(rng, 24)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=pads)]
+    check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})
+
+
 @FUZZ
 @given(op=st.sampled_from(["MaxPool", "AveragePool"]), k=pairs(1, 4), s=pairs(1, 3),
        pads=st.lists(st.integers(0, 1), min_size=4, max_size=4), ceil=st.integers(0, 1),

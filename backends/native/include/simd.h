@@ -30,7 +30,8 @@ struct Im2col {
   int64_t ncols;
   const int64_t* col_base;
   const int32_t* col_base32;   // the same as int32 for gathers, or null if they do not fit
-  const uint8_t* panel_step;  // per NR-panel: col_base rises by 1 or 2 from lane to lane, or 0
+  // per NR / 2-lane vector (two per panel): col_base rises by 1 or 2 from lane to lane, or 0
+  const uint8_t* vector_step;
   const uint64_t* masks;
   const int64_t* k_delta;
   const int32_t* k_pos;

@@ -90,9 +90,12 @@ class Im2colTables {
       col_base_[j] = n * image + (oy[j] * g.sh - g.pt) * g.W + (ox[j] * g.sw - g.pl);
     }
     masks_.assign(static_cast<size_t>(panels * kpos), 0);
-    step_.assign(static_cast<size_t>(panels), 0);
+    step_.assign(static_cast<size_t>(2 * panels), 0);
     for (int64_t panel = 0; panel < panels; ++panel) {
-      step_[panel] = panel_step(panel * nr, std::min<int64_t>(nr, ncols - panel * nr));
+      for (int64_t v = 0; v < 2; ++v) {
+        const int64_t j0 = panel * nr + v * (nr / 2);
+        step_[2 * panel + v] = vector_step(j0, std::min<int64_t>(nr / 2, ncols - j0));
+      }
       for (int t = 0; t < nr; ++t) {
         const int64_t j = panel * nr + t;
         if (j >= ncols) continue;
@@ -122,15 +125,15 @@ class Im2colTables {
     view_.ncols = ncols;
     view_.col_base = col_base_.data();
     view_.col_base32 = col_base32_.empty() ? nullptr : col_base32_.data();
-    view_.panel_step = step_.data();
+    view_.vector_step = step_.data();
     view_.masks = masks_.data();
     view_.k_delta = k_delta_.data();
     view_.k_pos = k_pos_.data();
     view_.kpos_count = kpos;
   }
 
-  // 1 or 2 when col_base rises by that from lane to lane over the panel's n columns, else 0.
-  uint8_t panel_step(int64_t j0, int64_t n) const {
+  // 1 or 2 when col_base rises by that from lane to lane over a vector's n columns, else 0.
+  uint8_t vector_step(int64_t j0, int64_t n) const {
     if (n <= 1) return 1;
     const int64_t step = col_base_[j0 + 1] - col_base_[j0];
     if (step != 1 && step != 2) return 0;
