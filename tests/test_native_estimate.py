@@ -69,6 +69,11 @@ def test_the_models_register_with_the_backends() -> None:
     assert kernel_model(NATIVE_CUDA) is NATIVE_CUDA_MODEL
 
 
+# Output channels of the convolutions below: whole row tiles on every ISA (mr 8, 6 and 4), so
+# that their MACs are the layer's own (a partial tile computes whole: `tile_work`).
+C = 24
+
+
 def test_a_conv_with_its_epilogue_is_one_kernel(tmp_path: Path) -> None:
     """Conv + bias + residual Add + Relu (ResNet's block end): one kernel of the group's own
     cost; the Add and the Relu run in its epilogue (at the kernel's rate), not in a pass of
@@ -76,16 +81,16 @@ def test_a_conv_with_its_epilogue_is_one_kernel(tmp_path: Path) -> None:
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["c", "x"], ["r"]),
              helper.make_node("Relu", ["r"], ["y"])]
-    path = _save(tmp_path, nodes, [_init("w", 8, 8, 3, 3), _init("b", 8)],
-                 [1, 8, 16, 16], [1, 8, 16, 16])
+    path = _save(tmp_path, nodes, [_init("w", C, C, 3, 3), _init("b", C)],
+                 [1, C, 16, 16], [1, C, 16, 16])
     r, out = _kernels(path)
     (group,) = r.groups
     (k,) = out[group.id]
     assert k.cls == "conv" and k.nodes == tuple(group.nodes)
-    assert k.cost.macs == 16 * 16 * 8 * 8 * 9  # H·W·Cout·Cin·kh·kw
-    out_bytes = 8 * 16 * 16 * 4
+    assert k.cost.macs == 16 * 16 * C * C * 9  # H·W·Cout·Cin·kh·kw
+    out_bytes = C * 16 * 16 * 4
     # reads x (once, for the conv and the residual), w, b; writes y
-    assert k.cost.bytes_read == out_bytes + (8 * 8 * 9 + 8) * 4
+    assert k.cost.bytes_read == out_bytes + (C * C * 9 + C) * 4
     assert k.cost.bytes_written == out_bytes
     assert not k.epilogue.other_flops  # no activation pass after the kernel
 
@@ -96,18 +101,18 @@ def test_an_epilogue_the_tile_cannot_store_is_a_pass_after_it(tmp_path: Path) ->
     Sigmoid's and the Mul's FLOPs are the kernel's epilogue pass (costed at the elementwise
     rate), 1 FLOP + 1 sigmoid and 1 FLOP per output element; the Conv (MACs and its bias)
     stays the kernel's. With a Relu instead, the tile applies it: no pass."""
-    n = 8 * 16 * 16  # output elements
+    n = C * 16 * 16  # output elements
     silu = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
             helper.make_node("Sigmoid", ["c"], ["s"]),
             helper.make_node("Mul", ["c", "s"], ["y"])]
     relu = [silu[0], helper.make_node("Relu", ["c"], ["y"])]
-    inits = [_init("w", 8, 8, 3, 3), _init("b", 8)]
-    r, out = _kernels(_save(tmp_path, silu, inits, [1, 8, 16, 16], [1, 8, 16, 16]))
+    inits = [_init("w", C, C, 3, 3), _init("b", C)]
+    r, out = _kernels(_save(tmp_path, silu, inits, [1, C, 16, 16], [1, C, 16, 16]))
     (k,) = out[r.groups[0].id]
     assert (k.epilogue.other_flops, k.epilogue.transcendental) == (2 * n, n)
-    assert (k.cost.macs, k.cost.other_flops, k.cost.transcendental) == (n * 8 * 9, n, 0)
+    assert (k.cost.macs, k.cost.other_flops, k.cost.transcendental) == (n * C * 9, n, 0)
     assert k.cost.bytes_written == n * 4  # the pass works on the output in cache
-    r, out = _kernels(_save(tmp_path, relu, inits, [1, 8, 16, 16], [1, 8, 16, 16]))
+    r, out = _kernels(_save(tmp_path, relu, inits, [1, C, 16, 16], [1, C, 16, 16]))
     (k,) = out[r.groups[0].id]
     assert not k.epilogue.other_flops and k.cost.other_flops == 2 * n  # bias, Relu
 
@@ -121,11 +126,11 @@ def test_a_native_calibration_point_is_read_through_the_plan(tmp_path: Path) -> 
     native = _kernels_of(NATIVE_CPU, hw)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("HardSwish", ["c"], ["y"])]
-    conv = onnx.load(_save(tmp_path, nodes, [_init("w", 8, 8, 3, 3)], [1, 8, 16, 16],
-                           [1, 8, 16, 16]))
+    conv = onnx.load(_save(tmp_path, nodes, [_init("w", C, C, 3, 3)], [1, C, 16, 16],
+                           [1, C, 16, 16]))
     p = _point("conv", conv, 1e-3, 0.0, 0.0, native)
     assert p is not None and (p.op_class, p.pass_flops, p.macs) == (
-        "conv", 5 * 8 * 16 * 16, 8 * 16 * 16 * 8 * 9)
+        "conv", 5 * C * 16 * 16, C * 16 * 16 * C * 9)
     bench = next(b for b in benchmarks() if b.name.startswith("Attention"))
     attention = bench.build()
     assert len(analyze(attention).groups) == 1
@@ -242,11 +247,14 @@ def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:
     by_node = {k.nodes[-1]: k for k in kernels}
     qk, softmax, pv = (by_node[r.graph.producer[t]] for t in ("scores", "p", "y"))
     assert (qk.cls, softmax.cls, pv.cls) == ("gemm", "normalization", "gemm")
-    # each a GEMM of s rows: Q·Kᵀ s columns, P·V d, computed in whole vectors of nr / 2
-    # columns (AVX2's and AVX-512's 16 and 32 columns: 32 and 16 are whole vectors)
-    nr = gemm_tile()[1] if gemm_tile() else 1
-    assert qk.cost.macs == s * d * (-(-s // nr) * nr)
-    assert pv.cost.macs == s * s * (-(-d // (nr // 2 or 1)) * (nr // 2 or 1))
+    # each a GEMM of s = 32 rows: Q·Kᵀ s columns, P·V d = 16, in whole vectors of nr / 2
+    # columns (16 and 32 columns on every ISA: whole vectors); the rows in tiles of mr, a last
+    # tile of more than one row computed whole: AVX-512's 8 and generic's 4 rows divide 32,
+    # AVX2's 6 take 5 tiles and one of 2 rows computed as 6: 36 rows
+    mr = gemm_tile()[0] if gemm_tile() else 1
+    rows = {1: 32, 4: 32, 8: 32, 6: 36}[mr]
+    assert qk.cost.macs == rows * s * d
+    assert pv.cost.macs == rows * d * s
     assert qk.cost.bytes_written == s * s * 4 == softmax.cost.bytes_read
     assert softmax.cost.bytes_written == s * s * 4
     assert pv.cost.bytes_read == (s * s + s * d) * 4
