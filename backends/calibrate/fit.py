@@ -147,9 +147,7 @@ def fit_copy_run(points: Sequence[Point], hw: HardwareProfile, bandwidth: dict[s
     all their runs (a least-squares slope through the origin would let the point with most
     runs decide alone; a median would let one with 128 runs, whose extra time is noise). 0
     without such points. Measured here: 10.9 ns per run of 8 floats, 6.3 ns per run of 32."""
-    extra_s = sum(p.seconds - _stream_s(p.bytes, hw, bandwidth) for p in points)
-    runs = sum(p.runs for p in points)
-    return max(0.0, extra_s / runs * 1e9) if runs else 0.0
+    return _extra_ns_per(points, [p.runs for p in points], hw, bandwidth)
 
 
 def fit_copy_element(points: Sequence[Point], hw: HardwareProfile,
@@ -157,9 +155,16 @@ def fit_copy_element(points: Sequence[Point], hw: HardwareProfile,
     """Nanoseconds per element a Transpose copies one at a time (`transpose_elements`),
     beyond its bytes at the fitted bandwidth of their level: all the points' extra time over
     all their elements; 0 without such points. Measured here: 2.2 ns at every shape tried."""
+    return _extra_ns_per(points, [p.elements for p in points], hw, bandwidth)
+
+
+def _extra_ns_per(points: Sequence[Point], units: Sequence[int], hw: HardwareProfile,
+                  bandwidth: dict[str, float]) -> float:
+    """The points' time beyond their bytes at the fitted bandwidth of their level, in
+    nanoseconds per unit (`units`: each point's count), never negative; 0 without units."""
     extra_s = sum(p.seconds - _stream_s(p.bytes, hw, bandwidth) for p in points)
-    elements = sum(p.elements for p in points)
-    return max(0.0, extra_s / elements * 1e9) if elements else 0.0
+    total = sum(units)
+    return max(0.0, extra_s / total * 1e9) if total else 0.0
 
 
 def _stream_s(nbytes: float, hw: HardwareProfile, bandwidth: dict[str, float]) -> float:
