@@ -46,6 +46,7 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     denormal_factor = 1.0              # MatMul slowdown on float32 denormal operands
     norm_row_ns = 14.0                 # per row a row-wise norm (LayerNorm, Softmax) reduces
     copy_element_ns = 2.2              # per element a Transpose copies one at a time
+    per_call_classes = ["dequantize"]  # classes whose curves were fitted per call
 
     [extra]                            # optional facts behind the numbers (cores, clocks, ...)
 
@@ -260,8 +261,7 @@ _FIELDS = {
     "overhead": {"kernel_launch_us", "source"},
     "power": {"static_w", "tdp_w", "source", *(f"compute_pj_per_flop_{p}" for p in PRECISIONS)},
     "efficiency": {"source", *OP_CLASSES},
-    "runtime": {"name", "transcendental_flops", "copy_run_ns", "cold_weight_gbps",
-                "denormal_factor", "norm_row_ns", "copy_element_ns"},
+    "runtime": {f.name for f in dataclasses.fields(Runtime)},
 }
 
 
@@ -368,14 +368,23 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
     if name is not None and name not in RUNTIMES:
         raise HardwareProfileError(f"{r.where}: runtime.name = {name!r}: expected one of "
                                    f"{', '.join(RUNTIMES)}")
+    per_call = table.get("per_call_classes", [])
+    if not isinstance(per_call, list) or not all(isinstance(c, str) for c in per_call):
+        raise HardwareProfileError(f"{r.where}: runtime.per_call_classes must be a list of "
+                                   "op class names")
     default = Runtime()
-    return Runtime(name, r.positive(table, "transcendental_flops", "runtime",
-                                    default.transcendental_flops),
-                   r.non_negative(table, "copy_run_ns", "runtime", default.copy_run_ns),
-                   r.non_negative(table, "cold_weight_gbps", "runtime", default.cold_weight_gbps),
-                   r.positive(table, "denormal_factor", "runtime", default.denormal_factor),
-                   r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns),
-                   r.non_negative(table, "copy_element_ns", "runtime", default.copy_element_ns))
+    return Runtime(
+        name,
+        transcendental_flops=r.positive(table, "transcendental_flops", "runtime",
+                                        default.transcendental_flops),
+        copy_run_ns=r.non_negative(table, "copy_run_ns", "runtime", default.copy_run_ns),
+        cold_weight_gbps=r.non_negative(table, "cold_weight_gbps", "runtime",
+                                        default.cold_weight_gbps),
+        denormal_factor=r.positive(table, "denormal_factor", "runtime", default.denormal_factor),
+        norm_row_ns=r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns),
+        copy_element_ns=r.non_negative(table, "copy_element_ns", "runtime",
+                                       default.copy_element_ns),
+        per_call_classes=frozenset(per_call))
 
 
 def _memory_levels(r: _Reader, memory: Any) -> tuple[MemoryLevel, ...]:
@@ -425,8 +434,9 @@ def profile_to_dict(hw: HardwareProfile) -> dict[str, Any]:
     for name in _SECTIONS:
         data[name]["source"] = hw.sources.get(name, "")
     if hw.runtime != Runtime():
-        data["runtime"] = {k: v for k, v in dataclasses.asdict(hw.runtime).items()
-                           if v is not None}
+        # per_call_classes as a sorted list: TOML has no sets
+        data["runtime"] = {k: sorted(v) if isinstance(v, frozenset) else v
+                           for k, v in dataclasses.asdict(hw.runtime).items() if v is not None}
     if hw.extra:
         data["extra"] = dict(hw.extra)
     return data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -9,11 +10,13 @@ import pytest
 
 from onnxlens.analyzer import host
 from onnxlens.analyzer.hardware import (
+    NATIVE_CPU,
     OP_CLASSES,
     PRECISIONS,
     PROFILES_DIR,
     HardwareProfile,
     HardwareProfileError,
+    Runtime,
     available_profiles,
     load_profile,
     profile_to_dict,
@@ -59,6 +62,18 @@ def test_profile_round_trips_through_toml(tmp_path: Path, key: str) -> None:
     path = tmp_path / f"{key}.toml"
     path.write_text(profile_to_toml(hw), encoding="utf-8")
     assert load_profile(path) == hw
+
+
+def test_a_calibrated_runtime_round_trips_through_toml(tmp_path: Path) -> None:
+    # what apply_calibration sets, per_call_classes included (a set, written as a list)
+    runtime = Runtime(NATIVE_CPU, transcendental_flops=5.0, copy_run_ns=9.8,
+                      cold_weight_gbps=16.0, denormal_factor=3.5, norm_row_ns=14.0,
+                      copy_element_ns=2.2, per_call_classes=frozenset({"dequantize", "quantize"}))
+    hw = dataclasses.replace(load_profile("xeon_8480"), runtime=runtime)
+    path = tmp_path / "xeon_8480.toml"
+    path.write_text(profile_to_toml(hw), encoding="utf-8")
+    assert load_profile(path) == hw
+    assert host.replace_measured(hw, peak_tflops={"fp32": 1.0}).runtime == runtime
 
 
 def test_profile_reads_from_yaml(tmp_path: Path) -> None:
