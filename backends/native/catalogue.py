@@ -28,13 +28,8 @@ class EwOp:
     params: int  # scalar parameters (p0, p1) it reads
 
 
-def _entries(path: Path) -> list[tuple[str, str, str | None]]:
-    return [(m[1], m[2], m[3]) for line in path.read_text(encoding="utf-8").splitlines()
-            if (m := _ENTRY.match(line))]
-
-
-_DEF = Path(__file__).with_name("ops.def")
-_ALL = _entries(_DEF)
+_LINES = Path(__file__).with_name("ops.def").read_text(encoding="utf-8").splitlines()
+_ALL = [(m[1], m[2], m[3]) for line in _LINES if (m := _ENTRY.match(line))]
 EW_OPS: dict[str, EwOp] = {
     name: EwOp(name, _ARITY[kind], int(extra or 0) if kind == "EW_UNARY" else 0)
     for kind, name, extra in _ALL if kind in _ARITY}
@@ -58,5 +53,4 @@ TILE_EPILOGUE: frozenset[str] = frozenset(name for kind, name, _ in _ALL
                                           if kind == "TILE_EPILOGUE")
 # Instruction set -> (mr, nr): the GEMM micro-tile the core's GEMM computes whole.
 GEMM_TILES: dict[str, tuple[int, int]] = {
-    m[1]: (int(m[2]), int(m[3])) for line in _DEF.read_text(encoding="utf-8").splitlines()
-    if (m := _GEMM_TILE.match(line))}
+    m[1]: (int(m[2]), int(m[3])) for line in _LINES if (m := _GEMM_TILE.match(line))}
