@@ -119,16 +119,15 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
     calls = _gemm_calls(k, dims)
     kernel = kernel_of(mg, k.nodes, costs, cls, ANY, ANY, passes=passes, calls=calls,
                        runs=copy_runs(k, dims))
+    cost = kernel.cost
     if cpu and cls in ("conv", "grouped_conv", "gemm") and (tile := gemm_tile()) is not None:
         shape = _gemm_shape(k, dims.get(k.outputs[0], ()), calls)
-        kernel = dataclasses.replace(kernel, cost=dataclasses.replace(
-            kernel.cost, macs=round(kernel.cost.macs * tile_work(*shape, *tile))))
+        cost = dataclasses.replace(cost, macs=round(cost.macs * tile_work(*shape, *tile)))
     if k.op in _PICKING and k.outputs[0] in model.tensors:
         picked = model.tensors[k.outputs[0]].nbytes + sum(
             model.tensors[n].nbytes for n in k.inputs[1:] if n in model.tensors)
-        kernel = dataclasses.replace(kernel, cost=dataclasses.replace(
-            kernel.cost, bytes_read=min(kernel.cost.bytes_read, picked)))
-    return kernel
+        cost = dataclasses.replace(cost, bytes_read=min(cost.bytes_read, picked))
+    return dataclasses.replace(kernel, cost=cost)
 
 
 # Copy kernels that read only the elements they write (a Slice, Transpose, Expand; a Gather,
