@@ -137,20 +137,10 @@ def _shape_options(source: Source, rid: RowId) -> dict[str, Any]:
     """`batch` alone, or with dims pinned by name, every input's full shape."""
     if not rid.dims:
         return {"batch": rid.batch}
-    from ..backends.base import concrete_shape, load_proto
+    from ..backends.base import concrete_shape, input_specs, load_proto, pin_dims
 
-    specs = _pinned_specs(load_proto(source, weights=False), rid.dims)
+    specs = pin_dims(input_specs(load_proto(source, weights=False)), rid.dims)
     return {"input_shapes": {s.name: concrete_shape(s, rid.batch) for s in specs}}
-
-
-def _pinned_specs(proto: Any, dims: Mapping[str, int]) -> list[Any]:
-    """The model's inputs with the dims named in `dims` replaced by their values."""
-    from dataclasses import replace
-
-    from ..backends.base import input_specs
-
-    return [replace(s, shape=tuple(dims.get(d, d) if isinstance(d, str) else d
-                                   for d in s.shape)) for s in input_specs(proto)]
 
 
 def measure_task(rid: RowId, source: Source, backend: str, stats: Mapping[str, Any],
@@ -171,11 +161,11 @@ def measure_task(rid: RowId, source: Source, backend: str, stats: Mapping[str, A
 def _measure(rid: RowId, source: Source, name: str, threads: int, runs: int, warmup: int
              ) -> tuple[float, int | None]:
     from ..analyzer.errors import UsageError
-    from ..backends.base import fixed_batch, load_proto, random_inputs
+    from ..backends.base import fixed_batch, input_specs, load_proto, pin_dims, random_inputs
     from ..backends.memory import peak_memory
     from ..backends.registry import create
 
-    specs = _pinned_specs(load_proto(source, weights=False), rid.dims)
+    specs = pin_dims(input_specs(load_proto(source, weights=False)), rid.dims)
     fixed = fixed_batch(specs)
     if fixed is not None and fixed != rid.batch:
         raise UsageError(f"the model is fixed at batch {fixed}; batch {rid.batch} needs a model "
