@@ -686,33 +686,31 @@ class _Matcher:
                        for t in self.infos[self.producer[tensor]].inputs)
         return tensor in self.initializers if producer_op is None else producer_op == "Constant"
 
-    def _read_inside_only(self, tensor: str) -> bool:
-        return tensor not in self.graph_outputs and all(
-            user in self.member_set for user in self.consumers.get(tensor, ()))
-
     def _contained(self) -> bool:
         """No value computed before the sink (members[0]) is read outside the match."""
-        for key, _ in self.members[1:]:
-            for t in self.infos[key].outputs:
-                if not self._read_inside_only(t.name):
-                    return False
-        return True
+        member_set = self.member_set
+        return all(self._read_only_by(key, member_set) for key, _ in self.members[1:])
 
     def _baked_static(self, members: set[str], start: Iterable[str]) -> set[str]:
         """Unclaimed static nodes (`_static_nodes`: Constant, TorchScript's shape arithmetic)
         whose outputs only `members` read, found up the inputs of the nodes `start`, and so on
         up their inputs: a fusing runtime folds them into the kernel."""
-        found: set[str] = set()
+        return self._upstream(members, start, self.static)
+
+    def _upstream(self, members: set[str], start: Iterable[str],
+                  allowed: set[str] | None = None) -> set[str]:
+        """Unclaimed nodes (of `allowed`, when given) up the inputs of the nodes `start`, and so
+        on up their inputs, whose outputs only `members` and the nodes found read."""
+        found = set(members)  # the readers so far; `members` left out of the answer
         frontier = list(start)
         while frontier:
             for t in self.infos[frontier.pop()].inputs:
                 src = self.producer.get(t.name) if t is not None else None
-                if (src is not None and src in self.static and src not in found
-                        and src not in self.claimed and src not in members
-                        and self._read_only_by(src, members | found)):
+                if (src is not None and (allowed is None or src in allowed) and src not in found
+                        and src not in self.claimed and self._read_only_by(src, found)):
                     found.add(src)
                     frontier.append(src)
-        return found
+        return found.difference(members)
 
     def _read_only_by(self, key: str, readers: set[str]) -> bool:
         return all(t.name not in self.graph_outputs and all(
@@ -723,16 +721,7 @@ class _Matcher:
         """`sink` and the unclaimed nodes up its inputs whose outputs only these nodes read:
         the subgraph that builds `sink`'s tensor alone, stopped at anything read elsewhere
         (a graph input, the shared token embedding). One exit, as every group."""
-        found = {sink}
-        frontier = [sink]
-        while frontier:
-            for t in self.infos[frontier.pop()].inputs:
-                src = self.producer.get(t.name) if t is not None else None
-                if (src is not None and src not in found and src not in self.claimed
-                        and self._read_only_by(src, found)):
-                    found.add(src)
-                    frontier.append(src)
-        return list(found)
+        return [sink, *self._upstream({sink}, (sink,))]
 
     def quant_edges(self, keys: list[str]) -> list[str]:
         """`keys` with their quantization edges (module docstring): the Q that alone reads the
