@@ -52,13 +52,17 @@ def _first(rows: list[Row], key: str) -> Any:
     return rows[0][key] if rows else None
 
 
-def _headline(rows: list[Row]) -> list[Row]:
-    """One row per (model, target): the first batch, and for estimates the first precision
-    (a measurement is at the model's own precision)."""
-    batch = _first(rows, "batch")
+def _at_first_precision(rows: list[Row]) -> list[Row]:
+    """The measurements (each at its model's own precision) and the estimates at the first
+    precision estimated."""
     precision = _first([r for r in rows if r["kind"] == "estimate"], "precision")
-    return [r for r in rows if r["batch"] == batch and
-            (r["kind"] == "measured" or r["precision"] == precision)]
+    return [r for r in rows if r["kind"] == "measured" or r["precision"] == precision]
+
+
+def _headline(rows: list[Row]) -> list[Row]:
+    """One row per (model, target): the first batch, and for estimates the first precision."""
+    batch = _first(rows, "batch")
+    return [r for r in _at_first_precision(rows) if r["batch"] == batch]
 
 
 def _summary(rows: list[Row]) -> str:
@@ -98,11 +102,10 @@ def _matrix(rows: list[Row]) -> str:
 
 def _scaling(rows: list[Row]) -> str:
     """Latency against MACs, log-log, one chart per target; a series per batch."""
-    precision = _first([r for r in rows if r["kind"] == "estimate"], "precision")
-    charts = []
+    charts, compared = [], _at_first_precision(rows)
     for target in _targets(rows):
-        mine = [r for r in rows if r["target"] == target and r["macs"] and r["latency_s"] and
-                (r["kind"] == "measured" or r["precision"] == precision)]
+        mine = [r for r in compared
+                if r["target"] == target and r["macs"] and r["latency_s"]]
         batches = list(dict.fromkeys(r["batch"] for r in mine))
         points = [(r["macs"], r["latency_s"], f"{r['model']} batch {r['batch']}: "
                    f"{si(r['macs'])}MACs, {seconds(r['latency_s'])}", batches.index(r["batch"]))
@@ -155,11 +158,10 @@ def _throughput(rows: list[Row]) -> str:
     """Samples per second against batch, one chart per target, a line per model."""
     if len({r["batch"] for r in rows}) < 2:
         return ""
-    precision = _first([r for r in rows if r["kind"] == "estimate"], "precision")
-    charts = []
+    charts, compared = [], _at_first_precision(rows)
     for target in _targets(rows):
-        mine = [r for r in rows if r["target"] == target and r["throughput_per_s"] and
-                (r["kind"] == "measured" or r["precision"] == precision)]
+        mine = [r for r in compared
+                if r["target"] == target and r["throughput_per_s"]]
         models = _models(mine)
         points = [(r["batch"], r["throughput_per_s"], f"{r['model']}: batch {r['batch']}, "
                    f"{r['throughput_per_s']:.4g} samples/s", models.index(r["model"]))
