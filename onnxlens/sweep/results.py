@@ -51,9 +51,10 @@ class ResultsLog:
             if row["status"] == "ok":
                 kept.setdefault(row_key(row), row)
         self.rows = list(kept.values())
-        if self.path.is_file() and self.path.read_bytes() != _jsonl(self.rows):
+        kept_bytes = _jsonl(self.rows)
+        if self.path.is_file() and self.path.read_bytes() != kept_bytes:
             tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_bytes(_jsonl(self.rows))
+            tmp.write_bytes(kept_bytes)
             os.replace(tmp, self.path)
         self.done = set(kept)
         self._file: IO[bytes] = self.path.open("ab")
