@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from ..ir import NodeInfo
 from .base import ZERO, Cost, register
-from .ops import VIEWS
+from .ops import SHAPE, VIEWS
 
 
-@register(*VIEWS, family="shape", is_view=True)
+@register(*VIEWS, family=SHAPE, is_view=True)
 def view(node: NodeInfo) -> Cost:
     # Metadata only: a new shape over the same buffer, or a shape/size read off it; Dropout at
     # inference is the identity (its optional mask output is all ones).
