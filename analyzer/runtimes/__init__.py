@@ -58,6 +58,15 @@ _CLASS_OF_OP = {
     "Identity": "data_movement", "Shape": "data_movement", "Resize": "data_movement",
 }
 
+def constant_input(mg: ModelGraph, info: NodeInfo, i: int) -> bool:
+    """Whether input `i` of `info` is a constant: an initializer, or a Constant node's output
+    (what a runtime's fusions that want constant operands accept)."""
+    t = info.input(i)
+    return i in info.const_inputs or (
+        t is not None and (k := mg.producer.get(t.name)) is not None
+        and mg.info(k).op_type == "Constant")
+
+
 def op_class(mg: ModelGraph, group: Group, costs: dict[str, Cost | None]) -> str:
     """The class of a group's dominant node (most FLOPs; ties to the first)."""
     if group.pattern == "Attention":

@@ -30,7 +30,7 @@ from ..cost.base import Cost
 from ..cost.ops import VIEWS
 from ..graph import ModelGraph
 from ..ir import NodeInfo, dtype_bytes
-from . import Kernel
+from . import Kernel, constant_input
 
 
 def gqa_kernels(info: NodeInfo, k: Kernel) -> list[Kernel]:
@@ -96,9 +96,7 @@ def in_attention_block(mg: ModelGraph, info: NodeInfo) -> bool:
     if info.op_type in _BLOCK_OPS:
         return True
     return info.op_type in _SCALES and any(
-        t is not None and t.known and t.size == 1 and (
-            i in info.const_inputs or ((p := mg.producer.get(t.name)) is not None
-                                       and mg.info(p).op_type == "Constant"))
+        t is not None and t.known and t.size == 1 and constant_input(mg, info, i)
         for i, t in enumerate(info.inputs))
 
 

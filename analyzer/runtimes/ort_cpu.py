@@ -39,7 +39,16 @@ from ..hardware import (
 )
 from ..ir import NodeInfo, TensorInfo
 from ..loader import LoadedModel
-from . import ANY, GroupKernels, Kernel, _dominant_class, kernel_of, node_class, op_class
+from . import (
+    ANY,
+    GroupKernels,
+    Kernel,
+    _dominant_class,
+    constant_input,
+    kernel_of,
+    node_class,
+    op_class,
+)
 from .ort_attention import gqa_kernels, in_attention_block, without_work_of
 
 NCHWC, NCHW = "nchwc", "nchw"
@@ -592,9 +601,7 @@ def _cast_constants(mg: ModelGraph, info: NodeInfo) -> bool:
     ReorderOutput; fp32: each fused into its Conv."""
     x = info.input(0)
     return x is not None and x.elem_type == onnx.TensorProto.FLOAT16 and any(
-        i in info.const_inputs or (t is not None and (k := mg.producer.get(t.name)) is not None
-                                   and mg.info(k).op_type == "Constant")
-        for i, t in enumerate(info.inputs) if i > 0)
+        constant_input(mg, info, i) for i in range(1, len(info.inputs)))
 
 
 def float16_as_float32(k: Kernel) -> Kernel:
