@@ -152,7 +152,7 @@ def nchwc_padding(info: NodeInfo, block: int, reads: str) -> float:
     w = info.input(1)
     if w is None or not w.known or len(w.dims) != 4:
         return 1.0
-    cout, cin = w.dims[0], w.dims[1] * info.attr("group", 1)
+    cout, cin = w.dims[0], w.dims[1]
     if info.attr("group", 1) > 1:
         return _padded(cout, block) / cout if w.dims[1] == 1 else 1.0
     return _padded(cout, block) / cout * (_padded(cin, block) / cin if reads == NCHWC else 1.0)
