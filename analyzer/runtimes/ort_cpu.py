@@ -808,7 +808,6 @@ def _folded(mg: ModelGraph, k: Kernel, open_sums: dict[str, Kernel]) -> Kernel |
 # probability it lands on a denormal (Swin-T: the share of -100 entries equals the share of
 # denormal probabilities, measured), and the MatMul reading P stalls on them.
 DENORMAL_BAND = (math.log(2.0 ** -149), math.log(2.0 ** -126))
-_VIEWS = frozenset(RESHAPES)
 
 
 def denormal_share(values: np.ndarray) -> float:
@@ -852,7 +851,7 @@ def _through_views(mg: ModelGraph, tensor: str) -> NodeInfo | None:
     """The first node producing `tensor` that is not a view (Reshape and the like)."""
     while (key := mg.producer.get(tensor)) is not None:
         info = mg.info(key)
-        if info.op_type not in _VIEWS or not info.inputs or info.inputs[0] is None:
+        if info.op_type not in RESHAPES or not info.inputs or info.inputs[0] is None:
             return info
         tensor = info.inputs[0].name
     return None
@@ -862,7 +861,7 @@ def _readers_through_views(mg: ModelGraph, tensor: str) -> list[NodeInfo]:
     out = []
     for key in mg.consumers.get(tensor, ()):
         info = mg.info(key)
-        if info.op_type in _VIEWS:
+        if info.op_type in RESHAPES:
             out += _readers_through_views(mg, info.outputs[0].name)
         else:
             out.append(info)
