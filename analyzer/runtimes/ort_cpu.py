@@ -896,6 +896,7 @@ def nchwc_block(hw: HardwareProfile) -> int:
     with AVX-512; 8 where the profile does not give its vector width)."""
     return max(1, (hw.simd_bits or 256) // 32)
 
+
 class OrtCpu:
     """ORT's CPU provider: every group as ORT's kernels, in execution order."""
 
