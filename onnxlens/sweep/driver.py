@@ -199,8 +199,7 @@ def _plan(spec: SweepSpec, log: ResultsLog, progress: Progress | None) -> Sweep:
                          itertools.product(spec.precision, spec.hardware)} - log.done
             measures = [b for b in spec.measure
                         if (model.sha256, batch, "", b, "measured") not in log.done]
-            sweep.skipped += len(spec.precision) * len(spec.hardware) + len(spec.measure) - (
-                len(estimates) + len(measures))
+            sweep.skipped += spec.rows_per_batch - len(estimates) - len(measures)
             if model.error is not None:
                 unreadable += [error_row(rid, k[2], k[3], "estimate", model.error)
                                for k in sorted(estimates, key=str)]

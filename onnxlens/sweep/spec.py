@@ -49,10 +49,14 @@ class SweepSpec:
     resources: dict[str, str] = field(default_factory=dict)  # backend -> Ray resource
 
     @property
+    def rows_per_batch(self) -> int:
+        """How many rows one model at one batch makes: its estimates and measurements."""
+        return len(self.precision) * len(self.hardware) + len(self.measure)
+
+    @property
     def rows(self) -> int:
         """How many rows the sweep makes in all."""
-        per_batch = len(self.precision) * len(self.hardware) + len(self.measure)
-        return len(self.models) * len(self.batch) * per_batch
+        return len(self.models) * len(self.batch) * self.rows_per_batch
 
 
 def load_spec(path: str | Path) -> SweepSpec:
