@@ -127,8 +127,9 @@ def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
     inputs = result.declared_inputs
     if any(t.shape is None or None in t.shape for t in inputs):
         raise UsageError("LLM view: an input's shape is unknown; pin it with --input-shape")
-    others = (options.get("dims") or {}) | {d: batch for t in inputs for d in t.shape or ()
-                                            if isinstance(d, str)}
+    # The user's --dim last, so it wins even where an input still names it
+    others = {d: batch for t in inputs for d in t.shape or () if isinstance(d, str)} | (
+        options.get("dims") or {})
 
     def phase(dims: dict[str, int], tokens: int) -> tuple[dict[str, Any], AnalysisResult]:
         r = _analyze_model(source, **(options | {"dims": others | dims, "symbolic": False}))

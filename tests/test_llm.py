@@ -164,3 +164,31 @@ def test_a_batch_pinned_by_dim_is_the_views_batch(decoder: str) -> None:
     dec = two["decode"]["estimates"]["a100"]
     assert dec["tokens_per_s"] == pytest.approx(2 / dec["latency_s"])
     assert two["decode"]["memory"]["kv_cache_bytes"] == 2 * 32 * 512
+
+
+def test_a_dim_pinned_by_dim_outside_the_phases_wins_over_batch(tmp_path) -> None:
+    """A named dim that is neither the batch nor a phase's (here the rows of an extra input)
+    keeps the user's --dim in both phases: batch 2 must not pin it too."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    width, kv = 8, ["batch_size", KV_HEADS, "past_sequence_length", HEAD_DIM]
+    new = ["batch_size", KV_HEADS, "sequence_length", HEAD_DIM]
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["extra", "w"], ["y"]),
+         helper.make_node("Concat", ["past_key", "new_key"], ["present_key"], axis=2)], "g",
+        [helper.make_tensor_value_info("extra", TensorProto.FLOAT,
+                                       ["batch_size", "rows", width]),
+         helper.make_tensor_value_info("new_key", TensorProto.FLOAT, new),
+         helper.make_tensor_value_info("past_key", TensorProto.FLOAT, kv)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch_size", "rows", width]),
+         helper.make_tensor_value_info("present_key", TensorProto.FLOAT,
+                                       ["batch_size", KV_HEADS, "total", HEAD_DIM])],
+        [numpy_helper.from_array(np.ones((width, width), np.float32), "w")])
+    path = tmp_path / "kv.onnx"
+    onnx.save(helper.make_model(g), path)
+    llm = analyze(str(path), batch=2, dims={"rows": 5}, prompt_len=4, context_len=8).llm
+    # The MatMul: batch 2 x 5 rows x 8 x 8 MACs (rows at the batch would give 2 x 2 x 64)
+    assert llm["prefill"]["macs"] == llm["decode"]["macs"] == 2 * 5 * width * width == 640
+    assert llm["batch"] == 2
