@@ -163,17 +163,17 @@ class AnalysisResult:
 
     @cached_property
     def group_precisions(self) -> dict[int, str]:
-        """Group id -> the precision doing most of its MACs, or its output's type."""
-        precisions, infos = self.node_precisions, self.graph.infos
-        out = {}
-        for g in self.groups:
-            macs = [precisions[k] for k in g.nodes if k in precisions]
-            if len(macs) == 1:  # most groups: one Conv or MatMul, its precision
-                out[g.id] = macs[0][0]
-            else:
-                out[g.id] = group_precision(_by_precision(macs),
-                                            [infos[k] for k in g.nodes[-2:]])
-        return out
+        """Group id -> its precision (`precision_of_group`)."""
+        return {g.id: self.precision_of_group(g) for g in self.groups}
+
+    def precision_of_group(self, group: Group) -> str:
+        """The precision doing most of `group`'s MACs, or its output's type."""
+        precisions = self.node_precisions
+        macs = [precisions[k] for k in group.nodes if k in precisions]
+        if len(macs) == 1:  # most groups: one Conv or MatMul, its precision
+            return macs[0][0]
+        infos = self.graph.infos
+        return group_precision(_by_precision(macs), [infos[k] for k in group.nodes[-2:]])
 
     @property
     def incomplete(self) -> bool:
@@ -198,12 +198,12 @@ class AnalysisResult:
         }
 
     # ---- renderings -----------------------------------------------------------------------
-    def to_dict(self, *, nodes: bool = True) -> dict[str, Any]:
+    def to_dict(self, *, nodes: bool = True, top_groups: int | None = None) -> dict[str, Any]:
         """The JSON contract as a dict (`nodes=False`: without the per-node rows and the group
-        edges)."""
+        edges; `top_groups`: the group rows the terminal summary lists, not all)."""
         from .serialize import analysis_to_dict
 
-        return analysis_to_dict(self, nodes=nodes)
+        return analysis_to_dict(self, nodes=nodes, top_groups=top_groups)
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         from .serialize import write_json

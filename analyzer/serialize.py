@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .analysis import AnalysisResult
+    from .fusion import Group
     from .graph import ModelGraph
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -29,10 +30,34 @@ def _cost_fields(nc: Any, flops_per_mac: int) -> dict[str, Any]:
             "bytes_read": c.bytes_read, "bytes_written": c.bytes_written, "params": c.params}
 
 
-def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str, Any]:
+def summary_weight(flops: int | None, latency_s: float | None) -> float:
+    """What ranks a group in the terminal summary: its estimated time on the first profile,
+    else its FLOPs."""
+    return latency_s if latency_s is not None else (flops or 0)
+
+
+def summary_groups(result: AnalysisResult, top: int) -> list[Group]:
+    """The `top` groups the terminal summary lists (`summary_weight`, groups of unknown cost
+    left out, ties in model order), in model order."""
+    first = next(iter(result.estimates.values()), None)
+    costs, fpm = result.group_costs, result.flops_per_mac
+
+    def weight(g: Group) -> float:
+        est = first.groups[g.id] if first else None
+        return summary_weight(costs[g.id].cost.flops(fpm), est.latency_s if est else None)
+
+    known = [g for g in result.groups if costs[g.id].cost is not None]
+    shown = {g.id for g in sorted(known, key=weight, reverse=True)[:top]}
+    return [g for g in result.groups if g.id in shown]
+
+
+def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True,
+                     top_groups: int | None = None) -> dict[str, Any]:
     """The JSON contract; without `nodes` the per-node rows and the edges between groups are
     left out (`"nodes": []`, `"group_edges": []`), for a caller that only shows totals and
-    groups (the terminal summary of a 50,000-node model)."""
+    groups (the terminal summary of a 50,000-node model). With `top_groups`, `"groups"` holds
+    only the rows the summary lists (`summary_groups`; `totals.groups` still counts them all):
+    a 50,000-node chain has 33,332 rows, the summary shows 10."""
     from .analysis import SCHEMA, describe_tensor
 
     model, mg = result.model, result.graph
@@ -50,8 +75,10 @@ def analysis_to_dict(result: AnalysisResult, *, nodes: bool = True) -> dict[str,
         })
     groups = []
     infos, group_costs, fpm = mg.infos, result.group_costs, result.flops_per_mac
-    precisions = result.group_precisions
-    for g in result.groups:  # a loop of plain stores: 33,000 rows on a 50,000-node chain
+    shown = result.groups if top_groups is None else summary_groups(result, top_groups)
+    precisions = (result.group_precisions if top_groups is None
+                  else {g.id: result.precision_of_group(g) for g in shown})
+    for g in shown:  # a loop of plain stores: 33,000 rows on a 50,000-node chain
         row = {"id": g.id, "pattern": g.pattern, "nodes": list(g.nodes)}
         row.update(_cost_fields(group_costs[g.id], fpm))
         row["precision"] = precisions[g.id]

@@ -103,8 +103,10 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
     dims = dict(parse_dim_spec(s) for s in dim or []) or None
     result = analyze(source, batch=batches, precision=precisions, input_shapes=shapes,
                      dims=dims, **options)
-    # The per-node rows are only needed by the files; the summary shows totals and groups.
-    d = result.to_dict(nodes=bool(json_path or html_path or netron_path))
+    # The per-node rows and every group's are only needed by the files; the summary shows
+    # totals and the top groups.
+    files = bool(json_path or html_path or netron_path)
+    d = result.to_dict(nodes=files, top_groups=None if files else top)
     console = Console(highlight=False)
     render(d, console, top=top)
     if measure:

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..analyzer.serialize import summary_weight
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 MAX_NAME = 60
 
@@ -57,12 +59,13 @@ def _groups_table(d: dict, console: Console, top: int) -> None:
 
     def weight(g: dict) -> float:
         est = (g.get("estimates") or {}).get(first_hw) if first_hw else None
-        return est["latency_s"] if est else (g["flops"] or 0)
+        return summary_weight(g["flops"], est["latency_s"] if est else None)
 
     known = [g for g in d["groups"] if g["flops"] is not None]
     ranked = sorted(known, key=weight, reverse=True)[:top]
-    table = Table(title=f"Most expensive fused groups (top {len(ranked)} of {len(d['groups'])})",
-                  title_justify="left")
+    # totals: `d` may hold only the rows shown (`analysis_to_dict(top_groups=)`)
+    table = Table(title=f"Most expensive fused groups (top {len(ranked)} of "
+                        f"{d['totals']['groups']})", title_justify="left")
     columns = ["#", "pattern", "first node", "MACs", "FLOPs", "share", "bytes"]
     if first_hw:
         columns += [f"est. {plain(first_hw, 20)}", "bound"]

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,43 @@ def test_json_contract(tiny_path: Path, tmp_path: Path) -> None:
                                                                        for n in d["nodes"])
     assert sum(g["macs"] for g in d["groups"]) == d["totals"]["macs"]
     assert d["unsupported_ops"] == {} and isinstance(d["warnings"], list)
+
+
+def _matmul_chain(widths: list[int]) -> onnx.ModelProto:
+    """x [1, widths[0]] through one MatMul per step: MatMul i has widths[i] x widths[i+1] MACs."""
+    inits = [numpy_helper.from_array(np.ones((a, b), np.float32), f"w{i}")
+             for i, (a, b) in enumerate(pairwise(widths))]
+    nodes = [helper.make_node("MatMul", [f"t{i}", f"w{i}"], [f"t{i + 1}"], name=f"mm{i}")
+             for i in range(len(inits))]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1, widths[0]])],
+        [helper.make_tensor_value_info(f"t{len(inits)}", TensorProto.FLOAT, [1, widths[-1]])],
+        inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("hardware", [[], ["a100"]])
+def test_the_summary_dict_holds_the_groups_it_lists(hardware: list[str]) -> None:
+    """`to_dict(top_groups=N)` builds only the N group rows the terminal lists (by FLOPs, or
+    time on the first profile; ties in model order), and the terminal prints the same."""
+    from rich.console import Console
+
+    from onnxlens.reports.terminal import render
+
+    # MACs per MatMul: 4x8=32, 8x8=64, 8x8=64, 8x2=16
+    result = onnxlens.analyze(_matmul_chain([4, 8, 8, 8, 2]), hardware=hardware)
+    full = result.to_dict(nodes=False)
+    for top, ids in ((1, [1]), (2, [1, 2]), (3, [0, 1, 2]), (9, [0, 1, 2, 3])):
+        shown = result.to_dict(nodes=False, top_groups=top)
+        assert [g["id"] for g in shown["groups"]] == ids
+        assert [g for g in full["groups"] if g["id"] in ids] == shown["groups"]
+        assert [g["macs"] for g in shown["groups"]] == [[32, 64, 64, 16][i] for i in ids]
+        texts = []
+        for d in (full, shown):
+            console = Console(file=io.StringIO(), width=200, color_system=None)
+            render(d, console, top=top)
+            texts.append(console.file.getvalue())
+        assert texts[0] == texts[1] and f"(top {len(ids)} of 4)" in texts[1]
 
 
 def test_csv_rows_and_formula_injection(tmp_path: Path) -> None:
