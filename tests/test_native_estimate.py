@@ -174,7 +174,8 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
     """`runs`, each a fixed cost beyond the bytes, read from the plan's kernels on x [1, 4, 6,
     8]: a Pad is a MapCopy of one memcpy per output element (1·4·8·8 = 256); a Transpose
     (0, 2, 1, 3) keeps the last dim contiguous, one run of 8 per (1, 6, 4) index = 24; (0, 2,
-    3, 1) makes the innermost dim strided, copied element by element: no run counted; a Concat
+    3, 1) makes the innermost dim strided, copied element by element: no run, 192 `elements`
+    (each a fixed cost of its own); a Concat
     of two on axis 1 is one memcpy per part per index before the axis (1 x 2 = 2); a Gather of
     2 of the 4 rows on axis 1 is 1 x 2 copies of 6·8 floats, and reads only those (384
     bytes) and its indices (16 bytes), where the analysis charges all of x (768)."""
@@ -198,9 +199,58 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
     runs = {r.graph.info(k.nodes[0]).outputs[0].name: k.runs
             for g in r.groups for k in out[g.id] if k.cls == "data_movement"}
     assert runs == {"p": 256, "t1": 24, "t2": 0, "c": 2, "g": 2}
+    elements = {r.graph.info(k.nodes[0]).outputs[0].name: k.elements
+                for g in r.groups for k in out[g.id] if k.cls == "data_movement"}
+    assert elements == {"p": 0, "t1": 0, "t2": 1 * 6 * 8 * 4, "c": 0, "g": 0}
     gather = next(k for g in r.groups for k in out[g.id] if k.nodes == (r.graph.producer["g"],))
     assert r.node_costs[gather.nodes[0]].cost.bytes_read >= 768
     assert gather.cost.bytes_read == 2 * 6 * 8 * 4 + 2 * 8
+
+
+def test_row_wise_kernels_count_their_passes_over_each_row(tmp_path: Path) -> None:
+    """`rows`: rows x vector passes per row (k_norm.cpp, k_reduce.cpp, k_pool.cpp), each pass
+    a fixed cost per row. x [2, 3, 4, 5]: LayerNormalization over the last two axes, 2·3 = 6
+    rows of 20, 5 passes (sum, centre, square, sum, normalize): 30; Softmax on axis 1 (an
+    inner axis: rows of 3 at stride 20), 2·4·5 = 40 rows, 3 passes (max, sum of exp, scale):
+    120; ReduceMean over axis 3, one pass per output element, 2·3·4 = 24; GlobalAveragePool,
+    one per channel plane, 2·3 = 6; a Relu, not row-wise: 0."""
+    scale = numpy_helper.from_array(np.ones((4, 5), np.float32), "scale")
+    nodes = [helper.make_node("LayerNormalization", ["x", "scale"], ["ln"], axis=2),
+             helper.make_node("Softmax", ["x"], ["sm"], axis=1),
+             helper.make_node("ReduceMean", ["x"], ["rm"], axes=[3], keepdims=0),
+             helper.make_node("GlobalAveragePool", ["x"], ["gp"]),
+             helper.make_node("Relu", ["x"], ["r"])]
+    nodes += [helper.make_node("ReduceSum", [t], [f"s{t}"], keepdims=0)
+              for t in ("ln", "sm", "rm", "gp", "r")]
+    nodes.append(helper.make_node("Sum", [f"s{t}" for t in ("ln", "sm", "rm", "gp", "r")],
+                                  ["y"]))
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2, 3, 4, 5])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [])], [scale])
+    path = tmp_path / "rows.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    r, out = _kernels(path)
+    rows = {r.graph.info(k.nodes[0]).outputs[0].name: k.rows
+            for g in r.groups for k in out[g.id] if len(k.nodes) == 1}
+    assert {t: rows[t] for t in ("ln", "sm", "rm", "gp", "r")} == {
+        "ln": 30, "sm": 120, "rm": 24, "gp": 6, "r": 0}
+
+
+def test_a_native_point_has_the_bytes_its_kernel_copies(tmp_path: Path) -> None:
+    """A Slice of the first half of x [1, 16, 6, 6] along channels is a Copy that reads only
+    the half it writes: its calibration point has 2 x 8·6·6·4 = 2304 bytes, as the estimator
+    costs the kernel, where the analysis charges all of x (16·6·6·4 = 2304) and the three
+    int64 starts, ends and axes read, the half written: 2304 + 24 + 1152 = 3480."""
+    starts, ends, axes = (numpy_helper.from_array(np.array([v], np.int64), n)
+                          for n, v in (("starts", 0), ("ends", 8), ("axes", 1)))
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])]
+    model = onnx.load(_save(tmp_path, nodes, [starts, ends, axes], [1, 16, 6, 6],
+                            [1, 8, 6, 6]))
+    total = analyze(model).total
+    assert total.bytes_read + total.bytes_written == 3480
+    p = _point("slice", model, 1e-3, 0.0, 0.0, _kernels_of(NATIVE_CPU, host_profile(1)))
+    assert p is not None and (p.op_class, p.bytes) == ("data_movement", 2304)
 
 
 def test_a_batched_matmul_is_a_gemm_per_matrix(tmp_path: Path) -> None:

@@ -19,8 +19,10 @@ native-cpu`) costs what the executor runs, read from the planner itself
   launch;
 - a view (Reshape, Squeeze, ...) is a Copy kernel of its bytes, not free as the analysis
   charges it: the executor gives its output a tensor of its own; a data-movement kernel
-  pays each separate memcpy it makes (`copy_runs`), and a Copy or Gather reads only what it
-  writes;
+  pays each separate memcpy it makes and each element a strided loop copies alone
+  (`copies`), and a Copy or Gather reads only what it writes;
+- a row-wise kernel (a normalization, Softmax, a reduction, a global pool) pays a fixed cost
+  per vector pass over each row (`row_passes`), which short rows do not amortize;
 - nodes computed from constants are folded before the run and cost nothing; a folded tensor
   that crosses a group boundary is copied into the arena (a `data_movement` kernel of its
   bytes).
@@ -31,9 +33,9 @@ executor cannot run is estimated as one kernel (what the analyzer would otherwis
 the estimate stays complete; `onnxlens compare` says the backend cannot run it. A GEMM's
 MACs are those of the whole micro-tiles the core computes (`tile_work`). Not modelled: the
 other conditions of the tile's epilogue (per-row constants; no residual in a depthwise
-kernel), under which a program of TILE_EPILOGUE ops also runs as a pass; a strided Copy's
-element-by-element loop, charged its bytes only; memcpy-based copies (Concat, Slice) stream
-faster than the elementwise benchmarks that fit the bandwidths (over-charged 2-5x here).
+kernel), under which a program of TILE_EPILOGUE ops also runs as a pass; a Softmax over an
+inner axis gathers each row before its passes (charged its passes only); memcpy-based copies
+(Concat, Slice) stream faster than the elementwise benchmarks that fit the bandwidths.
 
 native-cuda (`-H a100 --runtime native-cuda`) costs the same plan on a GPU profile, each plan
 kernel one CUDA launch (`cuda/lower.cpp`; a group with a kernel the CUDA executor lacks is one
@@ -64,7 +66,7 @@ from ...analyzer.runtimes import (
     register_kernel_model,
 )
 from . import lower
-from .catalogue import GEMM_TILES, TILE_EPILOGUE
+from .catalogue import GEMM_TILES, REDUCE_OPS, TILE_EPILOGUE
 from .lower import MAIN_OPS
 from .plan import FOLDED, lower_groups
 
@@ -117,8 +119,9 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
     dims = {name: model.tensors[name].dims for name in [*k.inputs, *k.outputs]
             if name and name in model.tensors}
     calls = _gemm_calls(k, dims)
+    runs, elements = copies(k, dims)
     kernel = kernel_of(mg, k.nodes, costs, cls, ANY, ANY, passes=passes, calls=calls,
-                       runs=copy_runs(k, dims))
+                       runs=runs)
     cost = kernel.cost
     if cpu and cls in ("conv", "grouped_conv", "gemm") and (tile := gemm_tile()) is not None:
         shape = _gemm_shape(k, dims.get(k.outputs[0], ()), calls)
@@ -127,7 +130,8 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
         picked = model.tensors[k.outputs[0]].nbytes + sum(
             model.tensors[n].nbytes for n in k.inputs[1:] if n in model.tensors)
         cost = dataclasses.replace(cost, bytes_read=min(cost.bytes_read, picked))
-    return dataclasses.replace(kernel, cost=cost)
+    return dataclasses.replace(kernel, cost=cost, elements=elements,
+                               rows=row_passes(k, dims))
 
 
 # Copy kernels that read only the elements they write (a Slice, Transpose, Expand; a Gather,
@@ -210,21 +214,23 @@ def _gemm_calls(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
     return max(1, math.prod(y[:-2])) if math.prod(b[:-2]) > 1 else 1
 
 
-def copy_runs(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
+def copies(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> tuple[int, int]:
     """The separate copies a data-movement kernel of the core makes (k_data.cpp), each a
-    fixed cost beyond its bytes (the calibration's `copy_run_ns`); 0 for one contiguous copy.
+    fixed cost beyond its bytes: (runs, the calibration's `copy_run_ns` each; elements copied
+    one at a time, its `copy_element_ns` each); (0, 0) for one contiguous copy.
 
     - Copy (Transpose, Slice, Expand ...; `strides` per output dim, in input elements): the
       output's trailing dims that are contiguous in the input too form a run, copied by one
-      memcpy; when the innermost dim is strided, a loop copies element by element and no run
-      is counted (measured: 0.35 ns per element of NCHW <-> NHWC, where a memcpy run cost 2);
+      memcpy; when the innermost dim is strided, a loop copies element by element: every
+      output element is one (measured: 0.47 ns per element of NCHW -> NHWC on [1, 64, 48,
+      48], 69 us where its 1.2 MB at the fitted L3 rate say 21);
     - MapCopy (Pad, Tile, nearest Resize): one memcpy per element (Swin-T's Pads of [1, 56,
       56, 96], 301,056 elements: 280 us each where their bytes say 20);
     - Concat and Split: one per part per index of the dims before the axis;
     - Gather: one per index per index of the dims before the axis.
     """
     if not k.outputs or any(n not in dims for n in [*k.inputs, *k.outputs] if n):
-        return 0
+        return 0, 0
     y = dims[k.outputs[0]]
     if k.op == "Copy" and "strides" in k.ints:
         run = 1
@@ -234,7 +240,9 @@ def copy_runs(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
             if stride != run:
                 break
             run *= size
-        runs = math.prod(y) // run if run > 1 else 0
+        if run == 1 and math.prod(y) > 1:
+            return 0, math.prod(y)
+        runs = math.prod(y) // run
     elif k.op == "MapCopy":
         runs = math.prod(y)
     elif k.op in ("Concat", "Split"):
@@ -245,8 +253,39 @@ def copy_runs(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
         axis = k.ints["axis"][0]
         runs = math.prod(dims[k.inputs[0] or ""][:axis]) * math.prod(dims[k.inputs[1] or ""])
     else:
+        return 0, 0
+    return (runs if runs > 1 else 0), 0
+
+
+# Vector passes the core makes over each row of a row-wise kernel (k_norm.cpp, k_reduce.cpp,
+# k_pool.cpp), each with a fixed cost per row beyond its elements (loop set-up, a tail, a
+# horizontal sum or max the next pass waits for): LayerNormalization's `moments` (sum;
+# x - mean; its square; sum) and `normalize`; Softmax's max, exp_shift_sum and scale; a
+# reduction's or a global pool's one sum or max per output element.
+ROW_PASSES = {"LayerNormalization": 5, "InstanceNormalization": 5, "Softmax": 3,
+              "LogSoftmax": 3, "GlobalAveragePool": 1, "GlobalMaxPool": 1,
+              **{op: 1 for op in REDUCE_OPS}}
+
+
+def row_passes(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
+    """Rows x passes of a row-wise kernel (`ROW_PASSES`), the units of the calibration's
+    `norm_row_ns`; 0 for any other kernel or an unknown shape. Rows: a normalization's input
+    elements over its row length (all dims from `axis`: LayerNormalization; the one `axis`:
+    Softmax; a channel plane: InstanceNormalization), a reduction's or global pool's output
+    elements. Measured (1 thread, Zen 5, AVX-512): LayerNormalization [4608, 8] 140 us,
+    [64, 1024] 14 us (72x the rows, 1/8 the elements: 30 ns per row, 6 per pass), ReduceMean
+    [4096, 32] 30 us against [64, 4096] 9.6 (7 ns per row of one pass)."""
+    passes = ROW_PASSES.get(k.op, 0)
+    x = dims.get(k.inputs[0] or "", ()) if k.inputs else ()
+    y = dims.get(k.outputs[0], ()) if k.outputs else ()
+    if not passes or not x or not y:
         return 0
-    return runs if runs > 1 else 0
+    if k.op in ("LayerNormalization", "InstanceNormalization", "Softmax", "LogSoftmax"):
+        axis = 2 if k.op == "InstanceNormalization" else k.ints["axis"][0]
+        flatten = k.op == "LayerNormalization" or bool(k.ints.get("flatten", [0])[0])
+        length = math.prod(x[axis:]) if flatten else x[axis]
+        return passes * math.prod(x) // max(length, 1)
+    return passes * math.prod(y)
 
 
 def _interpreted(k: lower.Kernel) -> bool:
