@@ -27,8 +27,9 @@
 
 4. Drift (a diagnostic, not part of the result): a fixed probe of three of the calibration's
    own micro-benchmarks (a GEMM, a 3x3 convolution, an elementwise Relu out of L2; all in its
-   coarse tier, so in every calibration) is timed through the same ORT path
-   (`prepare_ort`) right before each model's measurement in every round. Its time over the
+   coarse tier, so in every calibration) is timed through the calibration's own timer of the
+   backend (`measure.PREPARE`: ORT's session, the native executor's step clock) right before
+   each model's measurement in every round. Its time over the
    time the calibration recorded for the same benchmarks (geometric mean of the three
    ratios) is the machine-state ratio of that round; the model's ratio is that of the round
    whose median was kept. "Corrected" is the estimate times that ratio.
@@ -43,7 +44,8 @@ calibration); `--breakdown` adds estimated time per op class.
 `--backend native-cpu` does the same for the project's own executor: its calibration
 (`onnxlens calibrate --backend native-cpu`), its kernel model (`backends/native/
 kernel_model.py`: the kernels its planner makes of each group) and its measurement (the same
-clock and statistic, through `NativeCpuBackend`). The drift probe is ORT's, so it is off.
+clock and statistic, through `NativeCpuBackend`), its drift probe the same three benchmarks
+timed on the executor's step clock, against its calibration's points.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from onnxlens.analyzer.runtimes import op_class
 from onnxlens.backends.base import input_specs, load_proto, pin_dims, random_inputs
 from onnxlens.backends.calibrate.catalogue import benchmarks
 from onnxlens.backends.calibrate.fit import describe_fit_check
-from onnxlens.backends.calibrate.measure import BackendSession, prepare_ort, run_calibration
+from onnxlens.backends.calibrate.measure import PREPARE, BackendSession, run_calibration
 from onnxlens.backends.native_cpu import NativeCpuBackend
 from onnxlens.backends.ort_timing import Runnable, make_session, time_session
 from onnxlens.exporters.torch_export import cached_export
@@ -147,18 +149,19 @@ def estimate(path: Path, cal: Calibration, dims: dict[str, int] | None = None
 
 
 class Probe:
-    """The drift probe: `PROBES` timed through the calibration's own ORT timer, against the
-    times the calibration recorded for them (its `points`, plus the per-kernel overhead it
-    took out; the fixed cost of a run call it also took out, a few microseconds, stays in).
+    """The drift probe: `PROBES` timed through the calibration's own timer of its backend
+    (ORT's, or the native executor's step clock), against the times the calibration recorded
+    for them (its `points`, plus the per-kernel overhead it took out; the fixed cost of a run
+    call it also took out, a few microseconds through ORT, stays in).
     The calibration kept the fastest of five passes' medians and a probe is one median, so
     a ratio reads a little above 1 on an unchanged machine."""
 
     def __init__(self, cal: Calibration) -> None:
-        recorded = {p.name: p.seconds for p in cal.points} if cal.backend == ORT_CPU else {}
+        recorded = {p.name: p.seconds for p in cal.points}
         builds = {b.name: b.build for b in benchmarks() if b.name in PROBES}
         names = [n for n in PROBES if n in recorded and n in builds]
         self.reference = {n: recorded[n] + cal.kernel_overhead_us * 1e-6 for n in names}
-        self.timers = {n: prepare_ort(builds[n](), cal.threads) for n in names}
+        self.timers = {n: PREPARE[cal.backend](builds[n](), cal.threads) for n in names}
         self.spent_s = 0.0
 
     def __call__(self) -> dict[str, float]:
@@ -284,7 +287,8 @@ def measure_rows(paths: dict[str, Path], cal: Calibration, args: argparse.Namesp
     clock = "CPU time" if args.threads == 1 else "wall"
     estimates = {m: estimate(path, cal) for m, path in paths.items()}
     probe = Probe(cal)
-    print(f"drift probe: {', '.join(probe.reference) or 'none (no ORT calibration points)'}"
+    none = "none (the calibration has none of its benchmarks)"
+    print(f"drift probe: {', '.join(probe.reference) or none}"
           + "".join(f"; {n} {t * 1e3:.3f} ms at calibration"
                     for n, t in probe.reference.items()))
     start = time.perf_counter()
