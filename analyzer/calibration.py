@@ -349,7 +349,9 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
                               **({"int8": cal.peak_int8_tops} if cal.peak_int8_tops else {})},
         memory=levels,
         kernel_launch_us=cal.kernel_overhead_us,
-        efficiency={c: min(1.0, cal.curve(c).e_max) for c in OP_CLASSES},
+        # every class with a curve of its own at its own best: `cold_weights` reads a kernel's
+        # work at it (an elementwise_int8 kernel at elementwise's e_max read 14x slow)
+        efficiency={c: min(1.0, cal.curve(c).e_max) for c in (*OP_CLASSES, *cal.curves)},
         source=f"measured: {where}")
     return replace(measured, runtime=Runtime(cal.backend, cal.transcendental_flops,
                                              cal.copy_run_ns, cal.cold_weight_gbps,

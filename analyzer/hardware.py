@@ -260,7 +260,7 @@ _FIELDS = {
     "memory": {"name", "size_bytes", "bandwidth_gbps", "energy_pj_per_byte", "source"},
     "overhead": {"kernel_launch_us", "source"},
     "power": {"static_w", "tdp_w", "source", *(f"compute_pj_per_flop_{p}" for p in PRECISIONS)},
-    "efficiency": {"source", *OP_CLASSES},
+    "efficiency": {"source", *OP_CLASSES, *SUBCLASS_OF},  # a subclass where calibrated
     "runtime": {f.name for f in dataclasses.fields(Runtime)},
 }
 
@@ -335,7 +335,7 @@ def profile_from_dict(data: dict[str, Any], *, key: str, where: str) -> Hardware
                                    f"power.tdp_w = {tdp_w}")
     eff_table = r.table("efficiency")
     efficiency = {}
-    for cls in OP_CLASSES:
+    for cls in (*OP_CLASSES, *(c for c in SUBCLASS_OF if c in eff_table)):
         value = r.positive(eff_table, cls, "efficiency")
         if value > 1:
             raise HardwareProfileError(f"{where}: efficiency.{cls} = {value} is over 1")

@@ -4,6 +4,7 @@ every node costed, and the precision that does the MACs named in the JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -527,8 +528,6 @@ def test_a_dequantize_pays_its_curves_fixed_cost_per_block_once_calibrated() -> 
     """A [256, 512] DQ per column: 131,072 blocks. With a curve f / (f + f_half) the
     estimator charges (F + blocks x f_half) / peak, hand-derived; a calibration whose
     dequantize benchmarks all made one call (an older file) reads it per kernel."""
-    import dataclasses
-
     from onnxlens.analyzer.estimate import estimate_group
     from onnxlens.analyzer.hardware import Runtime, what_if
     from onnxlens.analyzer.host import host_profile
@@ -590,3 +589,51 @@ def test_a_calibration_point_carries_its_largest_kernels_work_alone() -> None:
     assert p is not None
     assert (p.op_class, p.macs, p.other_flops, p.calls) == (
         "grouped_conv_integer", 64 * 9 * 48 * 48, 0, 64)
+
+
+def test_a_qdq_add_fetches_its_scales_at_its_own_classes_rate() -> None:
+    """A kernel with weights (a QLinearAdd's scales and zero points: a few bytes) is costed
+    max(roofline, work + overhead + W / cold rate), its work at its class's best efficiency:
+    elementwise_int8's own e_max once calibrated, not the parent elementwise's (which read
+    ORT's QLinearAdd 14x slow: ResNet-18's residual 77 us, measured 5). Hand-derived with
+    bandwidths so high that memory takes no time: F / (peak · 0.8) + overhead + W / 20 GB/s."""
+    from onnxlens.analyzer.calibration import Calibration, Curve, apply_calibration, host_name
+    from onnxlens.analyzer.host import detect_cpu, host_profile
+    from onnxlens.analyzer.runtimes.ort_cpu import ELEMENTWISE_INT8, MODEL
+    from onnxlens.backends.calibrate import catalogue
+
+    base = host_profile(1)
+    cal = Calibration(
+        host=host_name(), cpu=detect_cpu().model, threads=1, peak_fp32_tflops=0.2,
+        gemm_tflops=0.15, kernel_overhead_us=0.5,
+        bandwidth_gbps={lv.name: 1e9 for lv in base.memory},
+        curves={"elementwise": Curve(0.05), "gemm": Curve(0.9),
+                ELEMENTWISE_INT8: Curve(0.8)},
+        levels=[(lv.name, lv.size_bytes) for lv in base.memory], points=(),
+        ort_version="1.0", created="2026-01-01T00:00:00+00:00", duration_s=1.0,
+        cold_weight_gbps=20.0)
+    hw = apply_calibration(base, cal)
+    assert hw.class_efficiency(ELEMENTWISE_INT8) == 0.8
+    assert hw.class_efficiency("quantize") == 0.05  # no curve of its own: the parent's
+    result = analyze(catalogue.quantized(catalogue.binary("Add", 1 << 14), "qdq").build())
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    (kernel,) = [k for run in MODEL.kernels(result.graph, result.groups, costs, {}, hw).values()
+                 for k in run or ()]
+    assert kernel.cls == ELEMENTWISE_INT8 and 0 < kernel.cost.param_bytes < 32
+    flops = kernel.cost.vector_flops(1.0)
+    assert flops == 12 * (1 << 14)  # two DQs (3 FLOPs each), the Add, the Q (5)
+    expected = flops / 0.2e12 / 0.8 + 0.5e-6 + kernel.cost.param_bytes / 20e9
+    assert result.estimate(hw, None, cal.efficiency).latency_s == pytest.approx(expected,
+                                                                               rel=1e-6)
+    old = dataclasses.replace(hw, efficiency={**hw.efficiency, ELEMENTWISE_INT8: 0.05})
+    assert result.estimate(old, None, cal.efficiency).latency_s > 10 * expected
+
+
+def test_a_calibrated_class_efficiency_round_trips_through_toml(tmp_path: Any) -> None:
+    from onnxlens.analyzer.hardware import load_profile, profile_to_toml
+
+    hw = load_profile("xeon_8480")
+    hw = dataclasses.replace(hw, efficiency={**hw.efficiency, "elementwise_int8": 0.8})
+    path = tmp_path / "calibrated.toml"
+    path.write_text(profile_to_toml(hw), encoding="utf-8")
+    assert load_profile(path).efficiency == hw.efficiency
