@@ -28,7 +28,8 @@ What it holds:
   Classes: those with multiply-accumulates (conv, depthwise, grouped_conv, gemm, attention),
   whose curves rate all the work of their kernels (MACs and the epilogue: bias, activation);
   `elementwise`, which the estimator applies to kernels without MACs other than a pool,
-  normalization or reduction, and which is fitted on every op class without MACs; and
+  normalization or reduction, and which is fitted on the benchmarks without MACs of the
+  classes that have no curve of their own (elementwise ops, data movement); and
   `pool`, `normalization`, `skip_normalization` (ORT's SkipLayerNormalization), `softmax`
   (ORT's, MLAS's vectorized row loops, where its LayerNormalization's are scalar), `reduce`, each
   fitted on its own benchmarks when it has enough (a class without a curve reads
@@ -58,10 +59,11 @@ What it holds:
   inference. The calibrated profile carries it as `runtime.cold_weight_gbps`, and
   `estimate_model` adds each kernel's weight fetch at that rate (`cold_weights`). A file without
   it reads 0 (not measured: nothing added).
-- `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, beyond the run's
-  bytes at the bandwidth (`backends.calibrate.fit.fit_copy_run`, from the calibration's
-  transposes; `analyzer.runtimes.ort_cpu.transpose_runs` counts a Transpose's runs). The calibrated
-  profile carries it as `runtime.copy_run_ns`; a file without it reads 0 (nothing added).
+- `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, and a broadcasting
+  elementwise op per span it makes a vector call for, beyond the bytes at the bandwidth
+  (`backends.calibrate.fit.fit_copy_run`, from the calibration's transposes and per-channel
+  Muls; `analyzer.runtimes.ort_cpu.transpose_runs` and `broadcast_spans` count them). The
+  calibrated profile carries it as `runtime.copy_run_ns`; a file without it reads 0.
 - `copy_element_ns`: what ORT's Transpose pays per element it copies one at a time (a
   permutation that moves the innermost axis other than alone: `transpose_elements`), beyond
   the bytes at the bandwidth (`backends.calibrate.fit.fit_copy_element`). The calibrated
@@ -211,7 +213,7 @@ class Calibration:
     denormal_factor: float = 1.0  # MatMul time on denormal / normal operands; 1: not measured
     transcendental_flops: float = 1.0  # plain vector FLOPs per transcendental; 1: not fitted
     cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
-    copy_run_ns: float = 0.0  # a Transpose's cost per contiguous run copied; 0: not fitted
+    copy_run_ns: float = 0.0  # per run a Transpose copies, span a broadcast calls; 0: not fitted
     norm_row_ns: float = 0.0  # a row-wise normalization's cost per row; 0: not fitted
     copy_element_ns: float = 0.0  # a Transpose's cost per element copied alone; 0: not fitted
     # The int8 peak the int8 classes' curves are fractions of: the profile's, raised to the

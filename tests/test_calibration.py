@@ -383,6 +383,21 @@ def test_own_curves_for_pools_normalizations_and_reductions() -> None:
     assert curves["normalization"](1e6, 244.0) == pytest.approx(0.05, rel=1e-6)
 
 
+def _elementwise_points(peak: float, gbps: float, tau: float) -> list[Point]:
+    """Relu, Sigmoid and HardSwish of 2^12 to 2^24 elements on a machine where plain
+    elementwise work runs at 5% of `peak`, a transcendental costs `tau` plain FLOPs and every
+    level streams at `gbps`: each one's time max(work / (0.05·peak), 8n bytes / gbps)."""
+    points = []
+    for n in (2 ** 12, 2 ** 14, 2 ** 16, 2 ** 19, 2 ** 21, 2 ** 24):
+        for op, flops, transcendental in (("Relu", n, 0), ("Sigmoid", n, n),
+                                          ("HardSwish", 5 * n, 0)):
+            work = flops + (tau - 1) * transcendental
+            points.append(Point(f"{op} {n}", "elementwise", 0, flops, 8 * n,
+                                max(work / (0.05 * peak), 8 * n / (gbps * 1e9)),
+                                transcendental=transcendental))
+    return points
+
+
 def test_the_vector_fit_tells_bandwidth_from_transcendental_work() -> None:
     """A machine where plain elementwise ops stream at 20 GB/s and a transcendental costs τ
     plain FLOPs at 5% of peak: a Relu and a Sigmoid of n elements both do n FLOPs by our
@@ -395,14 +410,7 @@ def test_the_vector_fit_tells_bandwidth_from_transcendental_work() -> None:
     slower bandwidth and made a Relu several times too slow)."""
     hw = host_profile(1)
     peak, gbps, tau = 1e11, 20.0, float(fit.TRANSCENDENTAL_GRID[9])  # tau ~ 3.98
-    points = []
-    for n in (2 ** 12, 2 ** 14, 2 ** 16, 2 ** 19, 2 ** 21, 2 ** 24):
-        for op, flops, transcendental in (("Relu", n, 0), ("Sigmoid", n, n),
-                                          ("HardSwish", 5 * n, 0)):
-            work = flops + (tau - 1) * transcendental
-            points.append(Point(f"{op} {n}", "elementwise", 0, flops, 8 * n,
-                                max(work / (0.05 * peak), 8 * n / (gbps * 1e9)),
-                                transcendental=transcendental))
+    points = _elementwise_points(peak, gbps, tau)
     bandwidth, curve, fitted_tau = fit.fit_vector(points, hw, peak)
     assert fitted_tau == pytest.approx(tau)
     assert set(bandwidth) == {lv.name for lv in hw.memory}
@@ -412,6 +420,27 @@ def test_the_vector_fit_tells_bandwidth_from_transcendental_work() -> None:
                               bandwidth_gbps=bandwidth, curves={"elementwise": curve},
                               transcendental_flops=fitted_tau, points=tuple(points))
     assert max(fit.fit_check(cal).values()) < 0.02  # every point within 2%
+
+
+def test_classes_with_curves_of_their_own_leave_the_elementwise_fit_alone() -> None:
+    """The machine above, plus two ReduceMean-like points per size that read 8n bytes with
+    n / 4 FLOPs (memory bound by the elementwise rate) in 8n / 5 GB/s, and three slow
+    LayerNorm-like points (10 FLOPs per element at 0.5% of peak): reductions and
+    normalizations get curves of their own, so the bandwidths and the elementwise curve
+    are the same as without them (fitted on them too, L2, L3 and DRAM came out at the
+    reductions' 5 GB/s, the curve at 0.5% of peak and τ at 1)."""
+    hw = host_profile(1)
+    peak, gbps, tau = 1e11, 20.0, float(fit.TRANSCENDENTAL_GRID[9])
+    plain = _elementwise_points(peak, gbps, tau)
+    others = [Point(f"ReduceMean {n} {i}", "reduce", 0, n // 4, 8 * n, 8 * n / 5e9)
+              for n in (2 ** 12, 2 ** 14, 2 ** 16, 2 ** 19, 2 ** 21, 2 ** 24) for i in (1, 2)]
+    others += [Point(f"LayerNorm {n}", "normalization", 0, 10 * n, 8 * n, 10 * n / (0.005 * peak))
+               for n in (2 ** 12, 2 ** 14, 2 ** 16)]
+    assert fit.own_curve_classes(plain + others) == {"reduce", "normalization"}
+    bandwidth, curve, fitted_tau = fit.fit_vector(plain + others, hw, peak)
+    assert (bandwidth, curve, fitted_tau) == fit.fit_vector(plain, hw, peak)
+    assert all(bw == pytest.approx(gbps, rel=1e-6) for bw in bandwidth.values())
+    assert curve(1e6, 0.1) == pytest.approx(0.05, rel=0.02)
 
 
 @pytest.mark.parametrize(("ns_per_byte", "gbps"), [(1.0, 1.0), (0.0, 0.0)])

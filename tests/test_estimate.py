@@ -33,6 +33,7 @@ from onnxlens.analyzer.hardware import (
 from onnxlens.analyzer.ir import NodeInfo, TensorInfo
 from onnxlens.analyzer.runtimes import Kernel, node_class
 from onnxlens.analyzer.runtimes.ort_cpu import (
+    broadcast_spans,
     denormal_reads,
     group_gemms,
     layout_changes,
@@ -457,6 +458,52 @@ def _transpose_info(shape: tuple[int, ...], perm: tuple[int, ...]) -> NodeInfo:
 ])
 def test_a_transpose_copies_the_runs_its_permutation_leaves_whole(shape, perm, runs) -> None:
     assert transpose_runs(_transpose_info(shape, perm)) == runs
+
+
+def _binary_info(op: str, a: tuple[int, ...], b: tuple[int, ...], y: tuple[int, ...]
+                 ) -> NodeInfo:
+    f = TensorProto.FLOAT
+    return NodeInfo("n", op, "", {}, (TensorInfo("a", f, a), TensorInfo("b", f, b)),
+                    (TensorInfo("y", f, y),))
+
+
+@pytest.mark.parametrize(("op", "a", "b", "spans"), [
+    ("Mul", (1, 1024, 6, 6), (1, 1024, 1, 1), 1024),  # squeeze-excite gate: C spans of H·W
+    ("Mul", (1, 960, 1, 1), (1, 960, 7, 7), 960),  # the gate on the left: the same
+    ("Mul", (1, 1, 1, 1), (1, 960, 7, 7), 0),  # one value for all: a scalar, one call
+    ("Mul", (1, 3136, 48), (48,), 3136),  # channels-last layer scale: a span per row
+    ("Add", (1, 196, 384), (1, 196, 384), 0),  # equal shapes: one call
+    ("Add", (1, 196, 384), (), 0),  # a scalar: one call
+    ("Div", (2, 1, 5), (2, 3, 5), 6),  # the middle axis broadcast: spans of 5
+    ("Add", (8, 1), (8, 16), 8),  # the last axis broadcast: spans of 16
+    ("Relu", (1, 8), (1, 8), 0),  # not a broadcasting op
+])
+def test_a_broadcast_makes_one_call_per_span(op, a, b, spans) -> None:
+    y = tuple(max(p, q) for p, q in zip((1,) * (len(b) - len(a)) + a,
+                                        (1,) * (len(a) - len(b)) + b, strict=True))
+    assert broadcast_spans(_binary_info(op, a, b, y)) == spans
+
+
+def test_a_broadcast_gates_spans_are_the_kernels_runs(gpu) -> None:
+    """A [1, 64, 7, 7] x [1, 64, 1, 1] Mul is one elementwise kernel of 64 runs; a Slice of
+    the second half of [1, 64, 7, 7]'s channels reads the 32 x 49 floats it copies."""
+    r = _analyzed([helper.make_node("Mul", ["x", "g"], ["y"])], [1, 64, 7, 7],
+                  ("y", [1, 64, 7, 7]), {"g": [1, 64, 1, 1]})
+    [mul] = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
+    assert (mul.cls, mul.runs) == ("elementwise", 64)
+    bounds = {"s": [32], "e": [64], "ax": [1]}
+    inits = [helper.make_tensor(n, TensorProto.INT64, [1], v) for n, v in bounds.items()]
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "s", "e", "ax"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 7, 7])], inits)
+    r = onnxlens.analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    costs = _node_costs(r)
+    [node] = costs.values()
+    [kernel] = ort_kernels(r.graph, r.groups[0], costs, 16)
+    half = 4 * 32 * 49
+    assert kernel.cost.bytes_written == half
+    assert kernel.cost.bytes_read == node.bytes_read - half == half + 3 * 8  # and bounds
 
 
 def test_a_transposes_runs_cost_the_calibrated_time_each(gpu) -> None:

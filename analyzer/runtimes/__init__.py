@@ -107,7 +107,7 @@ class Kernel:
     host: Kernel | None = None  # the kernel it runs inside, costed as a marginal (`absorbed`)
     reuse: float = 0.0  # the intensity its efficiency reads, where not FLOPs per byte
     calls: int = 1  # GEMM calls it makes (a grouped convolution, batched MatMul)
-    runs: int = 0  # contiguous runs it copies one at a time (a Transpose)
+    runs: int = 0  # runs it copies (a Transpose) or spans it broadcasts over, one at a time
     rows: int = 0  # rows it normalizes one at a time (LayerNormalization, Softmax)
     elements: int = 0  # elements it copies one at a time (a Transpose's element-wise path)
     # An activation applied in a pass over the output in cache after the kernel: its FLOPs,

@@ -250,6 +250,48 @@ def transpose_runs(info: NodeInfo) -> int:
     return runs if runs > 1 else 0
 
 
+# ORT's binary elementwise kernels that broadcast through its Broadcaster (cpu/math/
+# element_wise_ops.h): arithmetic, comparisons, logic.
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Max", "Min", "Sum",
+                           "Mean", "Mod", "Equal", "Less", "Greater", "LessOrEqual",
+                           "GreaterOrEqual", "And", "Or", "Xor"})
+
+
+def broadcast_spans(info: NodeInfo) -> int:
+    """The spans ORT's broadcasting loop makes one vector call each for, 0 where one call
+    does the whole output (equal shapes, or one input a scalar).
+
+    Derivation (ORT's cpu/math/element_wise_ops.h, Broadcaster): from the innermost axis out,
+    skipping axes of output size 1, each input's axes are merged into runs that it either
+    broadcasts or reads whole; the span is the shorter of the two inputs' innermost runs,
+    and the loop calls the op's vector (or scalar-times-vector) function once per span of
+    the output. A squeeze-excite gate, [1, C, H, W] x [1, C, 1, 1], is C spans of H·W; a
+    channels-last scale, [1, H·W, C] x [C], H·W spans of C. Each call pays its set-up, as a
+    Transpose's copied run does (`transpose_runs`): measured (ORT 1.31, Zen 5) a gate of 1024
+    channels at 6x6 took 9.8 us where its bytes at the L2 bandwidth take 2.5."""
+    if info.op_type not in _BROADCASTING or len(info.inputs) != 2 or not info.outputs:
+        return 0
+    a, b, y = info.inputs[0], info.inputs[1], info.outputs[0]
+    if a is None or b is None or not (a.known and b.known and y.known) or not y.size:
+        return 0
+    span = min(_inner_run(a.dims, y.dims), _inner_run(b.dims, y.dims))
+    return y.size // span if span < y.size else 0
+
+
+def _inner_run(dims: Sequence[int], out: Sequence[int]) -> int:
+    """The elements of the output's innermost axes (size-1 axes skipped) over which an
+    input of `dims` (aligned right) either broadcasts on every axis or reads every one."""
+    run, broadcast = 1, None
+    for axis in range(1, len(out) + 1):
+        if out[-axis] == 1:
+            continue
+        here = axis > len(dims) or dims[-axis] == 1
+        if broadcast is not None and here != broadcast:
+            break
+        run, broadcast = run * out[-axis], here
+    return run
+
+
 # ORT's row-wise normalization kernels: LayerNormalization and its simplified form (one
 # LayerNormImpl), over dims[axis:]; Softmax and LogSoftmax (MLAS), over one axis.
 _LAYER_NORMS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization",
@@ -702,12 +744,13 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         layout = NCHW if _cast_constants(mg, head) else _elementwise_layout(head)
     else:
         layout = NCHW
-    kernel = kernel_of(mg, nodes, costs, cls, layout, layout, runs=transpose_runs(head))
+    runs = broadcast_spans(head) if cls == "elementwise" else transpose_runs(head)
+    kernel = kernel_of(mg, nodes, costs, cls, layout, layout, runs=runs)
     if elements := transpose_elements(head):
         kernel = replace(kernel, elements=elements)
     if cls in ("normalization", SOFTMAX):
         kernel = replace(kernel, rows=normalized_rows(map(mg.info, nodes)))
-    if head.op_type == "Gather" and len(nodes) == 1:
+    if head.op_type in ("Gather", "Slice") and len(nodes) == 1:
         return replace(kernel, cost=gathered(head, kernel.cost))
     return kernel
 
@@ -736,10 +779,12 @@ def n_bits_kernel(info: NodeInfo, k: Kernel) -> Kernel:
 
 
 def gathered(info: NodeInfo, cost: Cost) -> Cost:
-    """A Gather's cost as ORT's kernel runs it: it copies the slices its indices select, so it
-    reads as many bytes of the data as it writes, not the whole tensor (a decoder's embedding
-    lookup at one token reads one row of its table: 4 KB of 64 MB); a constant table's slices
-    are the weights it fetches."""
+    """A Gather's or Slice's cost as ORT's kernel runs it: it copies the slices its indices
+    or bounds select, so it reads as many bytes of the data as it writes, not the whole
+    tensor (a decoder's embedding lookup at one token reads one row of its table: 4 KB of 64
+    MB; measured, ORT 1.31, Zen 5: the second half of [1, 128, 48, 48]'s channels in 9.1 us,
+    its 1.2 MB copied at 129 GB/s, where the whole input read would be 194); a constant
+    table's slices are the weights it fetches."""
     data, out = info.input(0), info.outputs[0]
     if data is None or not data.known or not out.known:
         return cost

@@ -142,8 +142,10 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
 
 def fit_copy_run(points: Sequence[Point], hw: HardwareProfile, bandwidth: dict[str, float]
                  ) -> float:
-    """Nanoseconds per contiguous run a Transpose copies (`transpose_runs`), beyond the time
-    its bytes take at the fitted bandwidth of their level: all the points' extra time over
+    """Nanoseconds per contiguous run a Transpose copies (`transpose_runs`) or span a
+    broadcasting elementwise op makes a vector call for (`broadcast_spans`: a loop step with
+    a call's set-up, as a run's copy is), beyond the time their bytes take at the fitted
+    bandwidth of their level: all the points' extra time over
     all their runs (a least-squares slope through the origin would let the point with most
     runs decide alone; a median would let one with 128 runs, whose extra time is noise). 0
     without such points. Measured here: 10.9 ns per run of 8 floats, 6.3 ns per run of 32."""
@@ -178,24 +180,39 @@ def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
                ) -> tuple[dict[str, float], Curve, float]:
     """Bandwidth per memory level, the `elementwise` curve and τ, the plain vector FLOPs one
     transcendental evaluation costs, from benchmarks without MACs: for each τ on
-    TRANSCENDENTAL_GRID, `_fit_vector_at` fits bandwidths and curve; the τ whose fit predicts
-    the times of the benchmarks they are for (all but the classes with curves of their own)
-    best, by mean |ln(max(compute, memory) / measured)|, wins. A Relu and a Sigmoid of the
-    same size do one FLOP per element each by our count, the Sigmoid's a transcendental: the
-    Relu streams at the bandwidth, the Sigmoid is slower by what τ says."""
-    levels = [memory_level(hw, p.bytes).name for p in points]
-    mine = [(p, lv) for p, lv in zip(points, levels, strict=True)
-            if p.op_class not in OWN_VECTOR_CLASSES]
+    TRANSCENDENTAL_GRID, `_fit_vector_at` fits bandwidths and curve on the benchmarks they
+    are for (all but the classes with curves of their own, `own_curve_classes`); the τ whose
+    fit predicts those best, by mean |ln(max(compute, memory) / measured)|, wins. A Relu and
+    a Sigmoid of the same size do one FLOP per element each by our count, the Sigmoid's a
+    transcendental: the Relu streams at the bandwidth, the Sigmoid is slower by what τ says."""
+    own = own_curve_classes(points)
+    mine = [p for p in points if p.op_class not in own]
+    levels = [memory_level(hw, p.bytes).name for p in mine]
     best: tuple[float, dict[str, float], Curve, float] | None = None
     for tau in map(float, TRANSCENDENTAL_GRID):
-        bandwidth, curve = _fit_vector_at(points, levels, hw, peak, tau)
+        bandwidth, curve = _fit_vector_at(mine, levels, hw, peak, tau)
         error = statistics.fmean(
             abs(math.log(_vector_time(p, bandwidth[lv], curve, peak, tau) / p.seconds))
-            for p, lv in mine)
+            for p, lv in zip(mine, levels, strict=True))
         if best is None or error < best[0]:
             best = (error, bandwidth, curve, tau)
     assert best is not None
     return best[1], best[2], best[3]
+
+
+def own_curve_classes(points: Sequence[Point]) -> frozenset[str]:
+    """The classes among OWN_VECTOR_CLASSES with LEVEL_POINTS benchmarks or more that do
+    vector work: those `fit_vector_classes` gives a curve of their own. Their benchmarks say
+    nothing of the `elementwise` curve or the bandwidths: fitted on them too, the curve
+    (e_max 0.064, f_half 1000 FLOPs, mean |log error| 0.96 on the 15:34 calibration's points)
+    took SkipLayerNormalization's 2.7 GB/s and a per-column DequantizeLinear's 4 GB/s for an
+    elementwise op's rate, and the L2 bandwidth (73 GB/s) the median of pools, reductions and
+    normalizations, where an Add or Relu in L2 streams at 111-122 GB/s."""
+    counts: dict[str, int] = {}
+    for p in points:
+        if p.op_class in OWN_VECTOR_CLASSES and p.other_flops:
+            counts[p.op_class] = counts.get(p.op_class, 0) + 1
+    return frozenset(cls for cls, n in counts.items() if n >= LEVEL_POINTS)
 
 
 def _vector_time(p: Point, gbps: float, curve: Curve, peak: float, tau: float) -> float:
