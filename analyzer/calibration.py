@@ -355,12 +355,12 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
         # work at it (an elementwise_int8 kernel at elementwise's e_max read 14x slow)
         efficiency={c: min(1.0, cal.curve(c).e_max) for c in (*OP_CLASSES, *cal.curves)},
         source=f"measured: {where}")
-    return replace(measured, runtime=Runtime(cal.backend, cal.transcendental_flops,
-                                             cal.copy_run_ns, cal.cold_weight_gbps,
-                                             cal.denormal_factor, cal.norm_row_ns,
-                                             cal.copy_element_ns,
-                                             frozenset(p.op_class for p in cal.points
-                                                       if p.calls > 1)))
+    runtime = Runtime(name=cal.backend, transcendental_flops=cal.transcendental_flops,
+                      copy_run_ns=cal.copy_run_ns, cold_weight_gbps=cal.cold_weight_gbps,
+                      denormal_factor=cal.denormal_factor, norm_row_ns=cal.norm_row_ns,
+                      copy_element_ns=cal.copy_element_ns,
+                      per_call_classes=frozenset(p.op_class for p in cal.points if p.calls > 1))
+    return replace(measured, runtime=runtime)
 
 
 def constant_efficiency(hw: HardwareProfile) -> EfficiencyFn:

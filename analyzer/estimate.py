@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from .calibration import constant_efficiency
 from .cost.base import Cost
@@ -54,6 +54,9 @@ from .graph import ModelGraph
 from .hardware import HardwareProfile, MemoryLevel, Precision, precision_for
 from .loader import LoadedModel
 from .runtimes import Kernel, kernel_model
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 # (op class, FLOPs, arithmetic intensity) -> achieved fraction of peak.
 Efficiency = Callable[[str, float, float], float]
@@ -121,9 +124,25 @@ def peak_seconds(cost: Cost, hw: HardwareProfile, precision: Precision) -> float
             + cost.vector_flops(hw.runtime.transcendental_flops) / hw.peak_flops("fp32"))
 
 
+class KernelShape(TypedDict, total=False):
+    """The `Kernel` fields `estimate_kernel` reads beside its cost and class."""
+
+    launches: int
+    reuse: float
+    calls: int
+    runs: int
+    rows: int
+    elements: int
+
+
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precision,
-                   efficiency: Efficiency, **shape: Any) -> GroupEstimate:
-    """`cost` as one kernel of class `cls` (`estimate_kernel`), shaped by `Kernel` fields."""
+                   efficiency: Efficiency, **shape: Unpack[KernelShape]) -> GroupEstimate:
+    """`cost` as one kernel of class `cls` (`estimate_kernel`), shaped by `shape`."""
+    unknown = shape.keys() - KernelShape.__optional_keys__
+    if unknown:  # a Kernel field the roofline does not read would be dropped unseen
+        raise TypeError(f"estimate_group: unknown kernel shape field(s) "
+                        f"{', '.join(sorted(unknown))}; the fields are "
+                        f"{', '.join(KernelShape.__annotations__)}")
     return estimate_kernel(Kernel(cls, cost, (), **shape), hw, precision, efficiency)
 
 

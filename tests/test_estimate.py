@@ -574,6 +574,18 @@ def test_a_norms_rows_cost_the_calibrated_time_each(gpu) -> None:
     assert estimate_group(cost, "normalization", gpu, what_if("fp32"), eff, rows=3136) == plain
 
 
+def test_a_shape_field_the_roofline_does_not_read_is_a_type_error(gpu) -> None:
+    """`peak` is a Kernel field the roofline never reads: passed to estimate_group it was
+    dropped unseen; a misspelled field is refused likewise, naming it."""
+    cost, eff = Cost(macs=10**6), constant_efficiency(gpu)
+    for field in ("peak", "launch"):
+        with pytest.raises(TypeError, match=f"unknown kernel shape field.*{field};"):
+            estimate_group(cost, "gemm", gpu, what_if("fp32"), eff, **{field: 0})
+    # no launch: the roofline alone, 2e6 FLOPs at 70% of the fp32 peak of 60 TFLOP/s
+    assert estimate_group(cost, "gemm", gpu, what_if("fp32"), eff,
+                          launches=0).latency_s == pytest.approx(2e6 / (60e12 * 0.7))
+
+
 def test_ort_runs_a_channels_last_layer_norm_and_a_softmax_row_by_row(gpu) -> None:
     """A LayerNormalization over [1, 56, 56, 24] is one normalization kernel of 3136 rows, a
     Softmax over [8, 49, 49] one softmax kernel of 392."""
