@@ -147,6 +147,26 @@ def test_csv_cells_are_formula_escaped(tmp_path: Path, monkeypatch: pytest.Monke
     assert b"\r\n'=1+1.onnx," in (tmp_path / "out" / "results.csv").read_bytes()
 
 
+def test_a_model_fixed_at_batch_1_is_swept_as_analyze_batch_sees_it(tmp_path: Path) -> None:
+    """x [1, seq, 4] @ w [4, 4] with seq pinned by the spec: at batch 2 the row has what
+    `analyze --batch 2 --dim seq=3` has, 2 x 3 x 4 x 4 MACs (the sweep's own pinning kept the
+    fixed batch 1 and counted 48)."""
+    from onnxlens import analyze
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", 4])
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "m", [x], [y], [w])
+    path = tmp_path / "fixed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    spec = parse_spec({"models": [str(path)], "batch": [2], "hardware": ["a100"],
+                       "dims": {str(path): {"seq": 3}}})
+    run_sweep(spec, tmp_path / "out")
+    (row,) = _rows(tmp_path / "out")
+    assert row["status"] == "ok", row["error"]
+    assert row["macs"] == analyze(path, batch=2, dims={"seq": 3}).totals["macs"] == 2 * 3 * 16
+
+
 def test_measured_row_at_the_models_precision(models: dict[str, Path], tmp_path: Path) -> None:
     spec = parse_spec({"models": [str(models["big"])], "batch": [2], "measure": ["ort-cpu"],
                        "runs": 3, "warmup": 1})

@@ -102,7 +102,8 @@ def analyze_task(rid: RowId, source: Source, precisions: Sequence[str],
     from ..analyzer.sweep import sweep_rows
 
     try:
-        result = analyze(source, **_shape_options(source, rid))
+        # `analyze --batch B --dim ...`'s own path: the same figures for the same model
+        result = analyze(source, batch=rid.batch, dims=dict(rid.dims) or None)
         figures = {k: result.totals[k] for k in STAT_FIELDS}
         dtypes = result.macs_by_dtype
         # A measured row's precision: that of the element type doing most of the MACs, in the
@@ -131,16 +132,6 @@ def analyze_task(rid: RowId, source: Source, precisions: Sequence[str],
                           **figures)
                  for hw, r in zip(hardware, estimates, strict=True)]
     return stats, None, rows
-
-
-def _shape_options(source: Source, rid: RowId) -> dict[str, Any]:
-    """`batch` alone, or with dims pinned by name, every input's full shape."""
-    if not rid.dims:
-        return {"batch": rid.batch}
-    from ..backends.base import concrete_shape, input_specs, load_proto, pin_dims
-
-    specs = pin_dims(input_specs(load_proto(source, weights=False)), rid.dims)
-    return {"input_shapes": {s.name: concrete_shape(s, rid.batch) for s in specs}}
 
 
 def measure_task(rid: RowId, source: Source, backend: str, stats: Mapping[str, Any],
