@@ -22,6 +22,7 @@ from .errors import OnnxLensError, UnsupportedOpError, UsageError
 from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph, collector_paused
 from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
+from .llm import head_dim_pins, unpinned_head_dims
 from .loader import LoadedModel, load_model
 from .memory import activation_peak_bytes
 from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, sample_points, symbolic_dims
@@ -87,6 +88,8 @@ class AnalysisResult:
     llm: dict[str, Any] = field(default_factory=dict)  # a KV-cache decoder's phases (api)
     # The inputs as the model declares them, symbolic dims unpinned (`model` has them pinned).
     declared_inputs: list[TensorInfo] = field(default_factory=list)
+    # Named dims pinned beyond those asked: a KV cache's head size (`analyze`'s `dims`).
+    dims_added: dict[str, int] = field(default_factory=dict)
 
     def estimate(self, hw: HardwareProfile, precision: str | None = None,
                  efficiency: Efficiency | None = None) -> ModelEstimate:
@@ -244,22 +247,40 @@ def analyze(
     """Analyze a model given as a path, serialized bytes or a ModelProto.
 
     `dims` (named dims, ``{"sequence_length": 128}``, 0 allowed), `input_shapes` and `batch`
-    pin dynamic dims. Dims left symbolic are, with `symbolic`,
-    analyzed at 1 and the totals also given as formulas of them (`result.formulas`); without
-    it, costs that depend on them are unknown. `strict` makes an op with no cost formula an
-    error instead of a warning; `limits` bounds what a model may ask for (`validate.Limits`;
-    `max_tensor_bytes` overrides its byte budget); `flops_per_mac` is 2 (one multiply, one
-    add) unless a caller follows the 1-FLOP-per-MAC convention of some peers.
+    pin dynamic dims; with `dims`, a KV cache's head dim they leave named is pinned too, to
+    the head size its attention node reads (`llm.head_dim_pins`). Dims left symbolic are,
+    with `symbolic`, analyzed at 1 and the totals also given as formulas of them
+    (`result.formulas`); without it, costs that depend on them are unknown. `strict` makes
+    an op with no cost formula an error instead of a warning; `limits` bounds what a model
+    may ask for (`validate.Limits`; `max_tensor_bytes` overrides its byte budget);
+    `flops_per_mac` is 2 (one multiply, one add) unless a caller follows the 1-FLOP-per-MAC
+    convention of some peers.
     """
     load = partial(load_model, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes,
                    limits=limits)
     with collector_paused():  # an analysis builds a large graph of objects and frees none
         model = load(source, input_shapes=input_shapes, batch=batch, dims=dims)
+        added = _kv_head_dims(model, dims) if dims else {}
+        if added:
+            model = load(source, input_shapes=input_shapes, batch=batch, dims={**dims, **added})
         symbols = symbolic_dims(model.graph_inputs) if symbolic else []
         result = (_analyze_symbolic(model, symbols, load, strict, flops_per_mac) if symbols
                   else _analyze_model(model, strict, flops_per_mac))
     result.declared_inputs = model.graph_inputs
+    result.dims_added = added
+    result.warnings += [f"--dim {name}={size} added: the KV cache's head size, read from the "
+                        "attention node that reads it" for name, size in added.items()]
     return result
+
+
+def _kv_head_dims(model: LoadedModel, dims: Mapping[str, int]) -> dict[str, int]:
+    """The KV cache's head dims `dims` leaves named, each at the size the attention node
+    reading the cache has (`llm.head_dim_pins`): pinned before the analysis, which then runs
+    once, where a named head dim made it a symbolic one (an analysis per sample point)."""
+    shapes = {t.name: t.shape or () for t in model.graph_inputs}
+    if not unpinned_head_dims(shapes, dims):
+        return {}  # no KV cache with a named head dim: no graph built for it
+    return head_dim_pins(shapes, build_graph(model), dims)
 
 
 def _analyze_symbolic(model: LoadedModel, symbols: list[str], load: Callable[..., LoadedModel],

@@ -121,23 +121,25 @@ def _head_dim_from_attention(graph: ModelGraph, cache: str) -> int | None:
     return None
 
 
+def unpinned_head_dims(shapes: Mapping[str, Sequence[object]], dims: Mapping[str, int]
+                       ) -> dict[str, str]:
+    """KV-cache input -> its head dim's name, for the inputs (`shapes`: input name -> declared
+    shape) whose head dim is named and not in `dims` (onnxruntime-genai's `kv_cache_dim`)."""
+    return {name: shape[3] for name, shape in shapes.items()
+            if (_LAYER_KV.match(name) or _SINGLE_KV.match(name)) and len(shape) == 4
+            and isinstance(shape[3], str) and shape[3] not in dims}
+
+
 def head_dim_pins(shapes: Mapping[str, Sequence[object]], graph: ModelGraph,
                   dims: Mapping[str, int]) -> dict[str, int]:
-    """Named head dims of the KV-cache inputs (`shapes`: input name -> declared shape) that
-    `dims` leaves unpinned (onnxruntime-genai's `kv_cache_dim`), each read from the attention
-    node reading the cache (`_head_dim_from_attention`). The head size is the model's own: no
-    phase changes it, and ORT refuses a cache of any other ("Input 'past_key' dimension 3
-    should match the packed KV head dimension"), so `--dim` and the inputs made to measure
-    pin it for the user."""
+    """The `unpinned_head_dims`, each read from the attention node reading the cache
+    (`_head_dim_from_attention`). The head size is the model's own: no phase changes it, and
+    ORT refuses a cache of any other ("Input 'past_key' dimension 3 should match the packed KV
+    head dimension"), so `--dim` and the inputs made to measure pin it for the user."""
     out: dict[str, int] = {}
-    for name, shape in shapes.items():
-        if not (_LAYER_KV.match(name) or _SINGLE_KV.match(name)) or len(shape) != 4:
-            continue
-        head = shape[3]
-        if isinstance(head, str) and head not in dims and head not in out:
-            size = _head_dim_from_attention(graph, name)
-            if size:
-                out[head] = size
+    for cache, head in unpinned_head_dims(shapes, dims).items():
+        if head not in out and (size := _head_dim_from_attention(graph, cache)):
+            out[head] = size
     return out
 
 

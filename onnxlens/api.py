@@ -56,11 +56,8 @@ def analyze(
     batches = _as_list(batch)
     precisions: list[str | None] = _as_list(precision) or [None]  # None: the graph's own
     result = _analyze_model(source, batch=batches[0] if batches else None, **options)
-    if options.get("dims") and (pins := _head_dim_pins(result, options["dims"])):
-        options = options | {"dims": options["dims"] | pins}
-        result = _analyze_model(source, batch=batches[0] if batches else None, **options)
-        result.warnings += [f"--dim {name}={size} added: the KV cache's head size, read from "
-                            "the attention node that reads it" for name, size in pins.items()]
+    if result.dims_added:  # a KV cache's head size: the other analyses need not look again
+        options = options | {"dims": options["dims"] | result.dims_added}
     targets = _targets(hardware, threads, runtime)
     for hw, efficiency in targets:
         result.add_estimate(hw, precisions[0], efficiency)
@@ -89,14 +86,6 @@ def analyze(
 
 
 DEFAULT_PROMPT_LEN, DEFAULT_CONTEXT_LEN = 512, 2048
-
-
-def _head_dim_pins(result: AnalysisResult, dims: dict[str, int]) -> dict[str, int]:
-    """The KV cache's head dims `dims` leaves named (`analyzer.llm.head_dim_pins`)."""
-    from .analyzer.llm import head_dim_pins
-
-    return head_dim_pins({t.name: t.shape or () for t in result.declared_inputs},
-                         result.graph, dims)
 
 
 def _kv_layout(result: AnalysisResult, asked: object, dims: dict[str, int] | None

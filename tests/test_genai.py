@@ -99,3 +99,19 @@ def test_the_kv_cache_head_dim_is_pinned_from_the_model_when_the_user_does_not()
                        profile_runs=1, samples=1, memory=False, dims=lengths)
     assert set(measured.runs) == {"ort-cpu"} and not measured.unavailable
     assert measured.settings["dims"]["kv_cache_dim"] == 16
+
+
+def test_the_head_dim_is_pinned_before_the_one_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pin is read from the loaded model before the analysis, which runs once at 16: the
+    head dim left named had made it symbolic (an analysis per sample point, 5) and then a
+    sixth at the pin. MACs at s=1, p=7 by hand: 20480 + 128 x 8 = 21504."""
+    from onnxlens.analyzer import analysis
+
+    analyses = []
+    analyze_model = analysis._analyze_model
+    monkeypatch.setattr(analysis, "_analyze_model",
+                        lambda *a: analyses.append(a) or analyze_model(*a))
+    lengths = {k: v for k, v in _dims(1, 7).items() if k != "kv_cache_dim"}
+    result = onnxlens.analyze(DATA / "fp32" / "model.onnx", dims=lengths)
+    assert len(analyses) == 1 and result.dims_added == {"kv_cache_dim": 16}
+    assert result.total.macs == _macs(1, 7) == 21504 and not result.symbols
