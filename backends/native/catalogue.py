@@ -1,8 +1,9 @@
 """The native executor's operation catalogue, read from `ops.def`, the one file the C++ core
 and the CUDA kernels include as X-macros: the elementwise operations of the fused programs
 (name, operand count, scalar parameters), the reduction kernels, the storage codes of plan
-tensors, the operations a GEMM or depthwise tile applies as it stores (`TILE_EPILOGUE`), and
-each instruction set's GEMM micro-tile (`GEMM_TILES`).
+tensors, the operations a GEMM or depthwise tile applies as it stores (`TILE_EPILOGUE`),
+each instruction set's GEMM micro-tile (`GEMM_TILES`) and the columns past its last whole
+vector that run narrow (`GEMM_NARROW_COLS`).
 The planner builds its instructions and tensors from these, so Python and C++ cannot disagree
 on a name or a code; an operation the catalogue lacks is refused when it is emitted.
 """
@@ -18,6 +19,7 @@ from ...analyzer.cost.reduce import REDUCE_OPS as ANALYZER_REDUCE_OPS
 _ENTRY = re.compile(
     r"^(EW_UNARY|EW_BINARY|EW_TERNARY|REDUCE_OP|STORAGE|TILE_EPILOGUE)\((\w+)(?:,\s*(\w+))?")
 _GEMM_TILE = re.compile(r"^GEMM_TILE\((\w+),\s*(\d+),\s*(\d+)\)")
+_GEMM_NARROW_COLS = re.compile(r"^GEMM_NARROW_COLS\((\d+)\)")
 _ARITY = {"EW_UNARY": 1, "EW_BINARY": 2, "EW_TERNARY": 3}
 
 
@@ -54,3 +56,5 @@ TILE_EPILOGUE: frozenset[str] = frozenset(name for kind, name, _ in _ALL
 # Instruction set -> (mr, nr): the GEMM micro-tile the core's GEMM computes whole.
 GEMM_TILES: dict[str, tuple[int, int]] = {
     m[1]: (int(m[2]), int(m[3])) for line in _LINES if (m := _GEMM_TILE.match(line))}
+# The most columns past a tile's last whole vector that the GEMM runs column by column.
+(GEMM_NARROW_COLS,) = (int(m[1]) for line in _LINES if (m := _GEMM_NARROW_COLS.match(line)))

@@ -66,7 +66,7 @@ from ...analyzer.runtimes import (
     register_kernel_model,
 )
 from . import lower
-from .catalogue import GEMM_TILES, REDUCE_OPS, TILE_EPILOGUE
+from .catalogue import GEMM_NARROW_COLS, GEMM_TILES, REDUCE_OPS, TILE_EPILOGUE
 from .lower import MAIN_OPS
 from .plan import FOLDED, lower_groups
 
@@ -158,23 +158,22 @@ def gemm_tile() -> tuple[int, int] | None:
     return GEMM_TILES[_native.default_isa()]
 
 
-# gemm.cpp `columns`: up to NARROW_COLS (simd.h kNarrowCols) columns past a tile's whole
-# vectors of nr / 2 run column by column (gemm_ucols), each costing about NARROW_COST columns
-# of the micro-kernel (perf, AVX-512, a 512 x 49 x 4608 product: the 1 narrow column took 5.4%
-# of the time, the 16-column vector beside it 20.4%).
-NARROW_COLS = 4
+# gemm.cpp `columns`: up to GEMM_NARROW_COLS (ops.def; simd.h kNarrowCols) columns past a
+# tile's whole vectors of nr / 2 run column by column (gemm_ucols), each costing about
+# NARROW_COST columns of the micro-kernel (perf, AVX-512, a 512 x 49 x 4608 product: the 1
+# narrow column took 5.4% of the time, the 16-column vector beside it 20.4%).
 NARROW_COST = 4
 
 
 def tile_columns(n: int, nr: int) -> int:
     """The columns a full-height tile row computes for n columns: whole tiles of nr, then the
-    last tile's columns in vectors of nr / 2, or its few columns past them (1..NARROW_COLS) at
-    NARROW_COST each. The generic ISA's micro-kernel computes all nr columns of a vector pair;
-    its tiles are charged as AVX2's."""
+    last tile's columns in vectors of nr / 2, or its few columns past them
+    (1..GEMM_NARROW_COLS) at NARROW_COST each. The generic ISA's micro-kernel computes all nr
+    columns of a vector pair; its tiles are charged as AVX2's."""
     half = max(nr // 2, 1)
     last = n % nr
     narrow = last % half
-    if 1 <= narrow <= NARROW_COLS:
+    if 1 <= narrow <= GEMM_NARROW_COLS:
         return n - last + (last - narrow) + NARROW_COST * narrow
     return n - last + -(-last // half) * half
 

@@ -77,8 +77,10 @@ struct TileEpilogue {
   float lo, hi;
 };
 
-// The most columns gemm_ucols takes (kernel_model.py NARROW_COLS is the same number).
-constexpr int64_t kNarrowCols = 4;
+// The most columns gemm_ucols takes: ops.def's GEMM_NARROW_COLS, which the native kernel model
+// reads too.
+#define GEMM_NARROW_COLS(n) constexpr int64_t kNarrowCols = n;
+#include "ops.def"
 
 struct SimdKernels {
   const char* name;
