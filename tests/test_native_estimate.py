@@ -138,11 +138,18 @@ def test_a_native_calibration_point_is_read_through_the_plan(tmp_path: Path) -> 
 
 
 def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=8, pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["y"])]
-    path = _save(tmp_path, nodes, [_init("w", 8, 1, 3, 3)], [1, 8, 16, 16], [1, 8, 16, 16])
-    r, out = _kernels(path)
-    assert [k.cls for k in out[r.groups[0].id]] == ["depthwise"]
+    """A depthwise Conv is a `depthwise` kernel of one call per channel plane (8 here), its
+    MACs as many as the plane's taps (8·16·16·9) at stride 1; at stride 2 (8 x 8 outputs)
+    each output vector loads two input vectors per tap: 2 x 8·8·8·9."""
+    for stride, side in ((1, 16), (2, 8)):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=8, pads=[1, 1, 1, 1],
+                                  strides=[stride, stride]),
+                 helper.make_node("Relu", ["c"], ["y"])]
+        path = _save(tmp_path, nodes, [_init("w", 8, 1, 3, 3)], [1, 8, 16, 16],
+                     [1, 8, side, side])
+        r, out = _kernels(path)
+        (k,) = out[r.groups[0].id]
+        assert (k.cls, k.calls, k.cost.macs) == ("depthwise", 8, stride * 8 * side * side * 9)
 
 
 def test_a_global_pool_is_a_reduction(tmp_path: Path) -> None:
