@@ -637,3 +637,26 @@ def test_a_calibrated_class_efficiency_round_trips_through_toml(tmp_path: Any) -
     path = tmp_path / "calibrated.toml"
     path.write_text(profile_to_toml(hw), encoding="utf-8")
     assert load_profile(path).efficiency == hw.efficiency
+
+
+@pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
+def test_ort_cpu_transposes_the_8_bit_tensors_around_nhwc_quantized_convs(
+        tmp_path: Any, activations: str) -> None:
+    """ORT runs each QLinearConv channels-last, with Transposes of its 8-bit input and output
+    where its neighbours are not NHWC kernels too: the kernel model places as many reorders
+    as ORT's profile has Transposes, each of an 8-bit [1, 8, 16, 16] (2,048 bytes read and
+    written). With int8 activations the first Conv alone is fused (between the input's Q and
+    a DQ: 2); with uint8 all three and the QLinearAdd run NHWC (a Transpose in, one out)."""
+    from onnxlens.analyzer.host import host_profile
+    from onnxlens.analyzer.runtimes.ort_cpu import MODEL
+    from onnxlens.backends.ort_timing import profile_model
+
+    model = _residual_convs(tmp_path, getattr(quantization.QuantType, activations))
+    profiled = [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]]
+    result = analyze(model)
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    reorders = [k for run in MODEL.kernels(result.graph, result.groups, costs, {},
+                                           host_profile(1)).values()
+                for k in run or () if not k.nodes and k.cost.bytes_read]
+    assert len(reorders) == profiled.count("Transpose") == 2
+    assert all(k.cost.bytes_read == k.cost.bytes_written == 8 * 16 * 16 for k in reorders)

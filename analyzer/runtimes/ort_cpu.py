@@ -51,7 +51,7 @@ from . import (
 )
 from .ort_attention import gqa_kernels, in_attention_block, without_work_of
 
-NCHWC, NCHW = "nchwc", "nchw"
+NCHWC, NCHW, NHWC = "nchwc", "nchw", "nhwc"
 # Activations ORT's Conv/Gemm activation fusion takes into the kernel (FusedConv, the NCHWc
 # Conv's activation, FusedGemm); anything else (SiLU -> QuickGelu, GELU -> Gelu) is a kernel of
 # its own that reads and writes the whole output once more.
@@ -475,6 +475,21 @@ def _node_runs(mg: ModelGraph, nodes: Sequence[str]) -> list[tuple[list[str], st
     return kernels
 
 
+def nhwc_conv(head: NodeInfo) -> str:
+    """The layout ORT runs a quantized Conv in: NHWC. Its NhwcTransformer (ORT_ENABLE_ALL, x86)
+    makes each QLinearConv (a QDQ unit's too) the channels-last com.microsoft op with
+    Transposes of its 8-bit input and output, which the transpose optimizer pushes through
+    the quantized kernels next to it (QLinearAdd, NhwcMaxPool, QLinearGlobalAveragePool: any
+    layout) and cancels in pairs: a chain of them pays one Transpose at each end (profiled,
+    ORT 1.31, ResNet-18 QDQ uint8: 2), a QLinearConv between float kernels one on each side
+    (MobileNetV2 QDQ with int8 activations, 37 QLinearConv among 15 float Convs: 32
+    Transposes, 0.25 ms of 4.5 profiled). `layout_changes` places them, on the 8-bit tensors
+    (the DequantizeLinear after a QLinearConv reads NCHW). A Conv with a 1-D or 3-D input
+    stays NCHW: nothing to transpose."""
+    x = head.input(0)
+    return NHWC if x is not None and x.known and x.rank == 4 else NCHW
+
+
 def _conv_integer_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
                           block: int) -> list[Kernel]:
     """quantize_dynamic's Conv as ORT's CPU provider runs it: one kernel per node. ORT fuses
@@ -691,14 +706,15 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     head = mg.info(nodes[0])
     if head.op_type in _CONVS:
         cls, reads, writes = ort_conv_path(head, block)
-        if _integer_macs(mg, head):  # QLinearConv / ConvInteger: NHWC, no NCHWc reorders
+        if _integer_macs(mg, head):  # no NCHWc reorders; a QLinearConv NHWC (`nhwc_conv`)
             cls = INT8_CLASS.get(cls, cls)
             if head.op_type == "ConvInteger":  # `grouped_conv_integer`: the class's comment
                 cls = GROUPED_CONV_INTEGER if head.attr("group", 1) > 1 else CONV_INTEGER
             cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else cls
             calls, reuse = (group_gemms(head, False) if cls == GROUPED_CONV_INTEGER
                             else (1, 0.0))
-            return _integer_kernel(mg, kernel_of(mg, nodes, costs, cls, NCHW, NCHW, passes=(
+            layout = NCHW if head.op_type == "ConvInteger" else nhwc_conv(head)
+            return _integer_kernel(mg, kernel_of(mg, nodes, costs, cls, layout, layout, passes=(
                 activation_passes(mg, nodes, True)), calls=calls, reuse=reuse), costs)
         calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
         kernel = kernel_of(mg, nodes, costs, cls, reads, writes,
@@ -740,7 +756,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         layout = ANY
     elif head.op_type == "Concat":
         layout = _concat_layout(head, block)
-    elif cls == "elementwise":
+    elif cls in ("elementwise", ELEMENTWISE_INT8):  # a QLinearAdd in NHWC too (`nhwc_conv`)
         layout = NCHW if _cast_constants(mg, head) else _elementwise_layout(head)
     else:
         layout = NCHW
@@ -802,7 +818,8 @@ def layout_changes(kernel: Kernel, have: dict[str, set[str]]) -> list[TensorInfo
     image = [t for t in kernel.inputs if t.known and t.rank == 4]
     want = kernel.reads
     if want == ANY:
-        want = next((lay for t in image for lay in (NCHWC, NCHW) if lay in have.get(t.name, ())),
+        want = next((lay for t in image for lay in (NCHWC, NHWC, NCHW)
+                     if lay in have.get(t.name, ())),
                     NCHW)
     moved = []
     for t in image:
