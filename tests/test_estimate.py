@@ -38,6 +38,7 @@ from onnxlens.analyzer.runtimes.ort_cpu import (
     group_gemms,
     layout_changes,
     matmul_calls,
+    nchwc_block,
     normalized_rows,
     ort_conv_path,
     ort_kernels,
@@ -292,8 +293,20 @@ def test_an_activation_mlas_applies_after_the_kernel_is_a_pass(
     pass_s = act_cost.other_flops / (60e12 * 0.5)  # the elementwise rate, no traffic
     assert est.latency_s == pytest.approx(
         estimate_group(kernel.cost, kernel.cls, gpu, what_if("fp32"), eff).latency_s + pass_s
-        + sum(estimate_group(reorder_cost(t), "data_movement", gpu, what_if("fp32"), eff).latency_s
+        + sum(estimate_group(reorder_cost(t, nchwc_block(gpu)), "data_movement", gpu,
+                             what_if("fp32"), eff).latency_s
               for t in layout_changes(kernel, {"x": {"nchw"}})))
+
+
+@pytest.mark.parametrize(("channels", "block", "nchwc_bytes"), [
+    (8, 16, 4 * 16 * 112 * 112),  # GhostNet's 8 channels in one 16-channel block
+    (24, 8, 4 * 24 * 112 * 112),  # whole blocks: no padding
+    (4, 8, 4 * 8 * 112 * 112),
+])
+def test_a_reorder_moves_the_nchwc_sides_padded_blocks(channels, block, nchwc_bytes) -> None:
+    t = TensorInfo("t", TensorProto.FLOAT, (1, channels, 112, 112))
+    cost = reorder_cost(t, block)
+    assert (cost.bytes_read, cost.bytes_written) == (4 * channels * 112 * 112, nchwc_bytes)
 
 
 def test_an_add_after_a_lone_conv_is_its_sum_input(gpu) -> None:
