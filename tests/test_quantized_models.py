@@ -660,3 +660,32 @@ def test_ort_cpu_transposes_the_8_bit_tensors_around_nhwc_quantized_convs(
                 for k in run or () if not k.nodes and k.cost.bytes_read]
     assert len(reorders) == profiled.count("Transpose") == 2
     assert all(k.cost.bytes_read == k.cost.bytes_written == 8 * 16 * 16 for k in reorders)
+
+
+def test_ort_cpu_runs_a_qdq_reshape_on_the_8_bit_values() -> None:
+    """DQ -> Reshape -> Q (one scale and zero point, as quantize_static writes them): ORT drops
+    the DQ and Q (its profile: one Reshape kernel); the kernel model's kernel is a data
+    movement without their arithmetic, reading and writing the uint8 tensors: 64 x 256 bytes
+    each way, plus the shape (2 int64) and the scale and zero point (4 + 1 bytes) read."""
+    from onnx import helper, numpy_helper
+
+    from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+    from onnxlens.backends.ort_timing import profile_model
+
+    consts = [numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+              numpy_helper.from_array(np.array(128, np.uint8), "z"),
+              numpy_helper.from_array(np.array([64, 256], np.int64), "shape")]
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
+         helper.make_node("Reshape", ["f", "shape"], ["r"]),
+         helper.make_node("QuantizeLinear", ["r", "s", "z"], ["y"])], "qdq_reshape",
+        [helper.make_tensor_value_info("x", T.UINT8, [1, 64, 16, 16])],
+        [helper.make_tensor_value_info("y", T.UINT8, [64, 256])], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == ["Reshape"]
+    result = analyze(model)
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    (kernel,) = [k for g in result.groups for k in ort_kernels(result.graph, g, costs, 16)]
+    assert (kernel.cls, kernel.cost.other_flops) == ("data_movement", 0)
+    assert kernel.cost.bytes_read == 64 * 256 + 2 * 8 + 4 + 1
+    assert kernel.cost.bytes_written == 64 * 256

@@ -89,6 +89,11 @@ SOFTMAX = "softmax"
 # residual where the float rate of its dequantize, add, requantize FLOPs said 4x that.
 ELEMENTWISE_INT8 = "elementwise_int8"
 _QLINEAR_ELEMENTWISE = frozenset({"QLinearAdd", "QLinearMul"})
+# Nodes that only move or pick quantized values: ORT's QDQ transformer drops the DQ before
+# and the Q after them (DropQDQNodesRules, qdq_selector_action_transformer.cc), so they run
+# on the 8-bit tensor itself (`moves_quantized_values`).
+_QDQ_DROPPED = frozenset({"Gather", "GatherElements", "Reshape", "Transpose", "Squeeze",
+                          "Unsqueeze", "Expand", "Flatten", "Slice"})
 # A QuantizeLinear or DequantizeLinear that ORT runs as a kernel of its own (an unfused node
 # unit's, the graph's input Q and output DQ): classes of their own, read per block
 # (`quantization_blocks`). Measured (ORT 1.31, 1 thread, Zen 5): per tensor or per channel on
@@ -490,6 +495,24 @@ def nhwc_conv(head: NodeInfo) -> str:
     return NHWC if x is not None and x.known and x.rank == 4 else NCHW
 
 
+def moves_quantized_values(mg: ModelGraph, head: NodeInfo, nodes: Sequence[str]) -> bool:
+    """Whether ORT runs kernel `nodes` as `head` alone on 8-bit values: a node of _QDQ_DROPPED
+    whose data input a DequantizeLinear of the kernel makes and whose output a QuantizeLinear
+    of the kernel reads (the DQ and Q dropped; their arithmetic is none of its work, its bytes
+    those of the 8-bit tensors). Profiled (ORT 1.31, BERT QDQ uint8): 20 Reshapes and 16
+    Transposes on uint8 and no DQ or Q beside them, where the kernel model had charged each
+    the DQ and Q arithmetic at the elementwise rate (9 us where ORT's profile says 3 to 10).
+    Approximation, signed: ORT drops them only where the DQ and Q have one scale and zero
+    point, which quantize_static writes for these ops; that is not checked."""
+    x, y = head.input(0), head.outputs[0] if head.outputs else None
+    if head.op_type not in _QDQ_DROPPED or x is None or y is None:
+        return False
+    inside = {mg.info(k).op_type: k for k in nodes if k != head.name}
+    dq, q = inside.get("DequantizeLinear"), inside.get("QuantizeLinear")
+    return (dq is not None and mg.producer.get(x.name) == dq
+            and q is not None and y.name in {t.name for t in mg.info(q).inputs if t})
+
+
 def _conv_integer_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
                           block: int) -> list[Kernel]:
     """quantize_dynamic's Conv as ORT's CPU provider runs it: one kernel per node. ORT fuses
@@ -742,6 +765,13 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         return standalone_quantization(mg, nodes[0], costs)
     if head.op_type == "MatMulNBits":
         return n_bits_kernel(head, kernel_of(mg, nodes, costs, "gemm", NCHW, NCHW))
+    if moves_quantized_values(mg, head, nodes):
+        kernel = kernel_of(mg, nodes, costs, node_class(head), NCHW, NCHW,
+                           runs=transpose_runs(head))
+        if elements := transpose_elements(head):
+            kernel = replace(kernel, elements=elements)
+        return without_work_of(kernel, [c for n in nodes if mg.info(n).op_type in _QUANT_EDGES
+                                        and (c := costs[n]) is not None])
     cls = _dominant_class(mg, nodes, costs)
     requantized = any(mg.info(k).op_type == "QuantizeLinear" for k in nodes)
     if head.op_type == "QLinearSoftmax" or (head.op_type == "Softmax" and requantized):
@@ -992,7 +1022,9 @@ class OrtCpu:
                 k = _folded(mg, k, open_sums) or k
                 if k.cls in _PER_CALL and k.cls not in hw.runtime.per_call_classes:
                     k = replace(k, calls=1, reuse=0.0, cls=_BEFORE.get(k.cls, k.cls))
-                run += [Kernel("data_movement", reorder_cost(t, block), ())
+                # an NHWC Transpose (`nhwc_conv`) has no blocks to pad: block 1
+                nhwc = k.reads == NHWC or any(NHWC in have.get(t.name, ()) for t in k.inputs)
+                run += [Kernel("data_movement", reorder_cost(t, 1 if nhwc else block), ())
                         for t in layout_changes(k, have)]
                 if share := max((denormal.get(n, 0.0) for n in k.nodes), default=0.0):
                     k = replace(k, denormal_share=share)
