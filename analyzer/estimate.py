@@ -64,7 +64,8 @@ Efficiency = Callable[[str, float, float], float]
 # Classes without MACs: a group of one of these runs its FLOPs at its own class's efficiency
 # (a calibration fits pools, normalizations, reductions apart); any other group's non-MAC
 # FLOPs (bias, activation) run at `elementwise`'s.
-VECTOR_CLASSES = ("elementwise", "normalization", "skip_normalization", "softmax", "softmax_int8",
+VECTOR_CLASSES = ("elementwise", "gelu", "normalization", "skip_normalization", "softmax",
+                  "softmax_int8",
                   "elementwise_int8", "quantize", "dequantize", "pool", "reduce",
                   "data_movement")
 

@@ -92,7 +92,7 @@ SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "d
                "gemm_nbits": "gemm",
                "skip_normalization": "normalization", "softmax": "normalization",
                "softmax_int8": "normalization",
-               "elementwise_int8": "elementwise", "quantize": "elementwise",
+               "elementwise_int8": "elementwise", "gelu": "elementwise", "quantize": "elementwise",
                "dequantize": "elementwise"}
 # A runtime's kernels whose MACs multiply integers (ORT's QLinearConv, QGemm,
 # DynamicQuantizeMatMul) are classes of their own, their efficiencies fractions of the int8

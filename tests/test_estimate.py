@@ -36,6 +36,7 @@ from onnxlens.analyzer.runtimes.ort_cpu import (
     broadcast_spans,
     denormal_reads,
     group_gemms,
+    is_erf_gelu,
     layout_changes,
     matmul_calls,
     nchwc_block,
@@ -517,6 +518,26 @@ def test_a_broadcast_gates_spans_are_the_kernels_runs(gpu) -> None:
     half = 4 * 32 * 49
     assert kernel.cost.bytes_written == half
     assert kernel.cost.bytes_read == node.bytes_read - half == half + 3 * 8  # and bounds
+
+
+def test_a_gelu_in_erf_is_one_gelu_kernel() -> None:
+    """GELU as torch exports it (Div, Erf, Add, Mul, Mul) is one ORT kernel of class `gelu`;
+    so are ORT's Gelu and BiasGelu; a lone Erf, and opset 20's tanh Gelu, are not."""
+    def node(op: str, **attrs: str) -> NodeInfo:
+        return NodeInfo("n", op, "", attrs, (), ())
+
+    assert is_erf_gelu([node("Div"), node("Erf"), node("Add"), node("Mul"), node("Mul")])
+    assert is_erf_gelu([node("Gelu")]) and is_erf_gelu([node("BiasGelu")])
+    assert not is_erf_gelu([node("Erf")])
+    assert not is_erf_gelu([node("Gelu", approximate="tanh")])
+    assert not is_erf_gelu([node("Sigmoid"), node("Mul")])
+    nodes = [helper.make_node(op, ins, [out]) for op, ins, out in (
+        ("Div", ["x", "sqrt2"], "d"), ("Erf", ["d"], "e"), ("Add", ["e", "one"], "a"),
+        ("Mul", ["x", "a"], "p"), ("Mul", ["p", "half"], "y"))]
+    r = _analyzed(nodes, [1, 64, 56, 56], ("y", [1, 64, 56, 56]),
+                  {"sqrt2": [], "one": [], "half": []})
+    [kernel] = [k for g in r.groups for k in ort_kernels(r.graph, g, _node_costs(r), 16)]
+    assert kernel.cls == "gelu" and len(kernel.nodes) == 5
 
 
 def test_a_transposes_runs_cost_the_calibrated_time_each(gpu) -> None:

@@ -84,6 +84,12 @@ SOFTMAX_INT8 = "softmax_int8"
 # 1.31, Zen 5: 0.18 against 0.35 ns per element), though our counts give the Softmax more work
 # per element (its exp): one curve for both had every Softmax 50-90% over.
 SOFTMAX = "softmax"
+# GELU in erf, spelled out (Div, Erf, Add, Mul, Mul) or ORT's own Gelu / BiasGelu: ORT runs it
+# as one Gelu kernel (scale, MlasComputeErf, combine): timed apart (`catalogue.gelu`, ORT
+# 1.31, Zen 5: 0.44-0.48 ns per element), since erf costs about 1.5x a sigmoid or tanh (0.34
+# against 0.23-0.26 ns), which one τ for every transcendental cannot say.
+GELU = "gelu"
+_ERF_GELUS = frozenset({"Gelu", "BiasGelu"})
 # An elementwise kernel between DQs and a Q (QDQ Add, Mul; QLinearAdd, QLinearMul nodes):
 # ORT's QLinearAdd / QLinearMul work on the uint8 values (MLAS), measured 5 us for a ResNet
 # residual where the float rate of its dequantize, add, requantize FLOPs said 4x that.
@@ -778,6 +784,8 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         cls = SOFTMAX_INT8
     elif head.op_type in _SOFTMAXES:
         cls = SOFTMAX
+    elif cls == "elementwise" and is_erf_gelu(map(mg.info, nodes)):
+        cls = GELU
     elif head.op_type in _QLINEAR_ELEMENTWISE or (
             head.op_type in ("Add", "Mul") and requantized and any(
                 mg.info(k).op_type == "DequantizeLinear" for k in nodes)):
@@ -799,6 +807,14 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     if head.op_type in ("Gather", "Slice") and len(nodes) == 1:
         return replace(kernel, cost=gathered(head, kernel.cost))
     return kernel
+
+
+def is_erf_gelu(infos: Iterable[NodeInfo]) -> bool:
+    """One kernel's nodes are a GELU in erf: ORT's Gelu or BiasGelu (not its tanh form), or
+    an Erf with the nodes around it that ORT's GeluFusion takes (a lone Erf is not)."""
+    infos = list(infos)
+    return any(i.op_type in _ERF_GELUS and i.attr("approximate", "none") != "tanh"
+               for i in infos) or (len(infos) > 1 and any(i.op_type == "Erf" for i in infos))
 
 
 def n_bits_kernel(info: NodeInfo, k: Kernel) -> Kernel:

@@ -95,6 +95,18 @@ def matmul_n_bits(m: int, k: int, n: int, tier: int = 1, block: int = 32) -> Ben
                  _work(2 * m * k * n, 4 * (m * k + m * n) + k * n // 2))
 
 
+def _gelu(x: str, y: str) -> tuple[list[onnx.NodeProto], list[TensorProto]]:
+    """GELU from `x` to `y` as torch exports it at opset 17, 0.5·x·(1 + erf(x / √2)): nodes
+    and constants (ORT's GeluFusion makes them one Gelu kernel)."""
+    nodes = [helper.make_node("Div", [x, "sqrt2"], ["D"]),
+             helper.make_node("Erf", ["D"], ["E"]),
+             helper.make_node("Add", ["E", "one"], ["A"]),
+             helper.make_node("Mul", [x, "A"], ["P"]),
+             helper.make_node("Mul", ["P", "half"], [y])]
+    return nodes, [numpy_helper.from_array(np.array(v, np.float32), name) for name, v in
+                   (("sqrt2", math.sqrt(2)), ("one", 1.0), ("half", 0.5))]
+
+
 def linear(rows: int, k: int, n: int, gelu: bool = False, tier: int = 1) -> Bench:
     """nn.Linear on a [1, rows, k] activation as torch exports it (MatMul, Add bias), then
     GELU spelled out in erf (opset 17) if `gelu`: a transformer or ConvNeXt MLP's group."""
@@ -102,14 +114,9 @@ def linear(rows: int, k: int, n: int, gelu: bool = False, tier: int = 1) -> Benc
         nodes = [helper.make_node("MatMul", ["X", "W"], ["M"]),
                  helper.make_node("Add", ["M", "B"], ["H" if gelu else "Y"])]
         consts = [_const("W", (k, n)), _const("B", (n,))]
-        if gelu:  # 0.5 x (1 + erf(x / sqrt 2))
-            nodes += [helper.make_node("Div", ["H", "sqrt2"], ["D"]),
-                      helper.make_node("Erf", ["D"], ["E"]),
-                      helper.make_node("Add", ["E", "one"], ["A"]),
-                      helper.make_node("Mul", ["H", "A"], ["P"]),
-                      helper.make_node("Mul", ["P", "half"], ["Y"])]
-            consts += [numpy_helper.from_array(np.array(v, np.float32), name) for name, v in
-                       (("sqrt2", math.sqrt(2)), ("one", 1.0), ("half", 0.5))]
+        if gelu:
+            gelu_nodes, gelu_consts = _gelu("H", "Y")
+            nodes, consts = nodes + gelu_nodes, consts + gelu_consts
         return _model(nodes, [("X", (1, rows, k))], ("Y", (1, rows, n)), consts)
     return Bench(f"Linear {rows}x{k}x{n}" + (" +Gelu" if gelu else ""), build, tier,
                  _work(2 * rows * k * n, 4 * (rows * k + k * n + rows * n)))
@@ -174,6 +181,14 @@ def silu(n: int, tier: int = 1) -> Bench:
     return Bench(f"SiLU {n}", lambda: _model(
         [helper.make_node("Sigmoid", ["X"], ["S"]), helper.make_node("Mul", ["X", "S"], ["Y"])],
         [("X", _flat(n))], ("Y", _flat(n))), tier, _work(4 * n, 8 * n))
+
+
+def gelu(n: int, tier: int = 1) -> Bench:
+    """GELU alone (`_gelu`): one group of ours, one Gelu kernel of ORT's."""
+    def build() -> onnx.ModelProto:
+        nodes, consts = _gelu("X", "Y")
+        return _model(nodes, [("X", _flat(n))], ("Y", _flat(n)), consts)
+    return Bench(f"Gelu {n}", build, tier, _work(8 * n, 8 * n))
 
 
 def channel_scale(channels: int, size: int, tier: int = 1) -> Bench:
@@ -381,6 +396,7 @@ def _vector() -> list[Bench]:
                 binary("Div", n)]
     out += [channel_scale(256, 24), channel_scale(64, 96), channel_scale(1024, 6)]
     out += [silu(1 << 14), silu(1 << 17), silu(1 << 20)]
+    out += [gelu(1 << 12), gelu(1 << 16), gelu(1 << 19)]
     out += [unary("Relu", 1 << 24, 2), binary("Add", 1 << 24, 2)]
     # Pools, normalizations, reductions.
     out += [pool("MaxPool", 64, 96), pool("MaxPool", 128, 48, 2, 2), pool("MaxPool", 256, 24),
@@ -529,6 +545,9 @@ def _quantized() -> list[Bench]:
            conv(64, 256, 24, 1, act="Relu"), conv(512, 128, 12, 1), conv(3, 32, 208, 3, 2),
            depthwise(128, 24, act="Relu"), depthwise(256, 12), depthwise(96, 48, 3, 2),
            gemm(1, 1024, 512), matmul(256, 512, 512)]
+    # stems of 3 input channels: ORT's im2col path (`ort_cpu.symmetric_conv`), with the one
+    # above (3->32 at 208) enough points for a curve of its own
+    qdq += [conv(3, 64, 112, 7, 2), conv(3, 16, 96)]
     qdq += [row_op("Softmax", 2048, 32), row_op("Softmax", 512, 128), row_op("Softmax", 96, 512),
             binary("Add", 1 << 14), binary("Add", 1 << 17), binary("Add", 1 << 19),
             binary("Mul", 1 << 16)]
