@@ -367,9 +367,9 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
         return Point(name, op_class(result.graph, group, costs), cost.macs, cost.other_flops,
                      nbytes, seconds, transcendental=cost.transcendental)
     main = max(kernels, key=lambda k: k.cost.flops())
-    # One kernel: its bytes, as the estimator costs them (a native Slice reads only the half
-    # it copies; of the catalogue's benchmarks, no lone ORT kernel's bytes differ from its
-    # group's).
+    # One kernel: its bytes, as the estimator costs them (a Slice, native or ORT's, reads only
+    # the half it copies: `ort_cpu.gathered`; no other lone kernel's bytes of the catalogue
+    # differ from its group's).
     if len(kernels) == 1:
         nbytes = main.cost.bytes_read + main.cost.bytes_written
     # Its largest kernel's work (less what ORT does not run: a quantized kernel's DQs): the
