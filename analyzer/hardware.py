@@ -89,7 +89,7 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "depthwise",
                "gemm_int8": "gemm", "conv_integer": "conv", "gemm_s8s8": "gemm",
                "grouped_conv_integer": "conv",
-               "gemm_nbits": "gemm",
+               "gemm_nbits": "gemm", "conv_int8_im2col": "conv",
                "skip_normalization": "normalization", "softmax": "normalization",
                "softmax_int8": "normalization",
                "elementwise_int8": "elementwise", "gelu": "elementwise", "quantize": "elementwise",
@@ -116,7 +116,13 @@ GEMM_NBITS = "gemm_nbits"
 # Zen 5) ~20 us per 3x3 channel at 48x48 or 56x56, 2 GOPS: MobileNetV2's 17 depthwise
 # ConvIntegers are 30 of its 42 ms; at a dense ConvInteger's rate they read 5x too fast.
 GROUPED_CONV_INTEGER = "grouped_conv_integer"
-INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8, GEMM_NBITS, GROUPED_CONV_INTEGER)
+# A dense QLinearConv on uint8 that MLAS's symmetric convolution kernel does not take (the
+# stem's 3 input channels: `ort_cpu.symmetric_conv`): an im2col and a QGEMM, whose short K
+# (27 for a 3x3 stem) sets its rate. Measured (ORT 1.31, Zen 5): MobileNetV2's stem ~0.3 ms
+# for 10.8 M MACs, ResNet-18's ~0.9 ms for 118 M, where conv_int8's curve read 0.05 and 0.3.
+CONV_INT8_IM2COL = "conv_int8_im2col"
+INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8, GEMM_NBITS, GROUPED_CONV_INTEGER,
+                CONV_INT8_IM2COL)
 # The runtime whose kernels a profile's calibration measured (`Runtime.name`; the estimator
 # then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU provider,
 # NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.

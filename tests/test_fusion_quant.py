@@ -255,9 +255,10 @@ def test_per_channel_qdq_conv_is_one_group(relu: bool, zero_point: int, pattern:
     assert cost.bytes_read == 3 * 8 * 8 + consts
     # ORT runs it as one QLinearConv of the group's bytes and MACs, at its own rate, without
     # the DQs' arithmetic: the input's 192 and the weights' 108 elements at 3 FLOPs (with a
-    # zero point), the bias's 4 at 2.
+    # zero point), the bias's 4 at 2; of 3 input channels, on the im2col path
+    # (`ort_cpu.symmetric_conv`).
     (kernel,) = _ort_kernels(result, 1)
-    assert kernel.cls == "conv_int8"
+    assert kernel.cls == "conv_int8_im2col"
     assert kernel.cost == dataclasses.replace(
         cost, other_flops=cost.other_flops - (192 * 3 + 108 * 3 + 4 * 2))
 

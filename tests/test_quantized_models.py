@@ -421,13 +421,14 @@ def test_ort_cpu_leaves_int8_activations_of_shared_tensors_unfused(tmp_path: Any
         result = analyze(model)
         costs = {k: nc.cost for k, nc in result.node_costs.items()}
         kernels = [k for g in result.groups for k in ort_kernels(result.graph, g, costs, 16)]
-        names = Counter(k.cls if k.cls.endswith("_int8") else result.graph.info(
+        names = Counter(k.cls if "_int8" in k.cls else result.graph.info(
             k.nodes[0]).op_type for k in kernels)
         return profiled, names, kernels
 
     qtype = quantization.QuantType
     profiled, modelled, kernels = kernel_ops(_residual_convs(tmp_path, qtype.QInt8))
-    for ort_name, ours in (("QLinearConv", "conv_int8"), ("Conv", "Conv"), ("Add", "Add"),
+    # (8 output channels: MLAS's symmetric kernel wants 16, so QLinearConv's im2col path)
+    for ort_name, ours in (("QLinearConv", "conv_int8_im2col"), ("Conv", "Conv"), ("Add", "Add"),
                            ("DequantizeLinear", "DequantizeLinear"),
                            ("QuantizeLinear", "QuantizeLinear")):
         assert profiled[ort_name] == modelled[ours], ort_name
@@ -440,7 +441,7 @@ def test_ort_cpu_leaves_int8_activations_of_shared_tensors_unfused(tmp_path: Any
     assert float_conv.cost.bytes_written == 4 * pixels
 
     profiled, modelled, _ = kernel_ops(_residual_convs(tmp_path, qtype.QUInt8))
-    assert profiled["QLinearConv"] == modelled["conv_int8"] == 3
+    assert profiled["QLinearConv"] == modelled["conv_int8_im2col"] == 3
     assert profiled["Conv"] == modelled["Conv"] == 0
 
 
@@ -689,3 +690,50 @@ def test_ort_cpu_runs_a_qdq_reshape_on_the_8_bit_values() -> None:
     assert (kernel.cls, kernel.cost.other_flops) == ("data_movement", 0)
     assert kernel.cost.bytes_read == 64 * 256 + 2 * 8 + 4 + 1
     assert kernel.cost.bytes_written == 64 * 256
+
+
+@pytest.mark.parametrize(("cin", "cout", "block", "taken"), [
+    (64, 64, 16, True), (3, 32, 16, False), (64, 8, 16, False),
+    (64, 20, 16, True), (64, 20, 8, False), (12, 24, 8, True)])
+def test_mlas_symmetric_conv_takes_4_input_and_16_output_channels(cin, cout, block,
+                                                                   taken) -> None:
+    """MlasConvSymPackWSize on x86: Cin a multiple of 4, Cout at least 16 and a multiple of 4
+    (AVX-512 VNNI, NCHWc block 16) or 8 (AVX2): a stem of 3 input channels is not taken."""
+    from onnx import helper
+
+    from onnxlens.analyzer.runtimes.ort_cpu import symmetric_conv
+
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)], "conv",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, cin, 8, 8])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, cout, 8, 8])],
+        [onnx.numpy_helper.from_array(np.zeros((cout, cin, 3, 3), np.float32), "w")])
+    result = analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert symmetric_conv(result.graph.info(result.groups[0].nodes[0]), block) is taken
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_a_quantized_stem_is_an_im2col_and_a_qgemm(tmp_path: Any, fmt: str) -> None:
+    """A 3x3/2 Conv of 3 -> 32 channels at 208x208 (MobileNetV2's stem), uint8: MLAS's
+    symmetric kernel does not take 3 input channels, so ORT makes an im2col and a QGEMM of
+    M 32, K 27, N 104² (CONV_INT8_IM2COL), its reuse 2·M·K·N / (4·(M·K + K·N + M·N)) =
+    7.31, hand-derived; in both formats (the QOperator node's weight is its 4th input)."""
+    from onnxlens.analyzer.hardware import CONV_INT8_IM2COL
+    from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+    from onnxlens.backends.calibrate import catalogue
+
+    fp32 = tmp_path / "stem.onnx"
+    model = catalogue.conv(3, 32, 208, 3, 2).build()
+    model.graph.input[0].name = model.graph.node[0].input[0] = "x"  # Reader's input
+    onnx.save(model, fp32)
+    out = tmp_path / f"stem-{fmt}.onnx"
+    quantization.quantize_static(fp32, out, Reader((1, 3, 208, 208)), per_channel=True,
+                                 quant_format=getattr(quantization.QuantFormat, fmt),
+                                 activation_type=quantization.QuantType.QUInt8)
+    result = analyze(out)
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    (kernel,) = [k for g in result.groups for k in ort_kernels(result.graph, g, costs, 16)
+                 if k.cost.macs]
+    m, k, n = 32, 27, 104 * 104
+    assert kernel.cls == CONV_INT8_IM2COL
+    assert kernel.reuse == pytest.approx(2 * m * k * n / (4 * (m * k + k * n + m * n)))

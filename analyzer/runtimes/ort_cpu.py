@@ -29,6 +29,7 @@ from ..fold import fold_nodes
 from ..fusion import ADD_LAYER_NORM, ADD_RMS_NORM, ATTENTION, LAYER_NORM, RMS_NORM, Group
 from ..graph import ModelGraph
 from ..hardware import (
+    CONV_INT8_IM2COL,
     CONV_INTEGER,
     GEMM_NBITS,
     GEMM_S8S8,
@@ -194,7 +195,8 @@ def group_gemms(info: NodeInfo, sliced: bool = True) -> tuple[int, float]:
     3x3 Conv of 8 channels per group at 56x56 is 25 calls per group of M = 8, K = 72, N =
     128. A call's reuse is 2·M·K·N FLOPs over 4·(M·K + K·N + M·N) bytes (8 channels per
     group reuse each loaded column about 3.4 times, a dense 1x1 Conv of 54 channels 54)."""
-    w, y = info.input(1), info.outputs[0] if info.outputs else None
+    w = info.input(3 if info.op_type == "QLinearConv" else 1)  # after x, its scale, zp
+    y = info.outputs[0] if info.outputs else None
     if w is None or y is None or not w.known or not y.known or len(w.dims) < 3 or not y.rank:
         return 1, 0.0
     groups = info.attr("group", 1)
@@ -486,6 +488,22 @@ def _node_runs(mg: ModelGraph, nodes: Sequence[str]) -> list[tuple[list[str], st
     return kernels
 
 
+def symmetric_conv(head: NodeInfo, block: int) -> bool:
+    """Whether MLAS runs dense quantized Conv `head` (uint8 activations, int8 weights of zero
+    zero point, as quantize_static writes them: not checked) in its symmetric convolution
+    kernel, as ORT's QLinearConv does wherever MlasConvSymPackWSize accepts the shape; else
+    ORT makes an im2col of the input and a QGEMM (CONV_INT8_IM2COL, its reuse that GEMM's,
+    `group_gemms`). Derivation (MLAS convsym.cpp, the x86 dispatches): the kernel packs 16
+    output channels and reads 4 input channels at a time, so it wants Cout >= 16, Cin a
+    multiple of 4 and Cout one of 4 (AVX-512 VNNI, `block` 16) or 8 (AVX2, AVX-VNNI): a stem
+    of 3 input channels is not taken. Unknown shapes: taken."""
+    w = head.input(3 if head.op_type == "QLinearConv" else 1)
+    if w is None or not w.known or len(w.dims) != 4:
+        return True
+    cout, cin = w.dims[0], w.dims[1]
+    return cin % 4 == 0 and cout >= 16 and cout % (4 if block >= 16 else 8) == 0
+
+
 def nhwc_conv(head: NodeInfo) -> str:
     """The layout ORT runs a quantized Conv in: NHWC. Its NhwcTransformer (ORT_ENABLE_ALL, x86)
     makes each QLinearConv (a QDQ unit's too) the channels-last com.microsoft op with
@@ -740,8 +758,10 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
             if head.op_type == "ConvInteger":  # `grouped_conv_integer`: the class's comment
                 cls = GROUPED_CONV_INTEGER if head.attr("group", 1) > 1 else CONV_INTEGER
             cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else cls
-            calls, reuse = (group_gemms(head, False) if cls == GROUPED_CONV_INTEGER
-                            else (1, 0.0))
+            if cls == INT8_CLASS["conv"] and not symmetric_conv(head, block):
+                cls = CONV_INT8_IM2COL
+            calls, reuse = (group_gemms(head, False) if cls in (GROUPED_CONV_INTEGER,
+                                                                CONV_INT8_IM2COL) else (1, 0.0))
             layout = NCHW if head.op_type == "ConvInteger" else nhwc_conv(head)
             return _integer_kernel(mg, kernel_of(mg, nodes, costs, cls, layout, layout, passes=(
                 activation_passes(mg, nodes, True)), calls=calls, reuse=reuse), costs)
