@@ -3,6 +3,7 @@
     python benchmarks/analyze_speed.py            # full run (about 10 minutes)
     python benchmarks/analyze_speed.py --quick    # 3 runs, generated graphs up to 10k nodes
     python benchmarks/analyze_speed.py --nodes 50000 --runs 5
+    python benchmarks/analyze_speed.py --command-only --base 452c7da   # (c) only, A/B
 
 Everything is measured in one run, so that ratios compare timings taken side by side on a
 shared machine. Each figure is the median of several runs, min-max beside it; runs of the two
@@ -18,6 +19,8 @@ other jobs share the machine.
     flat. onnx-tool only up to 10,000 nodes: its time grows with the square of the node count.
 (c) The `analyze` command on the largest generated graph as a subprocess, interpreter start
     included, and the packages it imports (`python -X importtime`): torch must not be one.
+    With `--base REV`, REV's `analyze` runs alternated with this tree's, one warm-up each, and
+    the ratio is taken pair by pair.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -170,6 +174,26 @@ def _cli() -> list[str]:
     return [sys.executable, "-c", "from onnxlens.cli import analyze_main; analyze_main()"]
 
 
+def base_cli(revision: str, into: Path) -> list[str]:
+    """`analyze` as `revision` had it: its package from `git archive` (laid out as
+    estimate_identity.py does), bytecode compiled, run by a launcher file as the console script
+    runs `analyze_main` (so that it ends the program as the script does)."""
+    from estimate_identity import _package_of
+
+    package = _package_of(revision, into)
+    compileall.compile_dir(package, quiet=1)
+    launcher = into / "analyze_base.py"
+    launcher.write_text(
+        "import sys\n"
+        "# the editable install's finder maps onnxlens to the working tree, whatever sys.path\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path\n"
+        "                    if not type(f).__module__.startswith('_editable')]\n"
+        f"sys.path.insert(0, {str(package)!r})\n"
+        "from onnxlens.cli import analyze_main\n"
+        "analyze_main()\n")
+    return [sys.executable, str(launcher)]
+
+
 def compile_sources() -> None:
     """Bytecode of onnxlens as an install leaves it. Where PYTHONDONTWRITEBYTECODE is set (this
     machine's shell), each `analyze` process would otherwise compile every module changed since
@@ -180,10 +204,10 @@ def compile_sources() -> None:
         compileall.compile_dir(Path(spec.origin).parent, quiet=1)
 
 
-def cli_run(path: Path) -> Timing:
+def cli_run(cli: Sequence[str], path: Path) -> Timing:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
-    subprocess.run([*_cli(), str(path)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*cli, str(path)], check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - wall
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -251,12 +275,24 @@ def _per_node(stats: Stats, nodes: int) -> str:
     return f"{1e6 * stats.cpu / nodes:6.0f} us" if stats.runs else f"{'':>9}"
 
 
-def whole_command(path: Path, runs: int) -> bool:
-    """Prints the CLI's wall time and imports; False when it imported torch."""
+def whole_command(path: Path, runs: int, base: tuple[str, list[str]] | None = None) -> bool:
+    """Prints the CLI's wall time and imports, and with `base` (revision, its command) the
+    revision's alternated with it; False when it imported torch."""
     print(f"\n(c) the whole command `analyze {path.name}` as a subprocess, interpreter start "
           "included")
-    (c,) = interleaved([lambda: cli_run(path)], runs)
+    fns = [lambda cli=cli: cli_run(cli, path) for cli in [_cli()] + ([base[1]] if base else [])]
+    for fn in fns:
+        fn()  # warm-up: the model in the page cache, each tree's bytecode read once
+    stats = interleaved(fns, runs)
+    c = stats[0]
     print(f"wall {c.wall:.3f} s median, {c.spread()}")
+    if base:
+        b, ratio = stats[1], [(x[0] / y[0], x[1] / y[1]) for x, y in zip(c.runs, stats[1].runs,
+                                                                          strict=True)]
+        print(f"{base[0]}: wall {b.wall:.3f} s median, {b.spread()}; this tree / {base[0]}, "
+              f"pair by pair: wall {Stats(tuple(ratio)).wall:.2f} "
+              f"({min(r for r, _ in ratio):.2f}-{max(r for r, _ in ratio):.2f}), "
+              f"cpu {Stats(tuple(ratio)).cpu:.2f}")
     ranked, total = import_report(path)
     heavy = [name for name, _ in ranked if name in HEAVY]
     print(f"imports: {total:.3f} s in all; the slowest packages: "
@@ -277,6 +313,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="stop one onnx-tool run after this long (default 120)")
     p.add_argument("--cache", type=Path, default=Path(__file__).parent / ".cache",
                    help="folder for the exported and generated models")
+    p.add_argument("--command-only", action="store_true",
+                   help="only (c), the whole command on the largest generated graph")
+    p.add_argument("--base", metavar="REV",
+                   help="(c) also times REV's analyze, alternated with this tree's")
     args = p.parse_args(argv)
     runs = args.runs or (3 if args.quick else 5)
     largest = args.nodes or (10_000 if args.quick else 50_000)
@@ -287,10 +327,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"analyze speed: onnxlens {onnxlens.__version__}, onnx-tool {onnx_tool.VERSION}, "
           f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.1f}; median of {runs} runs, min-max after it\n")
-    ours(chain_file(min(sizes), args.cache))  # warm-up: our lazy imports
-    compare_models(args.cache, runs, args.onnx_tool_timeout)
-    growth(args.cache, sizes, runs, args.onnx_tool_timeout)
-    torch_free = whole_command(chain_file(largest, args.cache), runs)
+    if not args.command_only:
+        ours(chain_file(min(sizes), args.cache))  # warm-up: our lazy imports
+        compare_models(args.cache, runs, args.onnx_tool_timeout)
+        growth(args.cache, sizes, runs, args.onnx_tool_timeout)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = (args.base, base_cli(args.base, Path(tmp))) if args.base else None
+        torch_free = whole_command(chain_file(largest, args.cache), runs, base)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     return 0 if torch_free else 1
 
