@@ -548,9 +548,6 @@ def _quantized() -> list[Bench]:
     # stems of 3 input channels: ORT's im2col path (`ort_cpu.symmetric_conv`), with the one
     # above (3->32 at 208) enough points for a curve of its own
     qdq += [conv(3, 64, 112, 7, 2), conv(3, 16, 96)]
-    # stems of 3 input channels: ORT's im2col path (`ort_cpu.symmetric_conv`), with the one
-    # above (3->32 at 208) enough points for a curve of its own
-    qdq += [conv(3, 64, 112, 7, 2), conv(3, 16, 96)]
     qdq += [row_op("Softmax", 2048, 32), row_op("Softmax", 512, 128), row_op("Softmax", 96, 512),
             binary("Add", 1 << 14), binary("Add", 1 << 17), binary("Add", 1 << 19),
             binary("Mul", 1 << 16)]
