@@ -139,8 +139,10 @@ def test_a_native_calibration_point_is_read_through_the_plan(tmp_path: Path) -> 
 
 def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
     """A depthwise Conv is a `depthwise` kernel of one call per channel plane (8 here), its
-    MACs as many as the plane's taps (8·16·16·9) at stride 1; at stride 2 (8 x 8 outputs)
-    each output vector loads two input vectors per tap: 2 x 8·8·8·9."""
+    MACs those of the core's blocks of 16 output columns: at stride 1, 16 x 16 outputs, as
+    many as the plane's taps (8·16·16·9); at stride 2, 8 x 8 outputs, each row one block of
+    16 columns (2x its 8) whose output vectors load two input vectors per tap (2x):
+    4 x 8·8·8·9."""
     for stride, side in ((1, 16), (2, 8)):
         nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=8, pads=[1, 1, 1, 1],
                                   strides=[stride, stride]),
@@ -149,7 +151,8 @@ def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
                      [1, 8, side, side])
         r, out = _kernels(path)
         (k,) = out[r.groups[0].id]
-        assert (k.cls, k.calls, k.cost.macs) == ("depthwise", 8, stride * 8 * side * side * 9)
+        work = {1: 1, 2: 4}[stride]
+        assert (k.cls, k.calls, k.cost.macs) == ("depthwise", 8, work * 8 * side * side * 9)
 
 
 def test_a_global_pool_is_a_reduction(tmp_path: Path) -> None:

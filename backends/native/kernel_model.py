@@ -12,8 +12,8 @@ native-cpu`) costs what the executor runs, read from the planner itself
   batched MatMul is one GEMM call per matrix when B is batched (`_gemm_calls`);
 - a convolution keeps its class (`depthwise`, `grouped_conv`, `conv`): the core's depthwise
   path is what the calibration's depthwise benchmarks timed, one call per channel plane
-  (`_planes`), a stride-2 one loading two input vectors per output vector and tap
-  (`depthwise_loads`); a global pool is a `reduce`;
+  (`_planes`), its output rows in whole blocks of 16 columns, a stride-2 one loading two
+  input vectors per output vector and tap (`depthwise_work`); a global pool is a `reduce`;
 - a run of elementwise nodes is one Elementwise kernel (its register program), which reads
   the tensors entering it and writes the one leaving it;
 - any other group (attention, a norm, a squeeze-excite) runs as the planner's sequence of
@@ -129,7 +129,8 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
         shape = _gemm_shape(k, dims.get(k.outputs[0], ()), calls)
         cost = dataclasses.replace(cost, macs=round(cost.macs * tile_work(*shape, *tile)))
     if cpu and cls == "depthwise":
-        cost = dataclasses.replace(cost, macs=cost.macs * depthwise_loads(k))
+        width = dims.get(k.outputs[0], (1,))[-1]
+        cost = dataclasses.replace(cost, macs=round(cost.macs * depthwise_work(k, width)))
     if k.op in _PICKING and k.outputs[0] in model.tensors:
         picked = model.tensors[k.outputs[0]].nbytes + sum(
             model.tensors[n].nbytes for n in k.inputs[1:] if n in model.tensors)
@@ -165,7 +166,7 @@ def gemm_tile() -> tuple[int, int] | None:
 def _planes(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
     """The output channel planes a depthwise kernel computes one at a time (k_conv.cpp
     `run_depthwise`), each a call with its own fixed cost (edges, a masked last vector).
-    With calls and `depthwise_loads`, the depthwise curve's fit check on its own 33
+    With calls and `depthwise_work`'s strides, the depthwise curve's fit check on its own 33
     benchmarks went 24% -> 13% on the 16:44 calibration's timings and 22% -> 13% on the
     15:59 one's, the same curve from both (e_max 0.217, f_half 1778 FLOPs: 38 ns a plane),
     where one fixed cost per kernel read 6 x 6 planes up to 64% fast."""
@@ -173,14 +174,22 @@ def _planes(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
     return max(1, math.prod(y[:2])) if y else 1
 
 
-def depthwise_loads(k: lower.Kernel) -> int:
-    """The input vectors the core's depthwise kernel loads per output vector per tap, as a
-    factor on its MACs (simd_kernels.inc `depthwise_block`): 1 at column stride 1 (16
-    outputs read 16 neighbouring inputs); 2 at any other (a stride-2 block loads 32 floats
-    for 16 outputs and takes every other one; a wider stride gathers 16 scalars, not
-    measured). On the 16:44 calibration's 33 depthwise benchmarks, one curve for both
-    strides read the 9 stride-2 ones 21-37% fast and most stride-1 ones up to 61% slow."""
-    return 1 if k.ints["strides"][-1] == 1 else 2
+DEPTHWISE_COLUMNS = 16  # simd_kernels.inc `depthwise_row_block`'s block, on every ISA
+
+
+def depthwise_work(k: lower.Kernel, width: int) -> float:
+    """The work of a depthwise kernel with output rows `width` wide over its MACs, as the core
+    runs it (simd_kernels.inc `depthwise_row_block`, `depthwise_block`): each output row in
+    whole blocks of DEPTHWISE_COLUMNS (a last block masked: a 7-wide row computes 16), and
+    per output vector and tap one input vector loaded at column stride 1, two at any other (a
+    stride-2 block loads 32 floats for 16 outputs and takes every other one; a wider stride
+    gathers 16 scalars, not measured). On the calibrations' timings, one rate for every width
+    and stride had read the stride-2 benchmarks 21-37% fast and 5x5 and 7x7 kernels on 6x6
+    planes 43-47% fast; with the blocks, the depthwise fit check went 13 -> 8%, 11 -> 6% and
+    14 -> 8% (16:53, 16:57, 17:04 calibrations); the strides had taken it 24 -> 13% before
+    (with `_planes`)."""
+    blocks = -(-width // DEPTHWISE_COLUMNS) * DEPTHWISE_COLUMNS / max(width, 1)
+    return blocks * (1 if k.ints["strides"][-1] == 1 else 2)
 
 
 # gemm.cpp `columns`: up to GEMM_NARROW_COLS (ops.def; simd.h kNarrowCols) columns past a
