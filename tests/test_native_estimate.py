@@ -217,6 +217,23 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
     assert gather.cost.bytes_read == 2 * 6 * 8 * 4 + 2 * 8
 
 
+@pytest.mark.parametrize(("shape", "spans"), [
+    ((1, 4, 1, 1), 4),  # a squeeze-excite gate: one span per channel plane of 3·5
+    ((5,), 12),  # a scale along the last dim: contiguous for 5, then broadcast: 1·4·3 spans
+    ((1, 4, 3, 5), 0),  # same shape: one contiguous span, nothing beyond the bytes
+    ((1,), 0),  # a scalar: broadcast over the whole output
+])
+def test_an_elementwise_program_pays_each_span_it_broadcasts_over(
+        tmp_path: Path, shape: tuple[int, ...], spans: int) -> None:
+    """x [1, 4, 3, 5] times an operand of `shape`: the core's program runs chunk by chunk,
+    a chunk ending where any operand's index stops rising by one stride (ewprog.cpp
+    `suffix_block`); each such span is a run of the kernel."""
+    nodes = [helper.make_node("Mul", ["x", "s"], ["y"])]
+    r, out = _kernels(_save(tmp_path, nodes, [_init("s", *shape)], [1, 4, 3, 5], [1, 4, 3, 5]))
+    (k,) = out[r.groups[0].id]
+    assert (k.cls, k.runs) == ("elementwise", spans)
+
+
 def test_row_wise_kernels_count_their_passes_over_each_row(tmp_path: Path) -> None:
     """`rows`: rows x vector passes per row (k_norm.cpp, k_reduce.cpp, k_pool.cpp), each pass
     a fixed cost per row. x [2, 3, 4, 5]: LayerNormalization over the last two axes, 2·3 = 6

@@ -118,7 +118,8 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
         return _copied_view(mg, k)
     cls = _CLASS_OF_KERNEL.get(k.op) or node_class(mg.info(k.nodes[0]))
     passes = frozenset(k.nodes[1:]) if cpu and _interpreted(k) else frozenset()
-    dims = {name: model.tensors[name].dims for name in [*k.inputs, *k.outputs]
+    dims = {name: model.tensors[name].dims
+            for name in [*k.inputs, *k.outputs, *(name for name, _ in k.operands)]
             if name and name in model.tensors}
     calls = _gemm_calls(k, dims) if cls != "depthwise" else _planes(k, dims)
     runs, elements = copies(k, dims)
@@ -260,7 +261,11 @@ def copies(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> tuple[int, int]
     - MapCopy (Pad, Tile, nearest Resize): one memcpy per element (Swin-T's Pads of [1, 56,
       56, 96], 301,056 elements: 280 us each where their bytes say 20);
     - Concat and Split: one per part per index of the dims before the axis;
-    - Gather: one per index per index of the dims before the axis.
+    - Gather: one per index per index of the dims before the axis;
+    - Elementwise: one chunk of its program per span of the output over which every
+      operand's index rises by one stride (ewprog.cpp `suffix_block`, `EwProgram::apply`),
+      each recomputing its operands' positions: a squeeze-excite gate [1, C, H, W] x
+      [1, C, 1, 1] is C spans of H·W.
     """
     if not k.outputs or any(n not in dims for n in [*k.inputs, *k.outputs] if n):
         return 0, 0
@@ -285,9 +290,32 @@ def copies(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> tuple[int, int]
     elif k.op == "Gather":
         axis = k.ints["axis"][0]
         runs = math.prod(dims[k.inputs[0] or ""][:axis]) * math.prod(dims[k.inputs[1] or ""])
+    elif k.op == "Elementwise":
+        block = min((_suffix_block(view or dims.get(name, ()), y) for name, view in k.operands
+                     if view or name in dims), default=math.prod(y))
+        runs = math.prod(y) // max(block, 1)
     else:
         return 0, 0
     return (runs if runs > 1 else 0), 0
+
+
+def _suffix_block(view: tuple[int, ...], y: tuple[int, ...]) -> int:
+    """The longest run of the output's trailing dims over which an operand of shape `view`
+    (broadcast against `y`, right-aligned) is read at one fixed stride, 0 (broadcast) or 1
+    (contiguous): ewprog.cpp `broadcast_strides` then `suffix_block`."""
+    strides, stride = [0] * len(y), 1
+    for i, size in enumerate(reversed(view)):
+        strides[len(y) - 1 - i] = 0 if size == 1 else stride
+        stride *= size
+    block, mode = 1, None
+    for size, step in zip(reversed(y), reversed(strides), strict=True):
+        if size == 1:
+            continue
+        mode = (step != 0) if mode is None else mode
+        if (step != 0) != mode or (mode and step != block):
+            break
+        block *= size
+    return block
 
 
 # Vector passes the core makes over each row of a row-wise kernel (k_norm.cpp, k_reduce.cpp,
