@@ -67,6 +67,7 @@ from ...analyzer.runtimes import (
     one_kernel_per_group,
     register_kernel_model,
 )
+from ...analyzer.runtimes.ort_cpu import _inner_run as inner_run
 from . import lower
 from .catalogue import GEMM_NARROW_COLS, GEMM_TILES, REDUCE_OPS, TILE_EPILOGUE
 from .lower import MAIN_OPS
@@ -291,31 +292,14 @@ def copies(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> tuple[int, int]
         axis = k.ints["axis"][0]
         runs = math.prod(dims[k.inputs[0] or ""][:axis]) * math.prod(dims[k.inputs[1] or ""])
     elif k.op == "Elementwise":
-        block = min((_suffix_block(view or dims.get(name, ()), y) for name, view in k.operands
+        # ewprog.cpp `suffix_block` is ORT's Broadcaster's inner run: the output's trailing
+        # dims over which an operand broadcasts on every one or reads every one.
+        block = min((inner_run(view or dims.get(name, ()), y) for name, view in k.operands
                      if view or name in dims), default=math.prod(y))
         runs = math.prod(y) // max(block, 1)
     else:
         return 0, 0
     return (runs if runs > 1 else 0), 0
-
-
-def _suffix_block(view: tuple[int, ...], y: tuple[int, ...]) -> int:
-    """The longest run of the output's trailing dims over which an operand of shape `view`
-    (broadcast against `y`, right-aligned) is read at one fixed stride, 0 (broadcast) or 1
-    (contiguous): ewprog.cpp `broadcast_strides` then `suffix_block`."""
-    strides, stride = [0] * len(y), 1
-    for i, size in enumerate(reversed(view)):
-        strides[len(y) - 1 - i] = 0 if size == 1 else stride
-        stride *= size
-    block, mode = 1, None
-    for size, step in zip(reversed(y), reversed(strides), strict=True):
-        if size == 1:
-            continue
-        mode = (step != 0) if mode is None else mode
-        if (step != 0) != mode or (mode and step != block):
-            break
-        block *= size
-    return block
 
 
 # Vector passes the core makes over each row of a row-wise kernel (k_norm.cpp, k_reduce.cpp,
