@@ -89,7 +89,7 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "depthwise",
                "gemm_int8": "gemm", "conv_integer": "conv", "gemm_s8s8": "gemm",
                "grouped_conv_integer": "conv",
-               "gemm_nbits": "gemm", "conv_int8_im2col": "conv",
+               "gemm_nbits": "gemm", "conv_int8_im2col": "conv", "conv_unpacked": "conv",
                "skip_normalization": "normalization", "softmax": "normalization",
                "softmax_int8": "normalization",
                "elementwise_int8": "elementwise", "gelu": "elementwise", "quantize": "elementwise",
@@ -121,6 +121,12 @@ GROUPED_CONV_INTEGER = "grouped_conv_integer"
 # (27 for a 3x3 stem) sets its rate. Measured (ORT 1.31, Zen 5): MobileNetV2's stem ~0.3 ms
 # for 10.8 M MACs, ResNet-18's ~0.9 ms for 118 M, where conv_int8's curve read 0.05 and 0.3.
 CONV_INT8_IM2COL = "conv_int8_im2col"
+# A float Conv whose weights are computed at run time (a DequantizeLinear's output: the
+# float kernel of a QDQ unit ORT leaves unfused): ORT can neither prepack them nor reorder
+# them to NCHWc (its NchwcTransformer and Conv's PrePack want constant weights), so MLAS's
+# NCHW convolution (im2col, SGEMM packing them per call) runs it. Measured (ORT 1.31, Zen 5,
+# ResNet-18 QDQ with int8 activations): its 11 float Convs 1.3-1.5x the NCHWc rate's time.
+CONV_UNPACKED = "conv_unpacked"
 INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8, GEMM_NBITS, GROUPED_CONV_INTEGER,
                 CONV_INT8_IM2COL)
 # The runtime whose kernels a profile's calibration measured (`Runtime.name`; the estimator

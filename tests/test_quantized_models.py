@@ -433,7 +433,7 @@ def test_ort_cpu_leaves_int8_activations_of_shared_tensors_unfused(tmp_path: Any
                            ("QuantizeLinear", "QuantizeLinear")):
         assert profiled[ort_name] == modelled[ours], ort_name
     assert (profiled["QLinearConv"], profiled["Conv"], profiled["DequantizeLinear"]) == (1, 2, 9)
-    float_conv = next(k for k in kernels if k.peak == "fp32" and k.cls == "conv")
+    float_conv = next(k for k in kernels if k.peak == "fp32" and k.cls == "conv_unpacked")
     pixels = 8 * 16 * 16
     assert float_conv.cost.macs == pixels * 8 * 9
     # x, its float weights and bias (the DQs' outputs) read; y written, all float32
@@ -737,3 +737,22 @@ def test_a_quantized_stem_is_an_im2col_and_a_qgemm(tmp_path: Any, fmt: str) -> N
     m, k, n = 32, 27, 104 * 104
     assert kernel.cls == CONV_INT8_IM2COL
     assert kernel.reuse == pytest.approx(2 * m * k * n / (4 * (m * k + k * n + m * n)))
+
+
+@pytest.mark.parametrize(("weight_input", "cls", "layout"), [
+    (True, "conv_unpacked", "nchw"), (False, "conv", "nchwc")])
+def test_a_conv_whose_weights_are_made_at_run_time_runs_unpacked(weight_input, cls,
+                                                                  layout) -> None:
+    """ORT prepacks a Conv's weights and reorders the Conv to NCHWc only when they are
+    constant: a Conv whose weight is a graph input (as a DQ's output is, in a QDQ unit ORT
+    leaves unfused) is MLAS's NCHW convolution, class conv_unpacked; its twin with the weight
+    an initializer the NCHWc kernel of class conv."""
+    from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+    from onnxlens.backends.calibrate import catalogue
+
+    bench = (catalogue.conv_weight_input if weight_input else catalogue.conv)(64, 64, 28)
+    result = analyze(bench.build())
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    (kernel,) = [k for g in result.groups for k in ort_kernels(result.graph, g, costs, 16)]
+    assert (kernel.cls, kernel.reads, kernel.writes) == (cls, layout, layout)
+    assert kernel.cost.macs == 64 * 64 * 9 * 28 * 28

@@ -31,6 +31,7 @@ from ..graph import ModelGraph
 from ..hardware import (
     CONV_INT8_IM2COL,
     CONV_INTEGER,
+    CONV_UNPACKED,
     GEMM_NBITS,
     GEMM_S8S8,
     GROUPED_CONV_INTEGER,
@@ -686,6 +687,8 @@ def _unfused_kernels(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | N
     cls, calls, reuse = node_class(head), 1, 0.0
     if cls == "depthwise":  # on the NCHW path, one small GEMM per channel (`ort_conv_path`)
         cls = "grouped_conv"
+    if cls == "conv":  # its weights a DQ's output, computed at run time
+        cls = CONV_UNPACKED
     if cls == "grouped_conv":
         calls, reuse = group_gemms(head)
     elif head.op_type == "MatMul":
@@ -765,6 +768,8 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
             layout = NCHW if head.op_type == "ConvInteger" else nhwc_conv(head)
             return _integer_kernel(mg, kernel_of(mg, nodes, costs, cls, layout, layout, passes=(
                 activation_passes(mg, nodes, True)), calls=calls, reuse=reuse), costs)
+        if cls == "conv" and not constant_input(mg, head, 1):  # weights made at run time
+            cls, reads, writes = CONV_UNPACKED, NCHW, NCHW
         calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
         kernel = kernel_of(mg, nodes, costs, cls, reads, writes,
                            open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,

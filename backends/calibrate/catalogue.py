@@ -76,6 +76,21 @@ def gemm(m: int, k: int, n: int, tier: int = 1) -> Bench:
         _work(2 * m * k * n, 4 * (m * k + k * n + m * n)))
 
 
+def conv_weight_input(cin: int, cout: int, size: int, kernel: int = 3, tier: int = 1
+                      ) -> Bench:
+    """`conv`'s Conv with its weight a graph input, as a DequantizeLinear's output is one at
+    run time: ORT neither prepacks it nor reorders it to NCHWc (`hardware.CONV_UNPACKED`)."""
+    base = conv(cin, cout, size, kernel, tier=tier)
+
+    def build() -> onnx.ModelProto:
+        model = base.build()
+        w = next(t for t in model.graph.initializer if t.name == "W")
+        model.graph.initializer.remove(w)
+        model.graph.input.append(value_info("W", list(w.dims)))
+        return model
+    return Bench(f"{base.name} W input", build, tier, base.work)
+
+
 def matmul_n_bits(m: int, k: int, n: int, tier: int = 1, block: int = 32) -> Bench:
     """Y[m,n] = X[m,k] · B[k,n], B in 4 bits with a float scale per block of `block` along K
     (no zero point), as onnxruntime-genai's model builder writes its int4 MatMulNBits: at
@@ -548,6 +563,9 @@ def _quantized() -> list[Bench]:
     # stems of 3 input channels: ORT's im2col path (`ort_cpu.symmetric_conv`), with the one
     # above (3->32 at 208) enough points for a curve of its own
     qdq += [conv(3, 64, 112, 7, 2), conv(3, 16, 96)]
+    # the float Conv of a QDQ unit ORT leaves unfused (int8 activations): weights from a DQ
+    unpacked = [conv_weight_input(64, 64, 28), conv_weight_input(128, 128, 14),
+                conv_weight_input(256, 256, 7), conv_weight_input(64, 256, 24, 1)]
     qdq += [row_op("Softmax", 2048, 32), row_op("Softmax", 512, 128), row_op("Softmax", 96, 512),
             binary("Add", 1 << 14), binary("Add", 1 << 17), binary("Add", 1 << 19),
             binary("Mul", 1 << 16)]
@@ -562,7 +580,8 @@ def _quantized() -> list[Bench]:
                   for shape, axis, tier in (((256, 256), 1, 0), ((1 << 16,), None, 0),
                                             ((1 << 20,), None, 1), ((256, 1024), 0, 1),
                                             ((64, 1024), 1, 1))]
-    return (standalone + [quantized(b, "qdq", 0 if i < 4 else 1) for i, b in enumerate(qdq)]
+    return (standalone + unpacked
+            + [quantized(b, "qdq", 0 if i < 4 else 1) for i, b in enumerate(qdq)]
             + [quantized(b, "dynamic", 0 if i < 2 else 1) for i, b in enumerate(dynamic)]
             + [quantized(b, "qop-s8", 0 if i < 1 else 1) for i, b in enumerate(s8)])
 
