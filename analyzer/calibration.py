@@ -68,6 +68,11 @@ What it holds:
   permutation that moves the innermost axis other than alone: `transpose_elements`), beyond
   the bytes at the bandwidth (`backends.calibrate.fit.fit_copy_element`). The calibrated
   profile carries it as `runtime.copy_element_ns`; a file without it reads 0 (nothing added).
+- `copy_gbps`: the rate of each of MLAS's blocked copies (`hardware.COPY_CLASSES`: NCHWc
+  reorders, NCHW <-> NHWC Transposes), all its benchmarks' bytes over all their time
+  (`backends.calibrate.fit.fit_copy_rates`); the calibrated profile carries it as
+  `runtime.copy_gbps`, read where below the level's bandwidth. A file without it, or a class
+  without benchmarks, streams such a copy at its level's bandwidth, as before.
 - `norm_row_ns`: what ORT's row-wise normalization kernels (LayerNormalization and its
   simplified form, Softmax) pay per row beyond their FLOPs at the `normalization` curve's
   rate (`backends.calibrate.fit.fit_norm_rows`, from the calibration's normalizations, whose
@@ -218,6 +223,7 @@ class Calibration:
     copy_run_ns: float = 0.0  # per run a Transpose copies, span a broadcast calls; 0: not fitted
     norm_row_ns: float = 0.0  # a row-wise normalization's cost per row; 0: not fitted
     copy_element_ns: float = 0.0  # a Transpose's cost per element copied alone; 0: not fitted
+    copy_gbps: dict[str, float] = field(default_factory=dict)  # blocked copy class -> GB/s
     # The int8 peak the int8 classes' curves are fractions of: the profile's, raised to the
     # best int8 rate measured (`fit`); 0: not measured (the profile's stays).
     peak_int8_tops: float = 0.0
@@ -360,7 +366,7 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
     runtime = Runtime(name=cal.backend, transcendental_flops=cal.transcendental_flops,
                       copy_run_ns=cal.copy_run_ns, cold_weight_gbps=cal.cold_weight_gbps,
                       denormal_factor=cal.denormal_factor, norm_row_ns=cal.norm_row_ns,
-                      copy_element_ns=cal.copy_element_ns,
+                      copy_element_ns=cal.copy_element_ns, copy_gbps=dict(cal.copy_gbps),
                       per_call_classes=frozenset(p.op_class for p in cal.points if p.calls > 1))
     return replace(measured, runtime=runtime)
 

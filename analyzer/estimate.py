@@ -8,7 +8,8 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
     bytes      = (bytes_read + bytes_written) · byte_scale(p)     # 1: as stored (Precision)
     level      = the fastest memory level whose size holds the group's working set
                  (its boundary tensors: inputs incl. weights, and outputs)
-    memory_s   = bytes / bandwidth(level)
+    memory_s   = bytes / min(bandwidth(level), copy_gbps(class))   # copy_gbps: a blocked
+                 copy's own rate (`runtime.copy_gbps`), infinite for other classes
     overhead_s = kernel_launch_us · 1e-6                          # per kernel
     compute_s += rows · norm_row_ns; memory_s += runs · copy_run_ns + elements · copy_element_ns
                  (a kernel that loops over rows, copy runs or single elements: `estimate_group`)
@@ -43,6 +44,7 @@ kernel over and over, weights in cache), and float32 denormal operands (`denorma
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
@@ -160,7 +162,9 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
     (measured, ORT 1.31, Zen 5: 2.2 ns per element, where bytes at the bandwidth say 0.1); one
     that normalizes `rows` one at a time, each row's reduction a serial chain its second pass
     waits for (ORT's LayerNormalization, Softmax), `norm_row_ns` per row in its compute term
-    (measured: 14 ns per row, 0.35 ns per element)."""
+    (measured: 14 ns per row, 0.35 ns per element). A blocked copy (COPY_CLASSES: an NCHWc
+    reorder, MLAS's NCHW <-> NHWC Transpose) streams at its class's calibrated rate where that
+    is below its level's bandwidth (`runtime.copy_gbps`)."""
     cost, cls, reuse, calls = k.cost, k.cls, k.reuse, k.calls
     nbytes = (cost.bytes_read + cost.bytes_written) * precision.byte_scale
     flops = cost.flops(2)
@@ -176,7 +180,8 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
         eff = 1.0  # no arithmetic
     compute_s = peak_seconds(cost, hw, precision) / eff + k.rows * hw.runtime.norm_row_ns * 1e-9
     level = memory_level(hw, nbytes)
-    memory_s = nbytes / (level.bandwidth_gbps * 1e9) + (
+    gbps = min(level.bandwidth_gbps, hw.runtime.copy_gbps.get(cls, math.inf))
+    memory_s = nbytes / (gbps * 1e9) + (
         k.runs * hw.runtime.copy_run_ns + k.elements * hw.runtime.copy_element_ns) * 1e-9
     overhead_s = k.launches * hw.kernel_launch_us * 1e-6
     latency_s = max(compute_s, memory_s) + overhead_s

@@ -46,6 +46,7 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     denormal_factor = 1.0              # MatMul slowdown on float32 denormal operands
     norm_row_ns = 14.0                 # per row a row-wise norm (LayerNorm, Softmax) reduces
     copy_element_ns = 2.2              # per element a Transpose copies one at a time
+    copy_gbps = {reorder = 87.0}       # GB/s of a blocked copy class (COPY_CLASSES)
     per_call_classes = ["dequantize"]  # classes whose curves were fitted per call
 
     [extra]                            # optional facts behind the numbers (cores, clocks, ...)
@@ -93,7 +94,16 @@ SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "d
                "skip_normalization": "normalization", "softmax": "normalization",
                "softmax_int8": "normalization",
                "elementwise_int8": "elementwise", "gelu": "elementwise", "quantize": "elementwise",
-               "dequantize": "elementwise"}
+               "dequantize": "elementwise", "reorder": "data_movement",
+               "blocked_transpose": "data_movement"}
+# MLAS's blocked copies, which shuffle vectors between planes rather than stream: ORT's NCHWc
+# layout changes (ReorderInput / ReorderOutput) and its Transpose that moves one axis past the
+# innermost (NCHW <-> NHWC, MlasTranspose). Each streams at a rate of its own, which a
+# calibration fits on its benchmarks (`Runtime.copy_gbps`): measured (ORT 1.31, Zen 5, 1
+# thread) the Transposes of 1-1.2 MB at 44-54 GB/s where the L2 and L3 bandwidths were 135
+# and 95, a ReorderInput padding 8 channels to 16 at 50, the other reorders at 76-126.
+REORDER, BLOCKED_TRANSPOSE = "reorder", "blocked_transpose"
+COPY_CLASSES = (REORDER, BLOCKED_TRANSPOSE)
 # A runtime's kernels whose MACs multiply integers (ORT's QLinearConv, QGemm,
 # DynamicQuantizeMatMul) are classes of their own, their efficiencies fractions of the int8
 # peak: measured by `onnxlens calibrate`, never assumed from the float kernels' rates.
@@ -214,6 +224,9 @@ class Runtime:
     denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
     norm_row_ns: float = 0.0  # per row a row-wise normalization reduces, beyond its FLOPs
     copy_element_ns: float = 0.0  # per element a Transpose copies one at a time
+    # GB/s of each blocked copy class (COPY_CLASSES) the calibration fitted; a class not in
+    # it streams at its memory level's bandwidth.
+    copy_gbps: dict[str, float] = field(default_factory=dict)
     # The classes whose curves the calibration read per call (its benchmarks of them made
     # several calls: a grouped ConvInteger, a per-axis QuantizeLinear); the others per kernel.
     per_call_classes: frozenset[str] = frozenset()
@@ -396,7 +409,16 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
         norm_row_ns=r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns),
         copy_element_ns=r.non_negative(table, "copy_element_ns", "runtime",
                                        default.copy_element_ns),
+        copy_gbps=_copy_gbps(r, table.get("copy_gbps", {})),
         per_call_classes=frozenset(per_call))
+
+
+def _copy_gbps(r: _Reader, table: Any) -> dict[str, float]:
+    """runtime.copy_gbps: a table of COPY_CLASSES -> positive GB/s."""
+    if not isinstance(table, dict) or not set(table) <= set(COPY_CLASSES):
+        raise HardwareProfileError(f"{r.where}: runtime.copy_gbps must be a table of "
+                                   f"{', '.join(COPY_CLASSES)} -> GB/s")
+    return {cls: r.positive(table, cls, "runtime.copy_gbps") for cls in table}
 
 
 def _memory_levels(r: _Reader, memory: Any) -> tuple[MemoryLevel, ...]:

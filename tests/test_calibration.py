@@ -31,6 +31,7 @@ from onnxlens.analyzer.calibration import (
 from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.hardware import NATIVE_CUDA, OP_CLASSES, ORT_CPU, Runtime, load_profile
 from onnxlens.analyzer.host import detect_cpu, host_profile
+from onnxlens.analyzer.runtimes.ort_cpu import nchwc_block
 from onnxlens.backends.calibrate import catalogue, fit, measure
 from onnxlens.backends.ort_timing import profile_model, time_model
 from onnxlens.backends.values import Timing
@@ -490,6 +491,44 @@ def test_the_copy_element_cost_is_the_extra_time_over_all_elements() -> None:
               point("b", seconds=10e-6 + 100e-6, elements=50_000)]
     assert fit.fit_copy_element(points, hw, bandwidth) == pytest.approx(2.0)
     assert fit.fit_copy_element([], hw, bandwidth) == 0.0
+
+
+def test_each_blocked_copy_class_streams_at_its_benchmarks_bytes_over_their_time() -> None:
+    """Blocked transposes of 1.2 MB in 24 us and 0.3 MB in 6 us: 1.5 MB / 30 us = 50 GB/s;
+    reorders of 1.6 MB in 16 us and 0.4 MB in 4 us: 100 GB/s; a plain copy is no such class;
+    without benchmarks, no rate."""
+    def point(name: str, cls: str, nbytes: int, seconds: float) -> Point:
+        return Point(name, cls, 0, 0, nbytes, seconds)
+
+    points = [point("t1", "blocked_transpose", 1_200_000, 24e-6),
+              point("t2", "blocked_transpose", 300_000, 6e-6),
+              point("r1", "reorder", 1_600_000, 16e-6), point("r2", "reorder", 400_000, 4e-6),
+              point("c", "data_movement", 1_000_000, 1e-6)]
+    assert fit.fit_copy_rates(points) == pytest.approx({"blocked_transpose": 50.0,
+                                                        "reorder": 100.0})
+    assert fit.fit_copy_rates(points[-1:]) == {}
+
+
+@pytest.mark.parametrize("op", ["ReorderInput", "ReorderOutput"])
+def test_a_reorder_benchmark_is_orts_nchwc_layout_change(op: str) -> None:
+    """The catalogue's reorder runs on ORT as one kernel that lays [1, 8, 4, 4] out in whole
+    blocks of this host's channels (numpy: pad the channels to the block, then make the
+    channel within the block the innermost axis), or back; its point is class `reorder`
+    with the NCHW side's 512 bytes and the NCHWc side's 64 x block."""
+    block = nchwc_block(host_profile(1))
+    model = catalogue.reorder(op, 8, 4).build()
+    x = np.arange(8 * 16, dtype=np.float32).reshape(1, 8, 4, 4)
+    padded = np.concatenate([x, np.zeros((1, block - 8, 4, 4), np.float32)], axis=1)
+    blocked = padded.reshape(1, 1, block, 4, 4).transpose(0, 1, 3, 4, 2).reshape(padded.shape)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    if op == "ReorderInput":
+        np.testing.assert_array_equal(session.run(None, {"X": x})[0], blocked)
+    else:
+        np.testing.assert_array_equal(session.run(None, {"X": blocked})[0], x)
+    kernels = measure._kernels_of(ORT_CPU, host_profile(1))
+    p = measure._point(op, model, 10e-6, 1e-6, 0.0, kernels)
+    assert p is not None and (p.op_class, p.bytes) == ("reorder", 4 * 8 * 16 + 4 * block * 16)
 
 
 def test_the_norm_row_cost_is_recovered_from_timings() -> None:

@@ -33,6 +33,8 @@ from onnxlens.analyzer.hardware import (
 from onnxlens.analyzer.ir import NodeInfo, TensorInfo
 from onnxlens.analyzer.runtimes import Kernel, node_class
 from onnxlens.analyzer.runtimes.ort_cpu import (
+    OrtCpu,
+    blocked_transpose,
     broadcast_spans,
     denormal_reads,
     group_gemms,
@@ -574,6 +576,49 @@ def test_a_transposes_elements_cost_the_calibrated_time_each(gpu) -> None:
     assert slow.memory_s - hot.memory_s == pytest.approx(248.3712e-6)
     assert estimate_group(cost, "data_movement", gpu, what_if("fp32"), eff,
                           elements=112_896) == hot  # not fitted: nothing added
+
+
+@pytest.mark.parametrize(("shape", "perm", "blocked"), [
+    ((1, 64, 56, 56), (0, 2, 3, 1), True),  # NCHW -> NHWC: MLAS's blocked transpose
+    ((1, 56, 56, 40), (0, 3, 1, 2), True),  # and back
+    ((1, 128, 196), (0, 2, 1), True),  # [B, C, N] -> [B, N, C] (LeViT, TinyViT)
+    ((64, 36, 4, 32), (0, 2, 1, 3), False),  # the innermost axis stays: runs of 32
+    ((1, 576, 3, 4, 16), (2, 0, 3, 4, 1), False),  # several axes move: element by element
+    ((1, 1, 1, 320), (0, 3, 1, 2), False),  # the longer axes keep their order: a reshape
+])
+def test_a_transpose_moving_one_axis_past_the_innermost_is_a_blocked_copy(
+        shape, perm, blocked) -> None:
+    assert blocked_transpose(_transpose_info(shape, perm)) == blocked
+
+
+def test_a_blocked_copy_streams_at_its_calibrated_rate(gpu) -> None:
+    """2 MB of a blocked transpose in the test GPU's L2 (6,000 GB/s) at a calibrated 50 GB/s:
+    40 us; a reorder with no rate of its own, and any other class, at the level's 0.33 us;
+    a rate above the level's bandwidth leaves the level's."""
+    cost = Cost(bytes_read=10**6, bytes_written=10**6)
+    eff = constant_efficiency(gpu)
+    fitted = dataclasses.replace(gpu, runtime=Runtime(copy_gbps={"blocked_transpose": 50.0}))
+    level_s = 2e6 / 6000e9
+    assert estimate_group(cost, "blocked_transpose", fitted, what_if("fp32"),
+                          eff).memory_s == pytest.approx(40e-6)
+    for cls in ("reorder", "data_movement"):
+        assert estimate_group(cost, cls, fitted, what_if("fp32"), eff).memory_s == (
+            pytest.approx(level_s))
+    faster = dataclasses.replace(gpu, runtime=Runtime(copy_gbps={"reorder": 9000.0}))
+    assert estimate_group(cost, "reorder", faster, what_if("fp32"), eff).memory_s == (
+        pytest.approx(level_s))
+
+
+def test_ort_cpus_layout_changes_are_reorder_kernels(gpu) -> None:
+    """A lone Conv of 8 channels: ORT reorders its NCHW input to 16-channel blocks, a kernel
+    of class `reorder` reading 4 x 8 x 64 bytes of NCHW and writing 4 x 16 x 64 of NCHWc."""
+    r = _analyzed([helper.make_node("Conv", ["x", "w"], ["y"])], [1, 8, 8, 8],
+                  ("y", [1, 8, 8, 8]), {"w": [8, 8, 1, 1]})
+    hw = dataclasses.replace(gpu, simd_bits=512, runtime=Runtime(name=ORT_CPU))
+    kernels = [k for run in OrtCpu().kernels(r.graph, r.groups, _node_costs(r), {}, hw).values()
+               for k in run or ()]
+    reorders = [(k.cls, k.cost.bytes_read, k.cost.bytes_written) for k in kernels if not k.nodes]
+    assert reorders == [("reorder", 4 * 8 * 64, 4 * 16 * 64)]
 
 
 def _row_node(op: str, shape: tuple[int, ...], **attrs: int) -> NodeInfo:

@@ -68,7 +68,8 @@ def test_a_calibrated_runtime_round_trips_through_toml(tmp_path: Path) -> None:
     # what apply_calibration sets, per_call_classes included (a set, written as a list)
     runtime = Runtime(NATIVE_CPU, transcendental_flops=5.0, copy_run_ns=9.8,
                       cold_weight_gbps=16.0, denormal_factor=3.5, norm_row_ns=14.0,
-                      copy_element_ns=2.2, per_call_classes=frozenset({"dequantize", "quantize"}))
+                      copy_element_ns=2.2, per_call_classes=frozenset({"dequantize", "quantize"}),
+                      copy_gbps={"reorder": 87.0, "blocked_transpose": 53.0})
     hw = dataclasses.replace(load_profile("xeon_8480"), runtime=runtime)
     path = tmp_path / "xeon_8480.toml"
     path.write_text(profile_to_toml(hw), encoding="utf-8")
@@ -95,6 +96,14 @@ BAD = {
     "static over tdp": ("static_w = 84.0", "static_w = 800.0", "power.static_w"),
     "fractional bytes": ("size_bytes = 52428800", "size_bytes = 5.5", "memory[0].size_bytes"),
 }
+
+
+def test_a_blocked_copy_rate_of_an_unknown_class_is_rejected(tmp_path: Path) -> None:
+    text = profile_to_toml(load_profile("h100")) + "\n[runtime]\ncopy_gbps = {gather = 50.0}\n"
+    path = tmp_path / "bad.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(HardwareProfileError, match=r"runtime\.copy_gbps"):
+        load_profile(path)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

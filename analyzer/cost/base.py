@@ -65,6 +65,7 @@ class Cost:
  _set_params, _set_param_bytes) = (getattr(Cost, f.name).__set__ for f in fields(Cost))
 ZERO = Cost()
 MS = "com.microsoft"  # ONNX Runtime's contrib domain
+NCHWC_DOMAIN = "com.microsoft.nchwc"  # ORT's NCHWc kernels (its optimized models)
 Formula = Callable[[NodeInfo], Cost]
 # The operands of an op's MACs: tensors (whose stored precision `precision` looks up) or an
 # element type the op converts them to itself (DynamicQuantizeMatMul quantizes A to uint8).

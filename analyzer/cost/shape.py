@@ -8,7 +8,7 @@ Upsample interpolate and are the one exception.
 from __future__ import annotations
 
 from ..ir import NodeInfo
-from .base import ZERO, Cost, register
+from .base import NCHWC_DOMAIN, ZERO, Cost, register
 from .ops import SHAPE, VIEWS
 
 
@@ -27,6 +27,14 @@ def view(node: NodeInfo) -> Cost:
 def data_movement(node: NodeInfo) -> Cost:
     # Copies, gathers, scatters, masked copies, fills and index generation: no arithmetic on
     # the data.
+    return ZERO
+
+
+# ORT's NCHWc layout changes, as its NchwcTransformer writes them into an optimized model
+# (and the calibration times them alone): a copy of the input into the output, the NCHWc side
+# padded to whole channel blocks, which the tensors' bytes count.
+@register("ReorderInput", "ReorderOutput", family="shape", domain=NCHWC_DOMAIN)
+def reorder(node: NodeInfo) -> Cost:
     return ZERO
 
 

@@ -27,7 +27,7 @@ from typing import Protocol
 from ..cost.base import ZERO, Cost
 from ..fusion import Group
 from ..graph import ModelGraph
-from ..hardware import HardwareProfile
+from ..hardware import REORDER, HardwareProfile
 from ..ir import NodeInfo, TensorInfo
 from ..loader import LoadedModel
 
@@ -56,6 +56,7 @@ _CLASS_OF_OP = {
     "Split": "data_movement", "Slice": "data_movement", "Gather": "data_movement",
     "Expand": "data_movement", "Tile": "data_movement", "Pad": "data_movement",
     "Identity": "data_movement", "Shape": "data_movement", "Resize": "data_movement",
+    "ReorderInput": REORDER, "ReorderOutput": REORDER,  # ORT's NCHWc layout changes
 }
 
 def constant_input(mg: ModelGraph, info: NodeInfo, i: int) -> bool:

@@ -17,6 +17,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime import quantization
 
+from ...analyzer.cost.base import NCHWC_DOMAIN
+from ...analyzer.host import host_profile
+from ...analyzer.runtimes.ort_cpu import nchwc_block
+
 OPSET = 17
 IR_VERSION = 8  # what ORT 1.18+ reads
 CHAIN_LENGTHS = (1, 17, 33, 65)
@@ -272,6 +276,24 @@ def transpose(shape: Sequence[int], perm: Sequence[int], tier: int = 1) -> Bench
         ("Y", out)), tier, _work(0, 8 * math.prod(shape)))
 
 
+def reorder(op: str, channels: int, size: int, tier: int = 1) -> Bench:
+    """ORT's NCHWc layout change alone: a ReorderInput (NCHW to NCHWc) or ReorderOutput (back)
+    of [1, channels, size, size], its NCHWc side padded to whole blocks of this host's
+    (`ort_cpu.nchwc_block`), as ORT's NchwcTransformer writes it into the optimized model."""
+    def build() -> onnx.ModelProto:
+        block = nchwc_block(host_profile(1))
+        plain = (1, channels, size, size)
+        blocked = (1, -(-channels // block) * block, size, size)
+        x, y = (plain, blocked) if op == "ReorderInput" else (blocked, plain)
+        attrs = {"channels": channels} if op == "ReorderOutput" else {}
+        model = _model([helper.make_node(op, ["X"], ["Y"], domain=NCHWC_DOMAIN, **attrs)],
+                       [("X", x)], ("Y", y))
+        model.opset_import.append(helper.make_opsetid(NCHWC_DOMAIN, 1))
+        return model
+    return Bench(f"{op} {channels}x{size}x{size}", build, tier,
+                 _work(0, 8 * channels * size * size))
+
+
 def concat(channels: int, size: int, tier: int = 1) -> Bench:
     shape = (1, channels, size, size)
     return Bench(f"Concat 2x{channels}x{size}x{size}", lambda: _model(
@@ -438,7 +460,8 @@ def _movement_and_attention() -> list[Bench]:
     # Data movement: 4-D and 5-D (channel shuffle) transposes, concat, slice.
     out: list[Bench] = [
             transpose((1, 64, 48, 48), (0, 2, 3, 1)), transpose((1, 256, 12, 12), (0, 2, 3, 1)),
-            transpose((1, 48, 48, 64), (0, 3, 1, 2)),
+            transpose((1, 48, 48, 64), (0, 3, 1, 2)), transpose((1, 56, 56, 40), (0, 3, 1, 2)),
+            transpose((1, 128, 196), (0, 2, 1)),
             transpose((1, 2, 64, 24, 24), (0, 2, 1, 3, 4)),
             transpose((64, 36, 4, 32), (0, 2, 1, 3)), transpose((256, 16, 8, 8), (0, 2, 1, 3)),
             transpose((96, 32, 16, 16), (0, 2, 1, 3)),
@@ -446,6 +469,9 @@ def _movement_and_attention() -> list[Bench]:
             transpose((1, 576, 3, 4, 16), (2, 0, 3, 4, 1)), transpose((8, 96, 3, 32), (2, 0, 3, 1)),
             concat(64, 48), concat(128, 24), concat(256, 6), slice_half(128, 48),
             slice_half(256, 12)]
+    # NCHWc layout changes, channels whole blocks and not (GhostNet's 8 and 24 of 16).
+    out += [reorder(op, channels, size) for op in ("ReorderInput", "ReorderOutput")
+            for channels, size in ((8, 112), (24, 56), (64, 56), (72, 28))]
     # Attention blocks: heads x sequence x head dim.
     out += [attention(4, 64, 32, 0), attention(8, 128, 64), attention(4, 256, 32),
             attention(16, 64, 64), attention(2, 512, 64), attention(32, 36, 32)]

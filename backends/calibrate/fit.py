@@ -25,7 +25,13 @@ from ...analyzer.calibration import (
     host_name,
 )
 from ...analyzer.estimate import activation_pass, estimate_group, memory_level
-from ...analyzer.hardware import INT8_CLASSES, HardwareProfile, Precision, load_profile
+from ...analyzer.hardware import (
+    COPY_CLASSES,
+    INT8_CLASSES,
+    HardwareProfile,
+    Precision,
+    load_profile,
+)
 from ...analyzer.host import detect_cpu, host_profile, replace_measured
 from .catalogue import SQUARE_GEMM
 
@@ -93,7 +99,10 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
     # `fit_copy_run` then rates their runs against the bandwidths fitted.
     # Transposes that copy element by element stay out: their time is their elements'
     # (`fit_copy_element`), not their bytes'.
-    vector_points = [p for p in points if not p.macs and not p.elements]
+    # Blocked copies stay out too: they stream at rates of their own (`fit_copy_rates`; the
+    # 17:03 calibration's NCHW <-> NHWC Transposes 40-80 GB/s, its Adds in L2 117-123).
+    vector_points = [p for p in points if not p.macs and not p.elements
+                     and p.op_class not in COPY_CLASSES]
     bandwidth, vector, tau = fit_vector(vector_points, hw, peak)
     row_ns = fit_norm_rows(vector_points, hw, peak, tau)
     curves = {VECTOR_CLASS: vector,
@@ -137,7 +146,20 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
         transcendental_flops=tau, peak_int8_tops=int8_peak / 1e12,
         copy_run_ns=fit_copy_run([p for p in points if p.runs], hw, bandwidth),
         norm_row_ns=row_ns,
-        copy_element_ns=fit_copy_element([p for p in points if p.elements], hw, bandwidth))
+        copy_element_ns=fit_copy_element([p for p in points if p.elements], hw, bandwidth),
+        copy_gbps=fit_copy_rates(points))
+
+
+def fit_copy_rates(points: Sequence[Point]) -> dict[str, float]:
+    """GB/s of each blocked copy class (COPY_CLASSES) with benchmarks: all its benchmarks'
+    bytes over all their time (the large ones weigh most; a rate per benchmark would let a
+    3 us one, half noise, count as much as a 100 us one)."""
+    out = {}
+    for cls in COPY_CLASSES:
+        mine = [p for p in points if p.op_class == cls]
+        if mine:
+            out[cls] = sum(p.bytes for p in mine) / sum(p.seconds for p in mine) / 1e9
+    return out
 
 
 def fit_copy_run(points: Sequence[Point], hw: HardwareProfile, bandwidth: dict[str, float]
