@@ -178,6 +178,24 @@ def test_measured_row_at_the_models_precision(models: dict[str, Path], tmp_path:
     assert 0 < row["latency_s"] < 1 and row["peak_memory_bytes"] > 128 * 128 * 4
 
 
+def test_a_kv_cache_models_measured_row_has_the_head_dim_the_analysis_read(
+        tmp_path: Path) -> None:
+    """The genai decoder of tests/data/genai with only its lengths pinned: the analysis reads
+    the cache's head size, 16, from GroupQueryAttention (`--dim kv_cache_dim=16 added`), and
+    the measurement feeds caches of that size; without it the dim is left at 1 and ORT refuses
+    the inputs ('past_key dimension 3 should match the packed KV head dimension'). MACs of
+    one new token over 7 cached, by hand (test_genai.py): 20480 + 128 x 8 = 21504."""
+    model = Path(__file__).parent / "data" / "genai" / "fp32" / "model.onnx"
+    lengths = {"batch_size": 1, "sequence_length": 1, "past_sequence_length": 7,
+               "total_sequence_length": 8}
+    spec = parse_spec({"models": [str(model)], "batch": [1], "measure": ["ort-cpu"],
+                       "runs": 1, "warmup": 0, "dims": {str(model): lengths}})
+    run_sweep(spec, tmp_path / "out")
+    (row,) = _rows(tmp_path / "out")
+    assert row["status"] == "ok", row["error"]
+    assert row["kind"] == "measured" and row["macs"] == 21504
+
+
 def test_quantized_model_estimated_at_its_own_precision(models: dict[str, Path],
                                                         tmp_path: Path) -> None:
     """The default precision is the graph's own: a quantize_dynamic model's estimate rows are

@@ -109,7 +109,10 @@ def analyze_task(rid: RowId, source: Source, precisions: Sequence[str],
         # A measured row's precision: that of the element type doing most of the MACs, in the
         # words of the estimates' precisions.
         top = max(dtypes, key=dtypes.__getitem__) if dtypes else "float32"
-        stats = {**figures, "precision": stored(top).peak}
+        # The dims a measurement pins: the spec's, and a KV cache's head dim the analysis
+        # read from the model (`analyze`'s dims_added), without which ORT refuses the inputs.
+        stats = {**figures, "precision": stored(top).peak,
+                 "dims": {**rid.dims, **result.dims_added}}
     except Exception as e:  # a model that fails is an error row, never a failed sweep
         why = one_line(e)
         return None, why, [error_row(rid, p, hw, "estimate", why)
@@ -141,7 +144,7 @@ def measure_task(rid: RowId, source: Source, backend: str, stats: Mapping[str, A
     where it cannot be measured)."""
     precision = stats["precision"]
     try:
-        latency, peak = _measure(rid, source, backend, threads, runs, warmup)
+        latency, peak = _measure(rid, source, stats["dims"], backend, threads, runs, warmup)
     except Exception as e:
         return error_row(rid, precision, backend, "measured", one_line(e))
     return make_row(rid, precision, backend, "measured", latency_s=latency,
@@ -149,14 +152,14 @@ def measure_task(rid: RowId, source: Source, backend: str, stats: Mapping[str, A
                     **{k: stats[k] for k in STAT_FIELDS})
 
 
-def _measure(rid: RowId, source: Source, name: str, threads: int, runs: int, warmup: int
-             ) -> tuple[float, int | None]:
+def _measure(rid: RowId, source: Source, dims: Mapping[str, int], name: str, threads: int,
+             runs: int, warmup: int) -> tuple[float, int | None]:
     from ..analyzer.errors import UsageError
     from ..backends.base import fixed_batch, input_specs, load_proto, pin_dims, random_inputs
     from ..backends.memory import peak_memory
     from ..backends.registry import create
 
-    specs = pin_dims(input_specs(load_proto(source, weights=False)), rid.dims)
+    specs = pin_dims(input_specs(load_proto(source, weights=False)), dims)
     fixed = fixed_batch(specs)
     if fixed is not None and fixed != rid.batch:
         raise UsageError(f"the model is fixed at batch {fixed}; batch {rid.batch} needs a model "
