@@ -452,7 +452,7 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     kernels = _node_runs(mg, group.nodes)
     out = [k for nodes, role in kernels for k in (
         _unfused_kernels(mg, nodes, costs) if _int8_unfused(mg, nodes)
-        else [_ort_kernel(mg, nodes, role, costs, block)])]
+        else filter_reordered(mg, _ort_kernel(mg, nodes, role, costs, block)))]
     return out or [Kernel("data_movement", Cost(), (), launches=0)]
 
 
@@ -519,6 +519,26 @@ def symmetric_conv(head: NodeInfo, block: int) -> bool:
         return True
     cout, cin = w.dims[0], w.dims[1]
     return cin % 4 == 0 and cout >= 16 and cout % (4 if block >= 16 else 8) == 0
+
+
+def filter_reordered(mg: ModelGraph, k: Kernel) -> list[Kernel]:
+    """`k`, after the reorder of its filter that ORT's QLinearConv makes on every call when it
+    has no packed one: on x86 a QLinearConv on int8 activations (GEMM_S8S8: MLAS's portable
+    GEMM, which prepacks nothing) copies its weights from [Cout, Cin, kh, kw] to the
+    [kh·kw·Cin, Cout] its GEMM reads, one element at a time (qlinearconv.cc ReorderFilter):
+    a kernel of data movement of W elements, each at the calibration's per-element copy cost
+    (`copy_element_ns`, from ORT's element-wise Transpose). Measured (ORT 1.31, Zen 5,
+    ResNet-18 QOperator int8 activations): each Conv 1.6-3.5 ns per weight over its MACs'
+    time (7x7 512->512, 2.4 M weights: 14.0 ms, 5.8 from its MACs), where a QLinearMatMul,
+    whose B is already [K, N], pays none (64x2048x1024 at 17 GMAC/s)."""
+    conv = next((i for n in k.nodes if (i := mg.info(n)).op_type in _CONVS), None)
+    if k.cls != GEMM_S8S8 or conv is None:
+        return [k]
+    w = conv.input(3 if conv.op_type == "QLinearConv" else 1)
+    if w is None or not w.known:
+        return [k]
+    return [Kernel("data_movement", Cost(bytes_read=w.nbytes, bytes_written=w.nbytes),
+                   (conv.name,), NCHW, NCHW, elements=w.size), k]
 
 
 def nhwc_conv(head: NodeInfo) -> str:
