@@ -60,8 +60,10 @@ struct PoolRowArgs {
   const int64_t* x1;                 // per output column: end input column, clipped
   int64_t interior_lo, interior_hi;  // output columns whose window lies inside the row
   bool max;                          // max (else the sum, divided by the caller)
-  // W + 1 floats when sw == 2 and dw == 1: an input row as its even then its odd columns,
-  // so that the interior reads contiguous floats; null otherwise.
+  // W floats: the window's rows reduced into one (max or sum), when it has more than one.
+  float* rows;
+  // W + 1 floats when sw == 2 and dw == 1: that row as its even then its odd columns, so
+  // that the interior reads contiguous floats; null otherwise.
   float* split;
 };
 

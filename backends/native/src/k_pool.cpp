@@ -19,16 +19,18 @@ class PoolKernel : public XyKernel {
     columns();
   }
 
-  // A row split into its even and odd columns (PoolRowArgs::split), for stride 2.
-  int64_t workspace_floats() const override { return split_rows() ? g_.W + 1 : 0; }
+  // The window's rows reduced into one (PoolRowArgs::rows), and that row split into its even
+  // and odd columns (PoolRowArgs::split) for stride 2.
+  int64_t workspace_floats() const override { return g_.W + (split_rows() ? g_.W + 1 : 0); }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
     pool.for_range(g_.N * g_.C, pool.chunk_for(g_.N * g_.C),
                    [&](int tid, int64_t begin, int64_t end) {
       const Range r{begin, end};
       for (int64_t p = r.begin; p < r.end; ++p) {
-        plane(x_.f32() + p * g_.H * g_.W, y_.f32() + p * g_.OH * g_.OW,
-              split_rows() ? ws.get(tid) : nullptr);
+        float* rows = ws.get(tid);
+        plane(x_.f32() + p * g_.H * g_.W, y_.f32() + p * g_.OH * g_.OW, rows,
+              split_rows() ? rows + g_.W : nullptr);
       }
     }, y_.numel * g_.kh * g_.kw);
   }
@@ -57,9 +59,9 @@ class PoolKernel : public XyKernel {
 
   bool split_rows() const { return g_.sw == 2 && g_.dw == 1; }
 
-  void plane(const float* in, float* out, float* split) const {
+  void plane(const float* in, float* out, float* rows, float* split) const {
     PoolRowArgs a{in, nullptr, g_.W, g_.OW, g_.kw, g_.sw, g_.pl, g_.dh, g_.dw, 0, 0,
-                  x0_.data(), x1_.data(), lo_, hi_, max_, split};
+                  x0_.data(), x1_.data(), lo_, hi_, max_, rows, split};
     for (int64_t oy = 0; oy < g_.OH; ++oy) {
       a.out = out + oy * g_.OW;
       clip(oy * g_.sh - g_.pt, g_.kh, g_.dh, g_.H, a.y0, a.y1);
