@@ -30,6 +30,7 @@ from onnxlens.analyzer.hardware import (
     profile_from_dict,
     what_if,
 )
+from onnxlens.analyzer.host import host_profile
 from onnxlens.analyzer.ir import NodeInfo, TensorInfo
 from onnxlens.analyzer.runtimes import Kernel, node_class
 from onnxlens.analyzer.runtimes.ort_cpu import (
@@ -338,7 +339,8 @@ def test_an_add_after_a_lone_conv_is_its_sum_input(gpu) -> None:
 def test_squeeze_excite_is_five_kernels_and_its_gate_runs_in_nchw() -> None:
     """Squeeze-excite after an NCHWc Conv: ORT's pool, two small convolutions (ReLU and
     Sigmoid fused), and the broadcast Mul, which reads x and the gate in plain NCHW: both
-    are reordered first."""
+    are reordered first; the second convolution reads 8 channels, fewer than a block of 16,
+    in NCHW (`ort_conv_path`), so they are reordered back before it."""
     nodes = [helper.make_node("Conv", ["x", "w0"], ["c"], name="conv0"),
              helper.make_node("Relu", ["c"], ["t"], name="relu0"),
              helper.make_node("GlobalAveragePool", ["t"], ["p"], name="gap"),
@@ -358,7 +360,37 @@ def test_squeeze_excite_is_five_kernels_and_its_gate_runs_in_nchw() -> None:
     for k in ort_kernels(r.graph, r.groups[0], costs, 16):
         layout_changes(k, have)
     moved = [[t.name for t in layout_changes(k, have)] for k in kernels]
-    assert moved == [[], [], [], ["t", "s"]]
+    assert moved == [[], [], ["hr"], ["t", "s"]]
+
+
+@pytest.mark.parametrize("middle", [8, 12, 16, 32])
+def test_orts_reorders_are_those_its_optimized_graph_has(tmp_path: Path, middle: int) -> None:
+    """1x1 Convs 16 -> `middle` -> 16 channels: the tensors ORT reorders (its optimized
+    graph's ReorderInput inputs and ReorderOutput outputs, the graph output's left out: the
+    kernel model charges layout changes before the kernels that read them) are those our
+    kernel model moves, at this host's block (AVX-512: a Conv reading 8 or 12 channels,
+    fewer than a block, reads them in NCHW; AVX2 blocks of 8 read 12 in NCHW)."""
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["h"]),
+             helper.make_node("Conv", ["h", "w1"], ["y"])]
+    r = _analyzed(nodes, [1, 16, 8, 8], ("y", [1, 16, 8, 8]),
+                  {"w0": [middle, 16, 1, 1], "w1": [16, middle, 1, 1]})
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    model = r.model.proto
+    model.ir_version = 8  # what ORT 1.18+ reads
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    optimized = onnxlens.analyze(str(tmp_path / "opt.onnx")).graph
+    theirs = {t.name for i in optimized.infos.values() for t in (
+        i.inputs[:1] if i.op_type == "ReorderInput" else
+        i.outputs if i.op_type == "ReorderOutput" else ())} - {"y"}
+    hw = dataclasses.replace(host_profile(1), runtime=Runtime(name=ORT_CPU))
+    have: dict[str, set[str]] = {"x": {"nchw"}}
+    ours = {t.name for g in r.groups for k in ort_kernels(r.graph, g, _node_costs(r),
+                                                         nchwc_block(hw))
+            for t in layout_changes(k, have)}
+    assert ours == theirs
 
 
 def test_convolution_classes() -> None:
@@ -610,15 +642,15 @@ def test_a_blocked_copy_streams_at_its_calibrated_rate(gpu) -> None:
 
 
 def test_ort_cpus_layout_changes_are_reorder_kernels(gpu) -> None:
-    """A lone Conv of 8 channels: ORT reorders its NCHW input to 16-channel blocks, a kernel
-    of class `reorder` reading 4 x 8 x 64 bytes of NCHW and writing 4 x 16 x 64 of NCHWc."""
-    r = _analyzed([helper.make_node("Conv", ["x", "w"], ["y"])], [1, 8, 8, 8],
-                  ("y", [1, 8, 8, 8]), {"w": [8, 8, 1, 1]})
+    """A lone Conv of 24 channels: ORT reorders its NCHW input to 16-channel blocks, a kernel
+    of class `reorder` reading 4 x 24 x 64 bytes of NCHW and writing 4 x 32 x 64 of NCHWc."""
+    r = _analyzed([helper.make_node("Conv", ["x", "w"], ["y"])], [1, 24, 8, 8],
+                  ("y", [1, 24, 8, 8]), {"w": [24, 24, 1, 1]})
     hw = dataclasses.replace(gpu, simd_bits=512, runtime=Runtime(name=ORT_CPU))
     kernels = [k for run in OrtCpu().kernels(r.graph, r.groups, _node_costs(r), {}, hw).values()
                for k in run or ()]
     reorders = [(k.cls, k.cost.bytes_read, k.cost.bytes_written) for k in kernels if not k.nodes]
-    assert reorders == [("reorder", 4 * 8 * 64, 4 * 16 * 64)]
+    assert reorders == [("reorder", 4 * 24 * 64, 4 * 32 * 64)]
 
 
 def _row_node(op: str, shape: tuple[int, ...], **attrs: int) -> NodeInfo:

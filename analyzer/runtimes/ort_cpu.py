@@ -129,18 +129,19 @@ def activation_passes(mg: ModelGraph, nodes: Iterable[str], in_kernel: bool) -> 
 
 
 def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
-    """(class, layout read, layout written) of a Conv as ORT's NCHWc transformer places it
-    (`block`: the NCHWc block in channels). A dense or depthwise Conv whose output channels
-    are a multiple of 4 runs as an NCHWc kernel (it reads plain NCHW when its input channels
-    are not a multiple of 4: the stem); a grouped Conv does when its groups' input and output
-    channels are whole blocks, as one convolution per group. Other grouped Convs and odd
-    channel counts stay on the NCHW path (MlasConv: im2col and GEMMs): a dense Conv there
-    runs at a dense Conv's rate (`conv`). A grouped Conv on either path, and a depthwise one
-    on the NCHW path, is many small problems, one or more per group (`grouped_conv`, fitted
-    apart and read per call, `group_gemms`): measured on AVX2 (block 8), 8 channels per
-    group run at half a dense Conv's rate on the NCHWc path. Probed on ORT 1.31 with AVX-512
-    (block 16): 8, 12 and 24 channels per group NCHW, 16, 32 and 48 NCHWc; on AVX2 (block 8)
-    all multiples of 8 NCHWc."""
+    """(class, layout read, layout written) of a Conv as ORT's NCHWc transformer places it (`block`:
+    the NCHWc block in channels). A dense or depthwise Conv whose output channels are a multiple of
+    4 runs as an NCHWc kernel; a dense one reads plain NCHW when its input channels are not a
+    multiple of 4 (the stem) or fewer than a block (its filter then in MLAS's OIHWBo form,
+    NchwcTransformer: RepGhostNet's 1x1 Convs from 4, 8 and 12 channels, each after a ReorderOutput
+    in ORT's optimized graph); a grouped Conv does when its groups' input and output channels are
+    whole blocks, as one convolution per group. Other grouped Convs and odd channel counts stay on
+    the NCHW path (MlasConv: im2col and GEMMs): a dense Conv there runs at a dense Conv's rate
+    (`conv`). A grouped Conv on either path, and a depthwise one on the NCHW path, is many small
+    problems, one or more per group (`grouped_conv`, fitted apart and read per call, `group_gemms`):
+    measured on AVX2 (block 8), 8 channels per group run at half a dense Conv's rate on the NCHWc
+    path. Probed on ORT 1.31 with AVX-512 (block 16): 8, 12 and 24 channels per group NCHW, 16, 32
+    and 48 NCHWc; on AVX2 (block 8) all multiples of 8 NCHWc."""
     cls = node_class(info)
     w = info.input(1)
     if w is None or not w.known or len(w.dims) != 4:
@@ -154,7 +155,8 @@ def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
         return "grouped_conv", NCHW, NCHW
     if cout % 4:
         return cls, NCHW, NCHW
-    return cls, NCHWC if cin_per_group * groups % 4 == 0 else NCHW, NCHWC
+    cin = cin_per_group * groups
+    return cls, NCHWC if cin % 4 == 0 and (groups > 1 or cin >= block) else NCHW, NCHWC
 
 
 def nchwc_padding(info: NodeInfo, block: int, reads: str) -> float:
