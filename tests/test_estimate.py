@@ -363,17 +363,10 @@ def test_squeeze_excite_is_five_kernels_and_its_gate_runs_in_nchw() -> None:
     assert moved == [[], [], ["hr"], ["t", "s"]]
 
 
-@pytest.mark.parametrize("middle", [8, 12, 16, 32])
-def test_orts_reorders_are_those_its_optimized_graph_has(tmp_path: Path, middle: int) -> None:
-    """1x1 Convs 16 -> `middle` -> 16 channels: the tensors ORT reorders (its optimized
-    graph's ReorderInput inputs and ReorderOutput outputs, the graph output's left out: the
-    kernel model charges layout changes before the kernels that read them) are those our
-    kernel model moves, at this host's block (AVX-512: a Conv reading 8 or 12 channels,
-    fewer than a block, reads them in NCHW; AVX2 blocks of 8 read 12 in NCHW)."""
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["h"]),
-             helper.make_node("Conv", ["h", "w1"], ["y"])]
-    r = _analyzed(nodes, [1, 16, 8, 8], ("y", [1, 16, 8, 8]),
-                  {"w0": [middle, 16, 1, 1], "w1": [16, middle, 1, 1]})
+def _reordered_as_ort_does(tmp_path: Path, r) -> tuple[set[str], set[str]]:
+    """The tensors ORT reorders (its optimized graph's ReorderInput inputs and ReorderOutput
+    outputs, the graph output's left out: the kernel model charges layout changes before the
+    kernels that read them) and those our kernel model moves, at this host's block."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -385,12 +378,42 @@ def test_orts_reorders_are_those_its_optimized_graph_has(tmp_path: Path, middle:
     theirs = {t.name for i in optimized.infos.values() for t in (
         i.inputs[:1] if i.op_type == "ReorderInput" else
         i.outputs if i.op_type == "ReorderOutput" else ())} - {"y"}
-    hw = dataclasses.replace(host_profile(1), runtime=Runtime(name=ORT_CPU))
     have: dict[str, set[str]] = {"x": {"nchw"}}
-    ours = {t.name for g in r.groups for k in ort_kernels(r.graph, g, _node_costs(r),
-                                                         nchwc_block(hw))
+    block = nchwc_block(host_profile(1))
+    ours = {t.name for g in r.groups for k in ort_kernels(r.graph, g, _node_costs(r), block)
             for t in layout_changes(k, have)}
+    return theirs, ours
+
+
+@pytest.mark.parametrize("middle", [8, 12, 16, 32])
+def test_orts_reorders_around_a_conv_reading_few_channels(tmp_path: Path, middle: int) -> None:
+    """1x1 Convs 16 -> `middle` -> 16 channels: we reorder what ORT's optimized graph does
+    (AVX-512: a Conv reading 8 or 12 channels, fewer than a block, reads them in NCHW; AVX2
+    blocks of 8 read 12 in NCHW)."""
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["h"]),
+             helper.make_node("Conv", ["h", "w1"], ["y"])]
+    r = _analyzed(nodes, [1, 16, 8, 8], ("y", [1, 16, 8, 8]),
+                  {"w0": [middle, 16, 1, 1], "w1": [16, middle, 1, 1]})
+    theirs, ours = _reordered_as_ort_does(tmp_path, r)
     assert ours == theirs
+
+
+def test_orts_reorders_around_elementwise_ops_it_runs_in_nchw(tmp_path: Path) -> None:
+    """EfficientFormer's pooling mixer and layer scale, Conv -> AveragePool -> Sub, and an Add
+    of that to a per-channel Mul (NCHW, a broadcast), then a Conv: ORT runs the Sub (not an op
+    its NchwcTransformer converts) and the Add (an input not NCHWc) in NCHW, so the pool's and
+    the Conv's outputs are reordered out and the Add's back in, as its optimized graph has."""
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c"]),
+             helper.make_node("AveragePool", ["c"], ["p"], kernel_shape=[3, 3], pads=[1] * 4,
+                              count_include_pad=0),
+             helper.make_node("Sub", ["p", "c"], ["d"]),
+             helper.make_node("Mul", ["d", "s"], ["m"]),
+             helper.make_node("Add", ["c", "m"], ["a"]),
+             helper.make_node("Conv", ["a", "w1"], ["y"])]
+    r = _analyzed(nodes, [1, 32, 8, 8], ("y", [1, 32, 8, 8]),
+                  {"w0": [32, 32, 1, 1], "w1": [32, 32, 1, 1], "s": [1, 32, 1, 1]})
+    theirs, ours = _reordered_as_ort_does(tmp_path, r)
+    assert ours == theirs and "a" in ours
 
 
 def test_convolution_classes() -> None:

@@ -224,12 +224,18 @@ def group_gemms(info: NodeInfo, sliced: bool = True) -> tuple[int, float]:
     return calls, 2 * m * k * n / (4 * (m * k + k * n + m * n))
 
 
+_NCHWC_BINARY = frozenset({"Add", "Sum", "Mul"})
+
+
 def _elementwise_layout(info: NodeInfo) -> str:
-    """ORT's NCHWc transformer converts unary ops and binary ops on equal shapes; a
-    broadcast (squeeze-excite's per-channel gate) runs in plain NCHW."""
-    shapes = {t.shape for i, t in enumerate(info.inputs)
-              if t is not None and i not in info.const_inputs}
-    return ANY if len(shapes) <= 1 else NCHW
+    """ORT's NCHWc transformer converts unary ops (EfficientNet's 49 QuickGelus run on NCHWc
+    tensors: 55 reorders in its optimized graph) and Add, Sum and Mul on equal shapes; a
+    broadcast (squeeze-excite's per-channel gate) and any other binary op (EfficientFormer's
+    pool(x) - x: a ReorderOutput before each of its 14 Subs) run in plain NCHW."""
+    inputs = [t for i, t in enumerate(info.inputs) if t is not None and i not in info.const_inputs]
+    if len(inputs) > 1 and info.op_type not in _NCHWC_BINARY:
+        return NCHW
+    return ANY if len({t.shape for t in inputs}) <= 1 else NCHW
 
 
 def _concat_layout(info: NodeInfo, block: int) -> str:
@@ -928,10 +934,11 @@ def layout_changes(kernel: Kernel, have: dict[str, set[str]]) -> list[TensorInfo
     reorder for every reader. Only 4-D tensors have an NCHWc form."""
     image = [t for t in kernel.inputs if t.known and t.rank == 4]
     want = kernel.reads
-    if want == ANY:
-        want = next((lay for t in image for lay in (NCHWC, NHWC, NCHW)
-                     if lay in have.get(t.name, ())),
-                    NCHW)
+    if want == ANY:  # a layout every input has (ORT's NchwcTransformer converts an Add whose
+        # inputs are all NCHWc outputs; EfficientFormer's residual Adds of an NCHW layer-scale
+        # Mul run NCHW, the NCHWc input reordered out)
+        want = next((lay for lay in (NCHWC, NHWC, NCHW)
+                     if image and all(lay in have.get(t.name, (NCHW,)) for t in image)), NCHW)
     moved = []
     for t in image:
         layouts = have.setdefault(t.name, {NCHW})
