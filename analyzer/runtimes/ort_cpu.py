@@ -865,6 +865,8 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
         layout = _concat_layout(head, block)
     elif cls in ("elementwise", ELEMENTWISE_INT8):  # a QLinearAdd in NHWC too (`nhwc_conv`)
         layout = NCHW if _cast_constants(mg, head) else _elementwise_layout(head)
+    elif cls == GELU:  # unary, as ORT's Gelu runs on NCHWc (FastViT's: 9 reorders in all)
+        layout = ANY
     else:
         layout = NCHW
     runs = broadcast_spans(head) if cls == "elementwise" else transpose_runs(head)
