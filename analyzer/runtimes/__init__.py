@@ -20,7 +20,7 @@ runtime's model costs the groups on it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,6 +58,23 @@ _CLASS_OF_OP = {
     "Identity": "data_movement", "Shape": "data_movement", "Resize": "data_movement",
     "ReorderInput": REORDER, "ReorderOutput": REORDER,  # ORT's NCHWc layout changes
 }
+
+
+def inner_run(dims: Sequence[int], out: Sequence[int]) -> int:
+    """The elements of the output's innermost axes (size-1 axes skipped) over which an
+    input of `dims` (aligned right) either broadcasts on every axis or reads every one: the
+    span one vector call covers in ORT's Broadcaster and in the native executor's
+    element-wise programs (ewprog.cpp suffix_block) alike."""
+    run, broadcast = 1, None
+    for axis in range(1, len(out) + 1):
+        if out[-axis] == 1:
+            continue
+        here = axis > len(dims) or dims[-axis] == 1
+        if broadcast is not None and here != broadcast:
+            break
+        run, broadcast = run * out[-axis], here
+    return run
+
 
 def constant_input(mg: ModelGraph, info: NodeInfo, i: int) -> bool:
     """Whether input `i` of `info` is a constant: an initializer, or a Constant node's output

@@ -49,6 +49,7 @@ from . import (
     Kernel,
     _dominant_class,
     constant_input,
+    inner_run,
     kernel_of,
     node_class,
     op_class,
@@ -298,22 +299,8 @@ def broadcast_spans(info: NodeInfo) -> int:
     a, b, y = info.inputs[0], info.inputs[1], info.outputs[0]
     if a is None or b is None or not (a.known and b.known and y.known) or not y.size:
         return 0
-    span = min(_inner_run(a.dims, y.dims), _inner_run(b.dims, y.dims))
+    span = min(inner_run(a.dims, y.dims), inner_run(b.dims, y.dims))
     return y.size // span if span < y.size else 0
-
-
-def _inner_run(dims: Sequence[int], out: Sequence[int]) -> int:
-    """The elements of the output's innermost axes (size-1 axes skipped) over which an
-    input of `dims` (aligned right) either broadcasts on every axis or reads every one."""
-    run, broadcast = 1, None
-    for axis in range(1, len(out) + 1):
-        if out[-axis] == 1:
-            continue
-        here = axis > len(dims) or dims[-axis] == 1
-        if broadcast is not None and here != broadcast:
-            break
-        run, broadcast = run * out[-axis], here
-    return run
 
 
 # ORT's row-wise normalization kernels: LayerNormalization and its simplified form (one

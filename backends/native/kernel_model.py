@@ -62,12 +62,12 @@ from ...analyzer.runtimes import (
     ANY,
     GroupKernels,
     Kernel,
+    inner_run,
     kernel_of,
     node_class,
     one_kernel_per_group,
     register_kernel_model,
 )
-from ...analyzer.runtimes.ort_cpu import _inner_run as inner_run
 from . import lower
 from .catalogue import GEMM_NARROW_COLS, GEMM_TILES, REDUCE_OPS, TILE_EPILOGUE
 from .lower import MAIN_OPS
