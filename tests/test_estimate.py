@@ -695,6 +695,48 @@ def test_ort_cpus_layout_changes_are_reorder_kernels(gpu) -> None:
     assert reorders == [("reorder", 4 * 24 * 64, 4 * 32 * 64)]
 
 
+@pytest.mark.parametrize(("anchor", "x", "weight", "y"), [
+    ("Gemm", [16, 64], [64, 32], [16, 32]),  # FusedGemm takes no HardSwish
+    ("Conv", [1, 6, 8, 8], [6, 2, 3, 3], [1, 6, 8, 8]),  # 2 channels per group: NCHW path
+    # NCHWc: the Conv takes it (then a Conv: ORT leaves a graph output's HardSwish apart)
+    ("Conv", [1, 16, 8, 8], [16, 16, 1, 1], [1, 16, 8, 8]),
+    (None, [1, 16, 64], None, [1, 16, 64]),  # alone
+])
+def test_a_hardswish_is_orts_hardsigmoid_and_mul_unless_an_nchwc_conv_takes_it(
+        gpu, tmp_path: Path, anchor: str | None, x: list[int], weight: list[int] | None,
+        y: list[int]) -> None:
+    """ORT's CPU provider has no HardSwish kernel: it inlines HardSigmoid and Mul wherever
+    its NchwcTransformer does not fold the HardSwish into an NCHWc Conv (LeViT-128S: 22 of
+    each). Our kernels are ORT's (its profile's kernel names: node types of its optimized
+    graph, reorders aside), and the Mul, by hand, reads x and hardsigmoid(x) and writes y:
+    3 x 4 bytes and 1 FLOP per element."""
+    nchwc = weight == [16, 16, 1, 1]
+    nodes = [helper.make_node("HardSwish", ["c" if anchor else "x"], ["h" if nchwc else "y"])]
+    if anchor:
+        attrs = {"group": 3, "pads": [1] * 4} if weight[1] == 2 else {}
+        nodes.insert(0, helper.make_node(anchor, ["x", "w"], ["c"], **attrs))
+    if nchwc:
+        nodes.append(helper.make_node("Conv", ["h", "w"], ["y"]))
+    r = _analyzed(nodes, x, ("y", y), {"w": weight} if weight else {})
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    model = r.model.proto
+    model.ir_version = 8  # what ORT 1.18+ reads
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    theirs = [i.op_type for i in onnxlens.analyze(str(tmp_path / "opt.onnx")).graph.infos.values()
+              if not i.op_type.startswith("Reorder")]
+    block = nchwc_block(host_profile(1))
+    hw = dataclasses.replace(gpu, simd_bits=32 * block, runtime=Runtime(name=ORT_CPU))
+    kernels = [k for run in OrtCpu().kernels(r.graph, r.groups, _node_costs(r), {}, hw).values()
+               for k in run or () if k.nodes]
+    assert len(kernels) == len(theirs)
+    n = math.prod(y)
+    mul = ("elementwise", Cost(other_flops=n, bytes_read=8 * n, bytes_written=4 * n))
+    assert [(k.cls, k.cost) for k in kernels if k.cost == mul[1]] == ([] if nchwc else [mul])
+
+
 def _row_node(op: str, shape: tuple[int, ...], **attrs: int) -> NodeInfo:
     f = TensorProto.FLOAT
     return NodeInfo("n", op, "", attrs, (TensorInfo("x", f, shape),), (TensorInfo("y", f, shape),))

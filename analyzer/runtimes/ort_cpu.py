@@ -444,18 +444,20 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
                  if group.pattern == ATTENTION and not in_attention_block(mg, mg.info(k))]
         return [without_work_of(whole, [costs[k] for k in apart])] + [  # type: ignore[misc]
             _ort_kernel(mg, [k], "other", costs, block) for k in apart]
-    kernels = _node_runs(mg, group.nodes)
+    kernels = _node_runs(mg, group.nodes, block)
     out = [k for nodes, role in kernels for k in (
         _unfused_kernels(mg, nodes, costs) if _int8_unfused(mg, nodes)
         else filter_reordered(mg, _ort_kernel(mg, nodes, role, costs, block)))]
     return out or [Kernel("data_movement", Cost(), (), launches=0)]
 
 
-def _node_runs(mg: ModelGraph, nodes: Sequence[str]) -> list[tuple[list[str], str]]:
+def _node_runs(mg: ModelGraph, nodes: Sequence[str], block: int
+               ) -> list[tuple[list[str], str]]:
     """A group's nodes cut into the kernels ORT runs (`ort_kernels`' rules for a group that
     no special case takes), each with its role: "anchor" (a Conv, Gemm, MatMul or lone
     BatchNormalization still taking what follows it), "closed" (one that took its
-    activation), "vector" (a run of elementwise nodes) or "other"."""
+    activation), "vector" (a run of elementwise nodes) or "other". A HardSwish closes only
+    an NCHWc Conv (`takes_activation`)."""
     kernels: list[tuple[list[str], str]] = []
     riders: list[str] = []  # quantization edges waiting for the kernel that reads them
     for key in nodes:
@@ -481,7 +483,8 @@ def _node_runs(mg: ModelGraph, nodes: Sequence[str]) -> list[tuple[list[str], st
                     and info.op_type in ("Cast", "Mul"))):
             last[0].append(key)
         elif last and last[1] == "anchor" and reads_last and sole and (
-                info.op_type in ORT_FUSED_ACTIVATIONS) and not _cast_constants(mg, info):
+                takes_activation(mg.info(last[0][0]), info, block)) and not _cast_constants(
+                mg, info):
             last[0].append(key)
             kernels[-1] = (last[0], "closed")
         elif last and last[1] == "vector" and reads_last and node_class(info) == "elementwise":
@@ -498,6 +501,36 @@ def _node_runs(mg: ModelGraph, nodes: Sequence[str]) -> list[tuple[list[str], st
     elif riders:  # a group of quantization edges alone (the model's input Q, output DQ)
         kernels += [([k], "other") for k in riders]
     return kernels
+
+
+def takes_activation(anchor: NodeInfo, act: NodeInfo, block: int) -> bool:
+    """Whether ORT runs activation `act` inside `anchor`'s kernel. ORT's CPU provider has no
+    HardSwish kernel: only the NchwcTransformer takes one into an NCHWc Conv; anywhere else
+    ORT inlines its function body, HardSigmoid then Mul, two kernels (`hard_swish_products`).
+    Seen in ORT 1.31's optimized graphs: Conv -> HardSwish on the NCHWc path one Conv with
+    activation HardSwish; after a Gemm, a 3-D MatMul + Add (Reshape, Gemm, Reshape) or a grouped
+    Conv on the NCHW path, and alone, HardSigmoid and Mul (LeViT-128S: 22 of each)."""
+    if act.op_type == "HardSwish":
+        return anchor.op_type == "Conv" and ort_conv_path(anchor, block)[2] == NCHWC
+    return act.op_type in ORT_FUSED_ACTIVATIONS
+
+
+def hard_swish_products(mg: ModelGraph, k: Kernel) -> list[Kernel]:
+    """The Mul kernel x · hardsigmoid(x) after each HardSwish of kernel `k` that ORT runs as
+    its inlined HardSigmoid (`takes_activation`; none in a Conv's kernel or folded into one):
+    it reads x and the HardSigmoid's output and writes the result, 1 FLOP per element: 3
+    tensors of x's size moved, where the HardSwish kernel itself (costed as the node:
+    HardSigmoid's work and one more FLOP) moves 2."""
+    if k.launches == 0 or mg.info(k.nodes[0]).op_type == "Conv":
+        return []
+    out = []
+    for key in k.nodes:
+        info = mg.info(key)
+        y = info.outputs[0] if info.op_type == "HardSwish" and info.outputs else None
+        if y is not None and y.known:
+            out.append(Kernel("elementwise", Cost(other_flops=y.size, bytes_read=2 * y.nbytes,
+                                                  bytes_written=y.nbytes), (key,), NCHW, NCHW))
+    return out
 
 
 def symmetric_conv(head: NodeInfo, block: int) -> bool:
@@ -1106,7 +1139,7 @@ class OrtCpu:
                         for t in layout_changes(k, have)]
                 if share := max((denormal.get(n, 0.0) for n in k.nodes), default=0.0):
                     k = replace(k, denormal_share=share)
-                run.append(k)
+                run += [k, *hard_swish_products(mg, k)]
                 if k.open_sum:
                     open_sums.update((t.name, k) for t in k.outputs
                                      if len(mg.consumers.get(t.name, ())) == 1)
