@@ -903,6 +903,45 @@ def test_an_attention_kernel_reads_its_curve_at_one_heads_gemm(gpu) -> None:
         (flops / 4 + 1e3) / (flops / 4) * flops / (flops + 1e3))
 
 
+@pytest.mark.parametrize(("perm", "apart"), [
+    ([0, 2, 3, 1], True),  # LeViT's K: [1, N, H, D] -> [1, H, D, N], a kernel of ORT's own
+    ([0, 1, 3, 2], False),  # K: [1, H, N, D] -> [1, H, D, N], FusedMatMul's transB
+])
+def test_a_k_transpose_is_in_the_attention_kernel_only_where_orts_fusion_takes_it(
+        tmp_path: Path, perm: list[int], apart: bool) -> None:
+    """softmax(Q·Kᵀ·s)·V with 4 heads of 16 over 8 tokens, K transposed by `perm`: ORT's
+    optimized graph has the Transpose as a node of its own exactly where ours is a kernel
+    apart from the attention kernel, whose cost then leaves it out (its bytes: 4·512)."""
+    import onnxruntime as ort
+
+    k_shape = [1, 8, 4, 16] if apart else [1, 4, 8, 16]
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=perm),
+             helper.make_node("MatMul", ["x", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [1, 4, 8, 16]),
+                                           helper.make_tensor_value_info("k", f, k_shape),
+                                           helper.make_tensor_value_info("v", f, [1, 4, 8, 16])],
+                              [helper.make_tensor_value_info("y", f, [1, 4, 8, 16])],
+                              [helper.make_tensor("scale", f, [], [0.25])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what ORT 1.18+ reads
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    theirs = [i.op_type for i in onnxlens.analyze(str(tmp_path / "opt.onnx")).graph.infos.values()]
+    assert ("Transpose" in theirs) == apart
+    r = onnxlens.analyze(model)
+    [group] = r.groups
+    kernels = ort_kernels(r.graph, group, _node_costs(r), 16)
+    transposes = [k for k in kernels if k.cls in ("data_movement", "blocked_transpose")]
+    assert len(kernels) == 1 + apart
+    assert [(k.nodes, k.cost.bytes_read) for k in transposes] == (
+        [(group.nodes[:1], 4 * 512)] if apart else [])
+
+
 @pytest.mark.parametrize(("mask", "share"), [
     ([0.0, -100.0, -100.0, 0.0], 0.5),  # exp(-100) = 3.7e-44: a denormal
     ([0.0, 0.0, 0.0, -95.0], 0.25),

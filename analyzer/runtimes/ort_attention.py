@@ -92,12 +92,28 @@ def in_attention_block(mg: ModelGraph, info: NodeInfo) -> bool:
     """Whether ORT runs node `info` of an attention group inside the products and softmax
     (`_BLOCK_OPS`; a Mul or Div with a one-element constant operand, an initializer or a
     Constant node's output); any other node (the mask's Add, IsNaN, Where, And, a GQA's Expand
-    of K and V, Swin's relative position bias Add) is a kernel of its own."""
+    of K and V, Swin's relative position bias Add) is a kernel of its own. A Transpose is in
+    the block only where MatMulTransposeFusion folds it (`swaps_last_two`): LeViT's and
+    TinyViT's K, [B, N, H, D] -> [B, H, D, N] (perm 0, 2, 3, 1), is a Transpose kernel before
+    the FusedMatMul in ORT's optimized graph."""
+    if info.op_type == "Transpose":
+        return swaps_last_two(info)
     if info.op_type in _BLOCK_OPS:
         return True
     return info.op_type in _SCALES and any(
         t is not None and t.known and t.size == 1 and constant_input(mg, info, i)
         for i, t in enumerate(info.inputs))
+
+
+def swaps_last_two(info: NodeInfo) -> bool:
+    """Whether Transpose `info` swaps its last two axes only, the one FusedMatMul takes as
+    transA / transB (an unknown rank: taken)."""
+    x = info.input(0)
+    if x is None or not x.known:
+        return True
+    rank = len(x.dims)
+    perm = list(info.attr("perm", list(range(rank))[::-1]))
+    return rank >= 2 and perm == [*range(rank - 2), rank - 1, rank - 2]
 
 
 def without_work_of(k: Kernel, others: list[Cost]) -> Kernel:
