@@ -8,8 +8,7 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
     bytes      = (bytes_read + bytes_written) · byte_scale(p)     # 1: as stored (Precision)
     level      = the fastest memory level whose size holds the group's working set
                  (its boundary tensors: inputs incl. weights, and outputs)
-    memory_s   = bytes / min(bandwidth(level), copy_gbps(class))   # copy_gbps: a blocked
-                 copy's own rate (`runtime.copy_gbps`), infinite for other classes
+    memory_s   = bytes / min(bandwidth(level), copy_gbps(class))   # a blocked copy's own rate
     overhead_s = kernel_launch_us · 1e-6                          # per kernel
     compute_s += rows · norm_row_ns; memory_s += runs · copy_run_ns + elements · copy_element_ns
                  (a kernel that loops over rows, copy runs or single elements: `estimate_group`)
@@ -17,28 +16,24 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
     bound      = "compute" | "memory:<level>" | "overhead", whichever term is largest
     energy_j   = FLOPs · pJ/FLOP(p) + bytes · pJ/byte(level) + static_w · latency_s
 
-where `vector` is the group's own class for a pool, normalization or reduction and
-`elementwise` otherwise, and τ what one transcendental evaluation
-(exp, tanh, erf) costs in plain vector FLOPs (`runtime.transcendental_flops`, measured by a
-calibration; 1 otherwise). A kernel with MACs runs its other work (bias, activation, a sum
-folded into it) in its epilogue, on values still in registers, at the kernel's own rate:
-measured, a residual sum of 803 KB folded into a 1x1 Conv costs nothing measurable, where
-the standalone elementwise rate said 58 us. Approximations, signed: non-MAC FLOPs run on the
-vector units at the fp32 peak (they do not use tensor cores or a systolic array); one τ for
-every transcendental function (measured here, erf costs about twice a sigmoid); the
-working-set rule ignores what the previous group left in cache; the
-model's latency is the sum over kernels in execution order (no overlap between kernels).
+where `vector` is the group's own class for a vector kernel (VECTOR_CLASSES) and `elementwise`
+otherwise, and τ what one transcendental evaluation (exp, tanh, erf) costs in plain vector
+FLOPs (`runtime.transcendental_flops`, measured by a calibration; 1 otherwise). A kernel with
+MACs runs its other work (bias, activation, a sum folded into it) in its epilogue, on values
+still in registers, at the kernel's own rate: measured, a residual sum of 803 KB folded into a
+1x1 Conv costs nothing measurable, where the standalone elementwise rate said 58 us.
+Approximations, signed: non-MAC FLOPs run on the vector units at the fp32 peak (no tensor
+cores or systolic array); one τ for every transcendental function but GELU's (its own class,
+`gelu`); the working-set rule ignores what the previous group left in cache; the model's
+latency is the sum over kernels in execution order (no overlap between kernels).
 
-Kernels of a runtime. A profile calibrated through a runtime (`runtime.name`, set by
-`analyzer.calibration`) is estimated as that runtime's kernels, what its curves measured: the
-runtime's `KernelModel` (`analyzer.runtimes`; ONNX Runtime's CPU provider in
-`runtimes.ort_cpu`) takes the groups to its kernels, and `cost_kernels` costs each by the
-roofline above with its own overhead. Uncalibrated profiles, and runtimes without a model,
-run one kernel per group. Fusion's groups are unchanged; only their cost is split.
+Kernels of a runtime: a profile calibrated through a runtime (`runtime.name`) is estimated as
+the kernels that runtime's `KernelModel` runs for the groups (`analyzer.runtimes`), each by
+the roofline above (`cost_kernels`); an uncalibrated profile runs one kernel per group.
 
-Two refinements per kernel, where a calibration measured them: its weights fetched cold, not
-overlapped with its work (`cold_weights`: the micro-benchmarks a calibration fits run one
-kernel over and over, weights in cache), and float32 denormal operands (`denormal_slowed`).
+Two refinements per kernel, where a calibration measured them: its weights fetched cold
+(`cold_weights`: a calibration's micro-benchmarks keep theirs in cache), and float32 denormal
+operands (`denormal_slowed`).
 """
 
 from __future__ import annotations
@@ -47,7 +42,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 from .calibration import constant_efficiency
 from .cost.base import Cost
@@ -55,7 +50,7 @@ from .fusion import Group
 from .graph import ModelGraph
 from .hardware import HardwareProfile, MemoryLevel, Precision, precision_for
 from .loader import LoadedModel
-from .runtimes import Kernel, kernel_model
+from .runtimes import Kernel, KernelShape, kernel_model, roofline_kernel
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's from Python 3.11
@@ -67,8 +62,7 @@ Efficiency = Callable[[str, float, float], float]
 # (a calibration fits pools, normalizations, reductions apart); any other group's non-MAC
 # FLOPs (bias, activation) run at `elementwise`'s.
 VECTOR_CLASSES = ("elementwise", "gelu", "normalization", "skip_normalization", "softmax",
-                  "softmax_int8",
-                  "elementwise_int8", "quantize", "dequantize", "pool", "reduce",
+                  "softmax_int8", "elementwise_int8", "quantize", "dequantize", "pool", "reduce",
                   "data_movement")
 
 
@@ -127,26 +121,10 @@ def peak_seconds(cost: Cost, hw: HardwareProfile, precision: Precision) -> float
             + cost.vector_flops(hw.runtime.transcendental_flops) / hw.peak_flops("fp32"))
 
 
-class KernelShape(TypedDict, total=False):
-    """The `Kernel` fields `estimate_kernel` reads beside its cost and class."""
-
-    launches: int
-    reuse: float
-    calls: int
-    runs: int
-    rows: int
-    elements: int
-
-
 def estimate_group(cost: Cost, cls: str, hw: HardwareProfile, precision: Precision,
                    efficiency: Efficiency, **shape: Unpack[KernelShape]) -> GroupEstimate:
     """`cost` as one kernel of class `cls` (`estimate_kernel`), shaped by `shape`."""
-    unknown = shape.keys() - KernelShape.__optional_keys__
-    if unknown:  # a Kernel field the roofline does not read would be dropped unseen
-        raise TypeError(f"estimate_group: unknown kernel shape field(s) "
-                        f"{', '.join(sorted(unknown))}; the fields are "
-                        f"{', '.join(KernelShape.__annotations__)}")
-    return estimate_kernel(Kernel(cls, cost, (), **shape), hw, precision, efficiency)
+    return estimate_kernel(roofline_kernel(cls, cost, **shape), hw, precision, efficiency)
 
 
 def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
@@ -162,9 +140,8 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
     (measured, ORT 1.31, Zen 5: 2.2 ns per element, where bytes at the bandwidth say 0.1); one
     that normalizes `rows` one at a time, each row's reduction a serial chain its second pass
     waits for (ORT's LayerNormalization, Softmax), `norm_row_ns` per row in its compute term
-    (measured: 14 ns per row, 0.35 ns per element). A blocked copy (COPY_CLASSES: an NCHWc
-    reorder, MLAS's NCHW <-> NHWC Transpose) streams at its class's calibrated rate where that
-    is below its level's bandwidth (`runtime.copy_gbps`)."""
+    (measured: 14 ns per row, 0.35 ns per element). A blocked copy (an NCHWc reorder, MLAS's
+    NCHW <-> NHWC Transpose) streams at most at its class's calibrated `runtime.copy_gbps`."""
     cost, cls, reuse, calls = k.cost, k.cls, k.reuse, k.calls
     nbytes = (cost.bytes_read + cost.bytes_written) * precision.byte_scale
     flops = cost.flops(2)
@@ -200,8 +177,7 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
 def combine(parts: list[GroupEstimate], costs: list[Cost], precision: Precision
             ) -> GroupEstimate:
     """A group run as several kernels (`parts`, of `costs`), one after another: times and
-    energies add; the bound and memory level are those of its longest kernel; the intensity
-    is all their FLOPs over all their traffic."""
+    energies add; bound and level are its longest kernel's; intensity, all FLOPs / traffic."""
     longest = max(parts, key=lambda e: e.latency_s)
     nbytes = sum(c.bytes_read + c.bytes_written for c in costs) * precision.byte_scale
     flops = sum(c.flops(2) for c in costs)
@@ -220,12 +196,11 @@ def activation_pass(work: Cost, hw: HardwareProfile, precision: Precision, eff: 
 
 def absorbed(k: Kernel, hw: HardwareProfile, precision: Precision, eff: Efficiency
              ) -> GroupEstimate:
-    """What `k` adds to the kernel it runs inside (`k.host`): that kernel's roofline with k's
-    work and traffic, less its roofline without them; no launch. A sum read in a compute-bound
-    convolution's epilogue hides behind its MACs; in a memory-bound one it is more traffic.
-    Never less than nothing: the extra bytes can move the working set to a level whose fitted
-    factor rates the host faster (a depthwise Conv with a ResNet sum, L2 -> L3, came out
-    -0.3 us), and work added to a kernel does not speed it up."""
+    """What `k` adds to the kernel it runs inside (`k.host`): the host's roofline with k's work
+    and traffic less without them; no launch. A sum in a compute-bound convolution's epilogue
+    hides behind its MACs; in a memory-bound one it is traffic. Never below zero: the extra
+    bytes can move the working set to a level rated faster (a depthwise Conv with a ResNet sum,
+    L2 -> L3, came out -0.3 us), and added work does not speed a kernel up."""
     host = k.host
     assert host is not None
     alone, both = (estimate_kernel(Kernel(host.cls, cost, (), launches=0, reuse=host.reuse,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from ..cost.base import ZERO, Cost
 from ..fusion import Group
@@ -30,6 +30,9 @@ from ..graph import ModelGraph
 from ..hardware import REORDER, HardwareProfile
 from ..ir import NodeInfo, TensorInfo
 from ..loader import LoadedModel
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 ANY = "any"  # a kernel that reads and writes whatever layout its input has
 
@@ -138,6 +141,28 @@ class Kernel:
     # as DequantizeLinear, a float32 Conv and QuantizeLinear: `ort_cpu._unfused_kernels`).
     peak: str | None = None
 
+
+class KernelShape(TypedDict, total=False):
+    """The `Kernel` fields the roofline (`analyzer.estimate.estimate_kernel`) reads beside its
+    class and cost."""
+
+    launches: int
+    reuse: float
+    calls: int
+    runs: int
+    rows: int
+    elements: int
+
+
+def roofline_kernel(cls: str, cost: Cost, **shape: Unpack[KernelShape]) -> Kernel:
+    """A kernel of `cls` and `cost` shaped by `shape`; any other `Kernel` field (peak=,
+    epilogue=: the roofline alone would drop it unseen) is a TypeError naming it."""
+    unknown = shape.keys() - KernelShape.__optional_keys__
+    if unknown:
+        raise TypeError(f"estimate_group: unknown kernel shape field(s) "
+                        f"{', '.join(sorted(unknown))}; the fields are "
+                        f"{', '.join(KernelShape.__annotations__)}")
+    return Kernel(cls, cost, (), **shape)
 
 
 def kernel_of(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None], cls: str,

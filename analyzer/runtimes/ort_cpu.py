@@ -819,28 +819,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
                 block: int) -> Kernel:
     head = mg.info(nodes[0])
     if head.op_type in _CONVS:
-        cls, reads, writes = ort_conv_path(head, block)
-        if _integer_macs(mg, head):  # no NCHWc reorders; a QLinearConv NHWC (`nhwc_conv`)
-            cls = INT8_CLASS.get(cls, cls)
-            if head.op_type == "ConvInteger":  # `grouped_conv_integer`: the class's comment
-                cls = GROUPED_CONV_INTEGER if head.attr("group", 1) > 1 else CONV_INTEGER
-            cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else cls
-            if cls == INT8_CLASS["conv"] and not symmetric_conv(head, block):
-                cls = CONV_INT8_IM2COL
-            calls, reuse = (group_gemms(head, False) if cls in (GROUPED_CONV_INTEGER,
-                                                                CONV_INT8_IM2COL) else (1, 0.0))
-            layout = NCHW if head.op_type == "ConvInteger" else nhwc_conv(head)
-            return _integer_kernel(mg, kernel_of(mg, nodes, costs, cls, layout, layout, passes=(
-                activation_passes(mg, nodes, True)), calls=calls, reuse=reuse), costs)
-        if cls == "conv" and not constant_input(mg, head, 1):  # weights made at run time
-            cls, reads, writes = CONV_UNPACKED, NCHW, NCHW
-        calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
-        kernel = kernel_of(mg, nodes, costs, cls, reads, writes,
-                           open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
-                           reuse=reuse, calls=calls,
-                           passes=activation_passes(mg, nodes, writes == NCHWC))
-        padding = nchwc_padding(head, block, reads) if writes == NCHWC else 1.0
-        return replace(kernel, cost=replace(kernel.cost, macs=round(kernel.cost.macs * padding)))
+        return _conv_kernel(mg, nodes, role, costs, block)
     if head.op_type in _ANCHORS:
         cls = node_class(head)
         kernel = kernel_of(mg, nodes, costs, cls, NCHW, NCHW,
@@ -867,6 +846,43 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
             kernel = replace(kernel, elements=elements)
         return without_work_of(kernel, [c for n in nodes if mg.info(n).op_type in _QUANT_EDGES
                                         and (c := costs[n]) is not None])
+    return _vector_kernel(mg, nodes, costs, block)
+
+
+def _conv_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Cost | None],
+                 block: int) -> Kernel:
+    """A Conv's kernel: its MLAS path and layout, integer classes, grouped GEMMs and NCHWc
+    channel padding."""
+    head = mg.info(nodes[0])
+    cls, reads, writes = ort_conv_path(head, block)
+    if _integer_macs(mg, head):  # no NCHWc reorders; a QLinearConv NHWC (`nhwc_conv`)
+        cls = INT8_CLASS.get(cls, cls)
+        if head.op_type == "ConvInteger":  # `grouped_conv_integer`: the class's comment
+            cls = GROUPED_CONV_INTEGER if head.attr("group", 1) > 1 else CONV_INTEGER
+        cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else cls
+        if cls == INT8_CLASS["conv"] and not symmetric_conv(head, block):
+            cls = CONV_INT8_IM2COL
+        calls, reuse = (group_gemms(head, False) if cls in (GROUPED_CONV_INTEGER,
+                                                            CONV_INT8_IM2COL) else (1, 0.0))
+        layout = NCHW if head.op_type == "ConvInteger" else nhwc_conv(head)
+        return _integer_kernel(mg, kernel_of(mg, nodes, costs, cls, layout, layout, passes=(
+            activation_passes(mg, nodes, True)), calls=calls, reuse=reuse), costs)
+    if cls == "conv" and not constant_input(mg, head, 1):  # weights made at run time
+        cls, reads, writes = CONV_UNPACKED, NCHW, NCHW
+    calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
+    kernel = kernel_of(mg, nodes, costs, cls, reads, writes,
+                       open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
+                       reuse=reuse, calls=calls,
+                       passes=activation_passes(mg, nodes, writes == NCHWC))
+    padding = nchwc_padding(head, block, reads) if writes == NCHWC else 1.0
+    return replace(kernel, cost=replace(kernel.cost, macs=round(kernel.cost.macs * padding)))
+
+
+def _vector_kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | None],
+                   block: int) -> Kernel:
+    """A kernel without MACs: its class (softmax, GELU, int8 elementwise, ...), the layout
+    it runs in, and the runs, elements or rows it loops over."""
+    head = mg.info(nodes[0])
     cls = _dominant_class(mg, nodes, costs)
     requantized = any(mg.info(k).op_type == "QuantizeLinear" for k in nodes)
     if head.op_type == "QLinearSoftmax" or (head.op_type == "Softmax" and requantized):
