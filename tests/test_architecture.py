@@ -127,3 +127,33 @@ def test_analyzing_an_onnx_file_does_not_import_torch() -> None:
             "print('torch' in sys.modules, 'onnxruntime' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+# Issue 16's size bounds: the general estimator stays a roofline (runtimes' kernels live in
+# analyzer/runtimes/ and backends/), and no function of the analyzer or backends grows past one
+# screen. Both regressed once unseen (325 lines; an 85-line `_ort_kernel`).
+ESTIMATOR_MAX_LINES, FUNCTION_MAX_LINES = 300, 80
+
+
+def _long_functions(path: Path, limit: int, root: Path = ROOT) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [f"{path.relative_to(root)}:{node.lineno} {node.name} "
+            f"({node.end_lineno - node.lineno + 1} lines)"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_the_estimator_and_functions_stay_small() -> None:
+    estimator = ROOT / "analyzer" / "estimate.py"
+    assert len(estimator.read_text(encoding="utf-8").splitlines()) <= ESTIMATOR_MAX_LINES
+    long = [f for package in ("analyzer", "backends") for path in (ROOT / package).rglob("*.py")
+            for f in _long_functions(path, FUNCTION_MAX_LINES)]
+    assert not long, f"functions over {FUNCTION_MAX_LINES} lines: {long}"
+
+
+def test_the_size_check_sees_a_long_function(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(FUNCTION_MAX_LINES))
+    (tmp_path / "m.py").write_text(f"def f():\n{body}")
+    assert _long_functions(tmp_path / "m.py", FUNCTION_MAX_LINES, tmp_path) == [
+        "m.py:1 f (81 lines)"]
