@@ -343,8 +343,9 @@ def summaries(rows: list[Row], targets: dict[str, float] = TARGETS
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--backend", choices=HOST_RUNTIMES, default=ORT_CPU,
-                    help="the runtime calibrated, estimated and measured")
+    ap.add_argument("--runtime", "--backend", dest="backend", choices=HOST_RUNTIMES,
+                    default=ORT_CPU, help="the runtime calibrated, estimated and measured "
+                    "(analyze's --runtime; --backend: the same)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of measurement (fastest kept)")
     ap.add_argument("--models", nargs="+", default=list(MODELS))
