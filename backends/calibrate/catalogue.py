@@ -49,10 +49,11 @@ def _const(name: str, shape: Sequence[int], scale: float = 0.1) -> TensorProto:
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[tuple[str, Sequence[int]]],
-           output: tuple[str, Sequence[int]], consts: Iterable[TensorProto] = ()
+           output: tuple[str, Sequence[int]], consts: Iterable[TensorProto] = (),
+           input_type: int = TensorProto.FLOAT, output_type: int = TensorProto.FLOAT
            ) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "bench", [value_info(n, s) for n, s in inputs],
-                              [value_info(*output)], list(consts))
+    graph = helper.make_graph(nodes, "bench", [value_info(n, s, input_type) for n, s in inputs],
+                              [value_info(*output, output_type)], list(consts))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                              ir_version=IR_VERSION)
 
@@ -495,10 +496,7 @@ def quantize_linear(op: str, shape: Sequence[int], axis: int | None, tier: int =
 
     def build() -> onnx.ModelProto:
         node = helper.make_node(op, ["X", "scale", "zero"], ["Y"], axis=axis or 0)
-        graph = helper.make_graph([node], "bench", [value_info("X", shape, x_type)],
-                                  [value_info("Y", shape, y_type)], [scale, zero])
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                 ir_version=IR_VERSION)
+        return _model([node], [("X", shape)], ("Y", shape), [scale, zero], x_type, y_type)
     where = "per tensor" if per_tensor else f"axis {axis}"
     blocks = 1 if per_tensor else math.prod(shape[:axis + 1])
     return Bench(f"{op} {'x'.join(map(str, shape))} {where}", build, tier,
