@@ -203,8 +203,8 @@ def absorbed(k: Kernel, hw: HardwareProfile, precision: Precision, eff: Efficien
     L2 -> L3, came out -0.3 us), and added work does not speed a kernel up."""
     host = k.host
     assert host is not None
-    alone, both = (estimate_kernel(Kernel(host.cls, cost, (), launches=0, reuse=host.reuse,
-                                          calls=host.calls), hw, precision, eff)
+    alone, both = (estimate_group(cost, host.cls, hw, precision, eff, launches=0,
+                                  reuse=host.reuse, calls=host.calls)
                    for cost in (host.cost, host.cost + k.cost))
     nbytes = (k.cost.bytes_read + k.cost.bytes_written) * precision.byte_scale
     return GroupEstimate(max(0.0, both.latency_s - alone.latency_s),
