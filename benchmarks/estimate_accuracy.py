@@ -63,6 +63,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 import onnxlens
+from onnxlens.analyzer.analysis import AnalysisResult
 from onnxlens.analyzer.calibration import Calibration, apply_calibration, find_calibration
 from onnxlens.analyzer.hardware import HOST_RUNTIMES, ORT_CPU
 from onnxlens.analyzer.host import host_profile
@@ -128,13 +129,12 @@ def calibration(threads: int, recalibrate: bool, budget_s: float, backend: str
     return cal
 
 
-def estimate(path: Path, cal: Calibration, dims: dict[str, int] | None = None
+def estimate(result: AnalysisResult, cal: Calibration
              ) -> tuple[float, float, int, int, dict[str, float]]:
-    """Calibrated and naive estimates (seconds) of the model in `path` (its named dims
-    pinned to `dims`, as `--dim` does), at the graph's own precision (fp32 for an fp32 graph;
+    """Calibrated and naive estimates (seconds) of the analyzed model (`onnxlens.analyze`,
+    named dims pinned as `--dim` does), at the graph's own precision (fp32 for an fp32 graph;
     each group's for a quantized or fp16 one), groups, groups without a cost, and estimated
     seconds per class."""
-    result = onnxlens.analyze(path, dims=dims)
     hw = apply_calibration(host_profile(cal.threads), cal)
     node_costs = {k: nc.cost for k, nc in result.node_costs.items()}
     est = result.estimate(hw, None, cal.efficiency)
@@ -285,7 +285,7 @@ def measure_rows(paths: dict[str, Path], cal: Calibration, args: argparse.Namesp
     `args`: threads, runs, rounds, measured_cache, backend, breakdown. Also the drift probe
     and its timings."""
     clock = "CPU time" if args.threads == 1 else "wall"
-    estimates = {m: estimate(path, cal) for m, path in paths.items()}
+    estimates = {m: estimate(onnxlens.analyze(path), cal) for m, path in paths.items()}
     probe = Probe(cal)
     none = "none (the calibration has none of its benchmarks)"
     print(f"drift probe: {', '.join(probe.reference) or none}"

@@ -40,6 +40,7 @@ import transformers
 from estimate_accuracy import calibration, describe_calibration, estimate, measured
 
 import onnxlens
+from onnxlens.analyzer.analysis import AnalysisResult
 from onnxlens.analyzer.calibration import Calibration, cache_dir
 from onnxlens.analyzer.hardware import ORT_CPU
 from onnxlens.analyzer.llm import decode_dims, kv_layout, prefill_dims
@@ -84,12 +85,11 @@ def genai_model(precision: str, models: Path) -> Path:
     return path
 
 
-def roofline_s(path: Path, cal: Calibration, dims: dict[str, int] | None) -> float:
-    """LLM-Viewer's estimate: each op bound by compute or by memory, whichever is slower, with
-    every byte it reads (weights and KV cache included) and writes going to DRAM. An
-    embedding lookup moves the rows it copies (LLM-Viewer leaves the table out), not the
-    whole table that our Gather's cost reads."""
-    result = onnxlens.analyze(path, dims=dims)
+def roofline_s(result: AnalysisResult, cal: Calibration) -> float:
+    """LLM-Viewer's estimate of the analyzed model: each op bound by compute or by memory,
+    whichever is slower, with every byte it reads (weights and KV cache included) and writes
+    going to DRAM. An embedding lookup moves the rows it copies (LLM-Viewer leaves the table
+    out), not the whole table that our Gather's cost reads."""
     peak, dram = cal.gemm_tflops * 1e12, cal.bandwidth_gbps["DRAM"] * 1e9
     total = 0.0
     for name, info in result.graph.infos.items():
@@ -144,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     todo = cases(args.rows, args.models_dir)
     cal = calibration(args.threads, args.recalibrate, args.budget, ORT_CPU)
     print(describe_calibration(cal))
-    estimates = {c.name: estimate(c.path, cal, c.dims) for c in todo}
-    rooflines = {c.name: roofline_s(c.path, cal, c.dims) for c in todo}
+    estimates, rooflines = {}, {}
+    for c in todo:  # one analysis per row, read by both
+        result = onnxlens.analyze(c.path, dims=c.dims)
+        estimates[c.name], rooflines[c.name] = estimate(result, cal), roofline_s(result, cal)
     rounds: dict[str, list[float]] = {c.name: [] for c in todo}
     for r in range(args.rounds):  # one model after the other in each round
         for c in todo:
