@@ -263,11 +263,10 @@ def transpose_runs(info: NodeInfo) -> int:
     [64, 49, 3, 3, 32] with perm (2, 0, 3, 1, 4) is 28,224 runs of 32 floats; measured, such
     runs cost 6-11 ns each beyond their bytes, 8x the time the bytes alone say for runs of 8
     floats."""
-    x = info.input(0)
-    if info.op_type != "Transpose" or x is None or not x.known or not x.rank:
+    if (axes := _transpose_axes(info)) is None:
         return 0
-    dims = x.dims
-    moved = [a for a in info.attr("perm", list(reversed(range(len(dims))))) if dims[a] != 1]
+    dims, perm = axes
+    moved = [a for a in perm if dims[a] != 1]
     kept = sorted(moved)
     if not moved or moved[-1] != kept[-1]:
         return 0
@@ -352,19 +351,18 @@ def transpose_elements(info: NodeInfo) -> int:
     computing each one's source offset (DoTransposeEltWise). EdgeNeXt's split attention,
     [1, 784, 3, 4, 12] with perm (2, 0, 3, 4, 1), is 112,896 such copies: measured 2.2 ns
     each, 20x what their bytes take at the bandwidth."""
-    x = info.input(0)
-    if info.op_type != "Transpose" or x is None or not x.known or not x.rank:
+    if (axes := _transpose_axes(info)) is None:
         return 0
-    perm = list(info.attr("perm", list(reversed(range(x.rank)))))
-    longer = [a for a in perm if x.dims[a] != 1]
+    dims, perm = axes
+    longer = [a for a in perm if dims[a] != 1]
     if longer == sorted(longer) or _moves_one_axis(perm):
         return 0
     suffix = 1
     for axis in range(len(perm) - 1, -1, -1):
         if perm[axis] != axis:
             break
-        suffix *= x.dims[axis]
-    return x.size if suffix == 1 else 0
+        suffix *= dims[axis]
+    return math.prod(dims) if suffix == 1 else 0
 
 
 def blocked_transpose(info: NodeInfo) -> bool:
@@ -373,12 +371,21 @@ def blocked_transpose(info: NodeInfo) -> bool:
     runs (`transpose_runs`) nor elements (`transpose_elements`) and is no reshape (the axes
     longer than 1 out of order). Measured (ORT 1.31, Zen 5, 1 thread), [1, 64, 56, 56] to
     NHWC 23.5 us and back 42 us: 68 and 38 GB/s, where the L3 bandwidth was 74-95 GB/s."""
-    x = info.input(0)
-    if info.op_type != "Transpose" or x is None or not x.known or not x.rank:
+    if (axes := _transpose_axes(info)) is None:
         return False
-    longer = [a for a in info.attr("perm", list(reversed(range(x.rank)))) if x.dims[a] != 1]
+    dims, perm = axes
+    longer = [a for a in perm if dims[a] != 1]
     return longer != sorted(longer) and not transpose_runs(info) and not (
         transpose_elements(info))
+
+
+def _transpose_axes(info: NodeInfo) -> tuple[tuple[int, ...], list[int]] | None:
+    """A Transpose's input dims and permutation (by default the axes reversed), None for
+    another op or an unknown or scalar input."""
+    x = info.input(0)
+    if info.op_type != "Transpose" or x is None or not x.known or not x.rank:
+        return None
+    return x.dims, list(info.attr("perm", list(reversed(range(x.rank)))))
 
 
 def _moves_one_axis(perm: list[int]) -> bool:
