@@ -517,11 +517,10 @@ class _Reader(quantization.CalibrationDataReader):
         return self.left.pop() if self.left else None
 
 
-def _without_io_quantization(model: onnx.ModelProto, elem_type: int = TensorProto.UINT8
-                             ) -> onnx.ModelProto:
+def _without_io_quantization(model: onnx.ModelProto, elem_type: int) -> onnx.ModelProto:
     """A QDQ graph whose input and output are its quantized tensors: the QuantizeLinear of the
     graph input and the DequantizeLinear of the graph output cut off (in a network those are
-    the neighbouring groups' work, and a micro-benchmark must be one group)."""
+    the neighbouring groups' work, and a micro-benchmark must be one group), of `elem_type`."""
     graph = model.graph
     inputs, outputs = {v.name for v in graph.input}, {v.name for v in graph.output}
     edge = [n for n in graph.node if (n.op_type == "QuantizeLinear" and n.input[0] in inputs)
@@ -536,12 +535,21 @@ def _without_io_quantization(model: onnx.ModelProto, elem_type: int = TensorProt
     return model
 
 
-# quantize_static's (format, activation type) per `quantized` mode, with the graph's input and
-# output type once their Q and DQ are cut off, the name suffix, and the work per fp32 work.
-_STATIC = {"qdq": (quantization.QuantFormat.QDQ, quantization.QuantType.QUInt8,
-                   TensorProto.UINT8, "QDQ u8s8", 0.5),
-           "qop-s8": (quantization.QuantFormat.QOperator, quantization.QuantType.QInt8,
-                      TensorProto.INT8, "QOperator s8s8", 2.0)}
+@dataclass(frozen=True)
+class _Static:
+    """A `quantized` mode through quantize_static: its format and activation type (also the
+    graph's input and output type once their Q and DQ are cut off), the benchmark's name
+    suffix, and its work per fp32 work."""
+    format: quantization.QuantFormat
+    activations: quantization.QuantType
+    suffix: str
+    work: float
+
+
+_STATIC = {"qdq": _Static(quantization.QuantFormat.QDQ, quantization.QuantType.QUInt8,
+                          "QDQ u8s8", 0.5),
+           "qop-s8": _Static(quantization.QuantFormat.QOperator, quantization.QuantType.QInt8,
+                             "QOperator s8s8", 2.0)}
 
 
 def quantized(bench: Bench, mode: str, tier: int = 1) -> Bench:
@@ -561,8 +569,8 @@ def quantized(bench: Bench, mode: str, tier: int = 1) -> Bench:
                 out = Path(tmp) / "q.onnx"
                 if static:
                     quantization.quantize_static(
-                        fp32, out, _Reader(fp32), quant_format=static[0],
-                        activation_type=static[1],
+                        fp32, out, _Reader(fp32), quant_format=static.format,
+                        activation_type=static.activations,
                         weight_type=quantization.QuantType.QInt8, per_channel=True)
                 else:
                     quantization.quantize_dynamic(fp32, out,
@@ -570,8 +578,9 @@ def quantized(bench: Bench, mode: str, tier: int = 1) -> Bench:
                 model = onnx.load(out)
         finally:
             logging.disable(logging.NOTSET)
-        return _without_io_quantization(model, static[2]) if static else model
-    suffix, work = (static[3], static[4]) if static else ("dynamic s8", 0.5)
+        return (_without_io_quantization(model, static.activations.tensor_type) if static
+                else model)
+    suffix, work = (static.suffix, static.work) if static else ("dynamic s8", 0.5)
     return Bench(f"{bench.name} {suffix}", build, tier, bench.work * work)
 
 
