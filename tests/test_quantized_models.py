@@ -133,6 +133,11 @@ def test_a_qdq_group_precision_follows_dequantization() -> None:
     assert combine([T.FLOAT8E4M3FN, T.FLOAT8E4M3FN]) == "float8e4m3fn"
     assert combine([T.BFLOAT16, T.BFLOAT16]) == "bfloat16"
     assert combine([0, 0]) is None
+    # operands of one width and two types: the first operand's, whatever the order
+    assert combine([T.FLOAT16, T.BFLOAT16]) == "float16"
+    assert combine([T.BFLOAT16, T.FLOAT16]) == "bfloat16"
+    assert combine([T.FLOAT8E5M2, T.FLOAT8E4M3FN]) == "float8e5m2"
+    assert combine([T.FLOAT8E4M3FN, T.FLOAT8E5M2]) == "float8e4m3fn"
 
 
 def _blocked_int4_model(weight_type: int = T.INT4) -> onnx.ModelProto:

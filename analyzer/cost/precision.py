@@ -45,10 +45,11 @@ def precision_name(elem_type: int) -> str:
 
 
 def combine(types: Iterable[int]) -> str | None:
-    """The precision of MACs between operands of these stored types (0: unknown, skipped)."""
-    known = {t for t in types if t}
-    if len(known) <= 1:  # most nodes: one type, or none known
-        return precision_name(known.pop()) if known else None
+    """The precision of MACs between operands of these stored types (0: unknown, skipped);
+    between types of one width, the first operand's (float16 x bfloat16: float16)."""
+    known = [t for t in types if t]  # in operand order: `max` keeps the first of a width
+    if len(set(known)) <= 1:  # most nodes: one type, or none known
+        return precision_name(known[0]) if known else None
     floats = [t for t in known if t in _FLOATS]
     return precision_name(max(floats or known, key=dtype_bits))
 
