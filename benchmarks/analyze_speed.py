@@ -287,12 +287,13 @@ def whole_command(path: Path, runs: int, base: tuple[str, list[str]] | None = No
     c = stats[0]
     print(f"wall {c.wall:.3f} s median, {c.spread()}")
     if base:
-        b, ratio = stats[1], [(x[0] / y[0], x[1] / y[1]) for x, y in zip(c.runs, stats[1].runs,
-                                                                          strict=True)]
+        b = stats[1]
+        ratio = Stats(tuple((x[0] / y[0], x[1] / y[1])
+                            for x, y in zip(c.runs, b.runs, strict=True)))
+        walls = [r for r, _ in ratio.runs]
         print(f"{base[0]}: wall {b.wall:.3f} s median, {b.spread()}; this tree / {base[0]}, "
-              f"pair by pair: wall {Stats(tuple(ratio)).wall:.2f} "
-              f"({min(r for r, _ in ratio):.2f}-{max(r for r, _ in ratio):.2f}), "
-              f"cpu {Stats(tuple(ratio)).cpu:.2f}")
+              f"pair by pair: wall {ratio.wall:.2f} ({min(walls):.2f}-{max(walls):.2f}), "
+              f"cpu {ratio.cpu:.2f}")
     ranked, total = import_report(path)
     heavy = [name for name, _ in ranked if name in HEAVY]
     print(f"imports: {total:.3f} s in all; the slowest packages: "
