@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .calibration import constant_efficiency
+from .calibration import OWN_VECTOR_CLASSES, VECTOR_CLASS, constant_efficiency
 from .cost.base import Cost
 from .fusion import Group
 from .graph import ModelGraph
@@ -59,11 +59,9 @@ if TYPE_CHECKING:
 Efficiency = Callable[[str, float, float], float]
 
 # Classes without MACs: a group of one of these runs its FLOPs at its own class's efficiency
-# (a calibration fits pools, normalizations, reductions apart); any other group's non-MAC
-# FLOPs (bias, activation) run at `elementwise`'s.
-VECTOR_CLASSES = ("elementwise", "gelu", "normalization", "skip_normalization", "softmax",
-                  "softmax_int8", "elementwise_int8", "quantize", "dequantize", "pool", "reduce",
-                  "data_movement")
+# (those a calibration fits apart: pools, normalizations, reductions, ...); any other group's
+# non-MAC FLOPs (bias, activation) run at `elementwise`'s.
+VECTOR_CLASSES = (VECTOR_CLASS, *OWN_VECTOR_CLASSES, "data_movement")
 
 
 @dataclass(frozen=True, slots=True)
