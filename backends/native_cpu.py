@@ -32,7 +32,7 @@ PROVIDER = "native-cpu"
 PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     **{op: (1,) for op in REDUCE_OPS}, "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
     "Resize": (1, 2, 3), "BatchNormalization": (1, 2, 3, 4), "Reshape": (1,), "Expand": (1,),
-    "Tile": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,)}
+    "Tile": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "CumSum": (1,)}
 _MAX_PARAMETER_VALUES = 4096
 
 

@@ -375,6 +375,28 @@ def test_gather_and_runtime_indices() -> None:
         check(model_of([node], {"x": x, "i": idx}, {}, ["y"]), {"x": x, "i": idx}, 0, 0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum(dtype: type, axis: int, exclusive: int, reverse: int) -> None:
+    """Every attribute combination, along the first, a middle and the last axis, to the bit:
+    each column is summed in order, as numpy's cumsum sums it."""
+    rng = np.random.default_rng(17)
+    x = (rand(rng, 3, 4, 5) * 100).astype(dtype)
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive,
+                            reverse=reverse)
+    model = model_of([node], {"x": x}, {"axis": np.array(axis, np.int32)}, ["y"])
+    check(model, {"x": x}, rtol=0, atol=0)
+
+
+def test_cumsum_of_int32_wraps_around() -> None:
+    """int32 sums past 2^31 wrap as numpy's do (no undefined signed overflow in the core)."""
+    x = np.full((2, 3), 2**30 + 7, np.int32)
+    model = model_of([helper.make_node("CumSum", ["x", "axis"], ["y"])], {"x": x},
+                     {"axis": np.array(1, np.int64)}, ["y"])
+    check(model, {"x": x}, rtol=0, atol=0)
+
+
 def test_gather_index_out_of_range_is_an_error() -> None:
     x, idx = rand(np.random.default_rng(8), 5, 3), np.array([7], np.int64)
     backend = NativeCpuBackend(1)

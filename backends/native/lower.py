@@ -527,6 +527,23 @@ def _arg(node: NodeInfo, low: Lowering) -> list[Kernel]:
         "select_last_index": [int(node.attr("select_last_index", 0))]})]
 
 
+_SCANNED = {FLOAT, _T.INT32, _T.INT64}
+
+
+@lowering("CumSum")
+def _cumsum(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    x, y = _io(node)
+    elem_type = node.inputs[0].elem_type
+    if elem_type not in _SCANNED:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+        raise Unsupported(f"CumSum of {dtype} (only float32, int32, int64)")
+    axis = low.need_const(node, 1, "CumSum's axis")
+    return [Kernel("CumSum", [x], [y], {
+        "axis": [_axis(int(np.asarray(axis).reshape(-1)[0]), len(low.shape(x)))],
+        "exclusive": [int(node.attr("exclusive", 0))],
+        "reverse": [int(node.attr("reverse", 0))]})]
+
+
 def _strides(shape: tuple[int, ...]) -> list[int]:
     out, acc = [], 1
     for d in reversed(shape):

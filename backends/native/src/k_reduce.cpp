@@ -1,9 +1,11 @@
 // Reductions over a set of axes (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
-// ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp) and ArgMax / ArgMin.
+// ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp), ArgMax / ArgMin and the
+// running sum along one axis (CumSum).
 // The planner gives the axes sorted and non-negative. Axes that form one block run as
 // [outer, len, inner] rows; any other set runs through an odometer.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernel.h"
 
@@ -191,6 +193,79 @@ class ArgKernel : public Kernel {
   ReduceLayout l_;
 };
 
+// a + b, wrapping around for integers as numpy's int32 / int64 sums do (signed overflow would
+// be undefined behavior in C++).
+template <typename T>
+T wrapping_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
+// The running sum of one [len, inner] block along len, one row of `inner` at a time (each
+// column summed in order, first to last: the order of numpy's cumsum, to the bit). `exclusive`:
+// row k holds the sum of the rows before it (row 0: zeros); `reverse`: sums from the last row.
+template <typename T>
+void scan_block(const T* x, T* y, int64_t len, int64_t inner, bool exclusive, bool reverse) {
+  for (int64_t k = 0; k < len; ++k) {
+    const int64_t row = reverse ? len - 1 - k : k, prev = reverse ? row + 1 : row - 1;
+    T* out = y + row * inner;
+    if (k == 0) {
+      for (int64_t i = 0; i < inner; ++i) out[i] = exclusive ? T{0} : x[row * inner + i];
+      continue;
+    }
+    const T* before = y + prev * inner;
+    const T* add = x + (exclusive ? prev : row) * inner;
+    for (int64_t i = 0; i < inner; ++i) out[i] = wrapping_add(before[i], add[i]);
+  }
+}
+
+// CumSum of float32, int32 or int64 along `axis` (the planner resolves ONNX's axis input).
+class CumSumKernel : public Kernel {
+ public:
+  explicit CumSumKernel(const KernelContext& ctx) : x_(ctx.input(0)), y_(ctx.output(0)) {
+    ctx.expect_arity(1, 1, 1);
+    require(x_.dtype == y_.dtype && x_.shape == y_.shape, "CumSum: output ", show(y_.shape),
+            " ", dtype_name(y_.dtype), " for input ", show(x_.shape), " ", dtype_name(x_.dtype));
+    require(x_.dtype == DType::f32 || x_.dtype == DType::i32 || x_.dtype == DType::i64,
+            "CumSum: ", dtype_name(x_.dtype), " (only float32, int32, int64)");
+    const int64_t axis = ctx.attr("axis", 0);
+    require(axis >= 0 && axis < x_.rank(), "CumSum: axis ", axis, " out of range for ",
+            show(x_.shape));
+    l_ = layout(x_, {axis});
+    exclusive_ = ctx.attr("exclusive", 0) != 0;
+    reverse_ = ctx.attr("reverse", 0) != 0;
+  }
+
+  void run(ThreadPool& pool, const Workspace&) override {
+    switch (x_.dtype) {
+      case DType::i32: return scan<int32_t>(pool);
+      case DType::i64: return scan<int64_t>(pool);
+      default: return scan<float>(pool);
+    }
+  }
+
+ private:
+  template <typename T>
+  void scan(ThreadPool& pool) {
+    const int64_t block = l_.len * l_.inner;
+    pool.for_range(l_.outer, pool.chunk_for(l_.outer), [&](int, int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        scan_block(x_.as<const T>() + o * block, y_.as<T>() + o * block, l_.len, l_.inner,
+                   exclusive_, reverse_);
+      }
+    }, x_.numel);
+  }
+
+  const Tensor& x_;
+  const Tensor& y_;
+  ReduceLayout l_;
+  bool exclusive_ = false, reverse_ = false;
+};
+
 }  // namespace
 
 void register_reduce(KernelRegistry& r) {
@@ -198,6 +273,7 @@ void register_reduce(KernelRegistry& r) {
 #include "ops.def"
   add_kernel(r, "ArgMax", make_kernel<ArgKernel>(true));
   add_kernel(r, "ArgMin", make_kernel<ArgKernel>(false));
+  add_kernel(r, "CumSum", make_kernel<CumSumKernel>());
 }
 
 }  // namespace onnxlens
