@@ -217,6 +217,24 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
     assert gather.cost.bytes_read == 2 * 6 * 8 * 4 + 2 * 8
 
 
+@pytest.mark.parametrize(("axis", "runs", "elements"), [
+    (0, 2, 0),  # [1, 2, 12]: 2 rows of 12
+    (1, 2 * 3, 0),  # [2, 3, 4]: 6 rows of 4
+    (-1, 0, 2 * 3 * 4),  # [6, 4, 1]: each of the 24 sums waits for the one before
+])
+def test_a_cumsum_is_a_scan_of_rows(tmp_path: Path, axis: int, runs: int, elements: int
+                                    ) -> None:
+    """CumSum of x [2, 3, 4] (k_reduce.cpp `scan_block`): x as [outer, len, inner] around the
+    axis, one loop per row of `inner` (outer·len `runs`), or along the last axis every
+    element alone; 24 adds, 96 bytes written."""
+    axis_value = numpy_helper.from_array(np.array(axis, np.int64), "axis")
+    nodes = [helper.make_node("CumSum", ["x", "axis"], ["y"])]
+    r, out = _kernels(_save(tmp_path, nodes, [axis_value], [2, 3, 4], [2, 3, 4]))
+    (k,) = out[r.groups[0].id]
+    assert (k.cls, k.runs, k.elements) == ("elementwise", runs, elements)
+    assert (k.cost.other_flops, k.cost.bytes_written) == (24, 96)
+
+
 @pytest.mark.parametrize(("shape", "spans"), [
     ((1, 4, 1, 1), 4),  # a squeeze-excite gate: one span per channel plane of 3·5
     ((5,), 12),  # a scale along the last dim: contiguous for 5, then broadcast: 1·4·3 spans

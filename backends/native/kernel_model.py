@@ -266,7 +266,11 @@ def copies(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> tuple[int, int]
     - Elementwise: one chunk of its program per span of the output over which every
       operand's index rises by one stride (ewprog.cpp `suffix_block`, `EwProgram::apply`),
       each recomputing its operands' positions: a squeeze-excite gate [1, C, H, W] x
-      [1, C, 1, 1] is C spans of H·W.
+      [1, C, 1, 1] is C spans of H·W;
+    - CumSum (k_reduce.cpp `scan_block`, x seen as [outer, len, inner] around the axis): one
+      loop per row of `inner` elements adding the row of sums before it, outer·len of them;
+      along the last axis (inner 1) each sum waits for the one before: every element is one
+      at a time, as a strided copy's are.
     """
     if not k.outputs or any(n not in dims for n in [*k.inputs, *k.outputs] if n):
         return 0, 0
@@ -297,6 +301,11 @@ def copies(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> tuple[int, int]
         block = min((inner_run(view or dims.get(name, ()), y) for name, view in k.operands
                      if view or name in dims), default=math.prod(y))
         runs = math.prod(y) // max(block, 1)
+    elif k.op == "CumSum":
+        axis = k.ints["axis"][0]
+        if math.prod(y[axis + 1:]) == 1:
+            return 0, math.prod(y)
+        runs = math.prod(y[:axis + 1])
     else:
         return 0, 0
     return (runs if runs > 1 else 0), 0
