@@ -247,8 +247,8 @@ def analyze(
     """Analyze a model given as a path, serialized bytes or a ModelProto.
 
     `dims` (named dims, ``{"sequence_length": 128}``, 0 allowed), `input_shapes` and `batch`
-    pin dynamic dims; with `dims`, a KV cache's head dim they leave named is pinned too, to
-    the head size its attention node reads (`llm.head_dim_pins`). Dims left symbolic are,
+    pin dynamic dims; a KV cache's head dim they leave named is pinned too, to the head size
+    its attention node reads (`llm.head_dim_pins`, `result.dims_added`). Dims left symbolic are,
     with `symbolic`, analyzed at 1 and the totals also given as formulas of them
     (`result.formulas`); without it, costs that depend on them are unknown. `strict` makes
     an op with no cost formula an error instead of a warning; `limits` bounds what a model
@@ -260,9 +260,10 @@ def analyze(
                    limits=limits)
     with collector_paused():  # an analysis builds a large graph of objects and frees none
         model = load(source, input_shapes=input_shapes, batch=batch, dims=dims)
-        added = _kv_head_dims(model, dims) if dims else {}
+        added = _kv_head_dims(model, dims or {})
         if added:
-            model = load(source, input_shapes=input_shapes, batch=batch, dims={**dims, **added})
+            model = load(source, input_shapes=input_shapes, batch=batch,
+                         dims={**(dims or {}), **added})
         symbols = symbolic_dims(model.graph_inputs) if symbolic else []
         result = (_analyze_symbolic(model, symbols, load, strict, flops_per_mac) if symbols
                   else _analyze_model(model, strict, flops_per_mac))

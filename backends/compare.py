@@ -27,7 +27,6 @@ import numpy as np
 from ..analyzer.analysis import AnalysisResult, analyze
 from ..analyzer.errors import OnnxLensError, UsageError
 from ..analyzer.estimate import ModelEstimate
-from ..analyzer.llm import head_dim_pins
 from ..analyzer.validate import DEFAULT_LIMITS, Limits
 from .agreement import Agreement, DumpDiff, agreement, dump_diff
 from .base import (
@@ -196,8 +195,8 @@ def compare(
     memory (a subprocess per backend). `analysis`: an analysis of the same model at the first
     batch, to reuse. `limits`: the validation limits of the model's analysis and of the input
     files (their byte budget among them). `dims`: named dims pinned (`--dim`), in the analysis
-    and in the inputs made (a KV cache's named head dim too, from the model:
-    `head_dim_pins`). Backends that cannot run are listed in `unavailable` with the reason;
+    and in the inputs made (a KV cache's named head dim too, from the model: the analysis's
+    `dims_added`). Backends that cannot run are listed in `unavailable` with the reason;
     errors of the user's making (bad flags or files) raise `OnnxLensError`.
     """
     spec = model if isinstance(model, ModelSpec) else ModelSpec(Path(model))
@@ -210,8 +209,7 @@ def compare(
         analysis = analyze(path, batch=primary if plan.symbolic else None, limits=limits,
                            dims=dims)
     declared = input_specs(load_proto(path, weights=False))
-    dims = dict(dims or {})
-    dims |= head_dim_pins({s.name: s.shape for s in declared}, analysis.graph, dims)
+    dims = {**(dims or {}), **analysis.dims_added}
     specs = pin_dims(declared, dims)
     settings = {"threads": threads, "runs": runs, "warmup": warmup, "profile_runs": profile_runs,
                 "batches": plan.batches, "dump_diff": dump_diff,

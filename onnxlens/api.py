@@ -57,7 +57,7 @@ def analyze(
     precisions: list[str | None] = _as_list(precision) or [None]  # None: the graph's own
     result = _analyze_model(source, batch=batches[0] if batches else None, **options)
     if result.dims_added:  # a KV cache's head size: the other analyses need not look again
-        options = options | {"dims": options["dims"] | result.dims_added}
+        options = options | {"dims": (options.get("dims") or {}) | result.dims_added}
     targets = _targets(hardware, threads, runtime)
     for hw, efficiency in targets:
         result.add_estimate(hw, precisions[0], efficiency)

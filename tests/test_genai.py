@@ -83,14 +83,17 @@ def test_compare_runs_a_kv_cache_step_on_ort_and_says_why_native_cannot() -> Non
     assert estimate.profile.key == load_profile("a100").key
 
 
-def test_the_kv_cache_head_dim_is_pinned_from_the_model_when_the_user_does_not() -> None:
-    """`--dim` without kv_cache_dim (a user pinning only the lengths): the head size is read
-    from GroupQueryAttention's packed query width, (2 + 2·1)·16 = 64 columns: 16; the analysis
-    says so and ORT runs the inputs made, where a cache of head size 1 made it refuse ('Input
-    past_key dimension 3 should match the packed KV head dimension')."""
+@pytest.mark.parametrize("lengths", [
+    {k: v for k, v in _dims(1, 7).items() if k != "kv_cache_dim"}, None])
+def test_the_kv_cache_head_dim_is_pinned_from_the_model_when_the_user_does_not(
+        lengths: dict[str, int] | None) -> None:
+    """`--dim` without kv_cache_dim (a user pinning only the lengths), or no `--dim` at all:
+    the head size is read from GroupQueryAttention's packed query width, (2 + 2·1)·16 = 64
+    columns: 16; the analysis says so (`dims_added`, which compare pins in the inputs it makes)
+    and ORT runs them, where a cache of head size 1 made it refuse ('Input past_key dimension
+    3 should match the packed KV head dimension')."""
     from onnxlens.backends.compare import compare
 
-    lengths = {k: v for k, v in _dims(1, 7).items() if k != "kv_cache_dim"}
     result = onnxlens.analyze(DATA / "fp32" / "model.onnx", dims=lengths)
     assert "kv_cache_dim" not in result.symbols
     assert any("--dim kv_cache_dim=16 added" in w for w in result.warnings)
