@@ -31,9 +31,8 @@ Kernels of a runtime: a profile calibrated through a runtime (`runtime.name`) is
 the kernels that runtime's `KernelModel` runs for the groups (`analyzer.runtimes`), each by
 the roofline above (`cost_kernels`); an uncalibrated profile runs one kernel per group.
 
-Two refinements per kernel, where a calibration measured them: its weights fetched cold
-(`cold_weights`: a calibration's micro-benchmarks keep theirs in cache), and float32 denormal
-operands (`denormal_slowed`).
+Two refinements per kernel, where a calibration measured them: its weights' fetch, one run
+after their last read (`cold_weights`), and float32 denormal operands (`denormal_slowed`).
 """
 
 from __future__ import annotations
@@ -226,52 +225,52 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
 
 
 def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
-                 precision: Precision) -> GroupEstimate:
-    """A kernel of a network, whose weights were last read one inference ago: on a profile
-    whose calibration measured that fetch's rate (`runtime.cold_weight_gbps`), fetching its W
+                 precision: Precision, source: MemoryLevel | None = None) -> GroupEstimate:
+    """A kernel of a network whose weights were last read one run ago, fetched from `source`
+    (main memory, or the last-level cache where the run's traffic fits: `weights_level`). On a
+    profile whose calibration measured that fetch (`runtime.cold_weight_gbps`), fetching W
     weight bytes serializes with its arithmetic but overlaps its stalls,
 
         latency_s = max(latency_s, work_s + overhead_s + W / rate)
 
-    with work_s its FLOPs at its class's best efficiency; their energy at main memory's
-    pJ/byte. A compute-bound convolution pays the fetch on top (measured: Conv chains with a
-    weight per layer against one shared weight, `backends.calibrate.measure`); a kernel below
-    main memory's ridge point (a GEMV) is a linear stream the prefetchers run ahead of, at
-    main memory's bandwidth (Zen 5, ORT 1.31: a decoder step's 4-64 MB MatMuls at 36-41 GB/s,
-    DRAM 41.7, the chains 27.7). Approximation, signed: every weight counts as cold, which
-    over-estimates a network small enough for the caches to keep its weights between runs."""
+    with work_s its FLOPs at its class's best efficiency; their energy at the source's
+    pJ/byte. The rate: from main memory, a compute-bound convolution's is the calibrated one
+    (Conv chains with a weight per layer against one shared, `backends.calibrate.measure`), a
+    GEMV's (below main memory's ridge point: a stream the prefetchers run ahead of) main
+    memory's bandwidth (Zen 5, ORT 1.31: a decoder step's 4-64 MB MatMuls at 36-41 GB/s, DRAM
+    41.7); from the cache, every kernel's the cache's bandwidth."""
     gbps = hw.runtime.cold_weight_gbps
     weights = cost.param_bytes * precision.byte_scale
     if gbps <= 0 or not weights:
         return e
     best = hw.class_efficiency(cls if cost.macs or cls in VECTOR_CLASSES else "elementwise")
     work_s = peak_seconds(cost, hw, precision) / best
-    dram_gbps = hw.main_memory.bandwidth_gbps
-    if e.intensity < hw.peak_flops(precision.peak) / (dram_gbps * 1e9):  # a stream
-        gbps = dram_gbps
+    source, dram = source or hw.main_memory, hw.main_memory
+    if source != dram or e.intensity < hw.peak_flops(precision.peak) / (dram.bandwidth_gbps * 1e9):
+        gbps = source.bandwidth_gbps
     fetch_s = weights / (gbps * 1e9)
     latency_s = max(e.latency_s, work_s + e.overhead_s + fetch_s)
     level = next(lv for lv in hw.memory if lv.name == e.level)
     energy_j = e.energy_j + (hw.static_w * (latency_s - e.latency_s) + weights * (
-        hw.main_memory.energy_pj_per_byte - level.energy_pj_per_byte) * 1e-12)
-    bound = Bound("memory", hw.main_memory.name) if fetch_s > max(work_s, e.memory_s) else e.bound
+        source.energy_pj_per_byte - level.energy_pj_per_byte) * 1e-12)
+    bound = Bound("memory", source.name) if fetch_s > max(work_s, e.memory_s) else e.bound
     return dataclasses.replace(e, latency_s=latency_s, energy_j=energy_j, bound=bound,
                                memory_s=max(e.memory_s, fetch_s))
 
 
 def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precision,
-                 eff: Efficiency) -> GroupEstimate:
-    """A group run as `kernels`, one after another: each kernel's roofline with its cold
-    weight fetch (or, run inside another kernel, its marginal cost: `absorbed`), slowed by its
-    denormal operands, then its epilogue's pass; `combine`d. A kernel whose MACs run at
-    another peak than the group's (`Kernel.peak`) is costed at that one."""
+                 eff: Efficiency, source: MemoryLevel) -> GroupEstimate:
+    """A group run as `kernels`, one after another: each kernel's roofline with its weight
+    fetch from `source` (or, run inside another kernel, its marginal cost: `absorbed`),
+    slowed by its denormal operands, then its epilogue's pass; `combine`d. A kernel whose
+    MACs run at another peak than the group's (`Kernel.peak`) is costed at that one."""
     factor = hw.runtime.denormal_factor
     parts, costs = [], []
     for k in kernels:
         costs.append(k.cost)
         at = precision if k.peak is None else dataclasses.replace(precision, peak=k.peak)
         parts.append(absorbed(k, hw, at, eff) if k.host else cold_weights(
-            estimate_kernel(k, hw, at, eff), k.cost, k.cls, hw, at))
+            estimate_kernel(k, hw, at, eff), k.cost, k.cls, hw, at, source))
         if k.denormal_share:
             parts[-1] = denormal_slowed(parts[-1], k.denormal_share, factor, hw.static_w)
         if k.epilogue.other_flops:
@@ -287,11 +286,14 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
     """Every group's estimate and the model's: latency and energy summed in execution order,
     each group costed as the kernels the profile's runtime runs for it (`analyzer.runtimes`:
     one kernel per group on an uncalibrated profile), at `precision`: a what-if of an fp32
-    graph, or GRAPH, each group at its own (`group_precisions`; float32 where not given)."""
+    graph, or GRAPH, each group at its own (`group_precisions`; float32 where not given);
+    weights from where the run's traffic leaves them (`HardwareProfile.weights_level`)."""
     at = precision_for(precision, group_precisions or {})
     eff = efficiency or constant_efficiency(hw)
     kernels = kernel_model(hw.runtime.name).kernels(mg, groups, node_costs, group_costs, hw, model)
-    out = {g: None if ks is None else cost_kernels(ks, hw, at(g), eff)
+    source = hw.weights_level(sum((k.cost.bytes_read + k.cost.bytes_written) * at(g).byte_scale
+                                  for g, ks in kernels.items() for k in ks or ()))
+    out = {g: None if ks is None else cost_kernels(ks, hw, at(g), eff, source)
            for g, ks in kernels.items()}
     known = [e for e in out.values() if e is not None]
     return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,

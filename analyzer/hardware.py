@@ -273,6 +273,39 @@ class HardwareProfile:
     def main_memory(self) -> MemoryLevel:
         return self.memory[-1]
 
+    @property
+    def llc_share(self) -> MemoryLevel | None:
+        """The last cache level as one run has it: its `size_bytes` the levels before it plus
+        the run's share of it. A cache instance shared by C cores (a detected host's
+        `extra["caches"]`: the CPUs sharing it over the CPUs per core) gives a run on c of them
+        c / C of it, the other cores' work claiming the rest (measured, Zen 5 at one thread of
+        two sharing a 32 MB L3, the other busy: GEMV chains of 2-16 MB re-read their weights
+        at 85-96 GB/s, the L3's rate; of 24, 32 and 128 MB at 51, 46 and 33, main memory's
+        coming in). Without those facts, the whole level; None: a profile without caches."""
+        caches = [lv for lv in self.memory if lv.size_bytes is not None]
+        facts = self.extra.get("caches") or []
+        if not caches or len(facts) != len(caches):
+            return caches[-1] if caches else None
+        last, size = facts[-1], facts[-1]["size_bytes"]
+        cpus_per_core = self.extra["logical_cpus"] / self.extra["cores_available"]
+        cores_sharing = max(1.0, last["cpus_sharing"] / cpus_per_core)
+        share = size * min(last["instances"], self.extra["cores"] / cores_sharing)
+        below = caches[-1].size_bytes - size * last["instances"]  # the levels before it
+        return dataclasses.replace(caches[-1], size_bytes=below + round(share))
+
+    def weights_level(self, run_bytes: float) -> MemoryLevel:
+        """Where a network's kernels fetch their weights from, read one run ago, when a run
+        moves `run_bytes` (every kernel's reads and writes, weights included): the last-level
+        cache when they fit the run's share of it (`llc_share`), main memory otherwise. The
+        traffic, not the peak of live activations, is the bound: ShuffleNet-V2's 8.7 MB of
+        weights plus 1.7 MB of live activations fit that share, but it moves 45 MB a run, and
+        ORT's profile reads its 4 MB classifier at 36 GB/s, main memory's rate (a small
+        Qwen2's decode step, 14.7 MB moved: 85 GB/s, the L3's)."""
+        llc = self.llc_share
+        if llc is not None and llc.size_bytes is not None and run_bytes <= llc.size_bytes:
+            return llc
+        return self.main_memory
+
 
 _FALLBACK = {"fp32": ("fp32",), "tf32": ("tf32", "fp32"), "fp16": ("fp16", "fp32"),
              "bf16": ("bf16", "fp16", "fp32"), "int8": ("int8", "fp16", "fp32")}
