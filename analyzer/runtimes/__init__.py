@@ -105,9 +105,14 @@ def node_class(info: NodeInfo) -> str:
     `grouped_conv` when its groups see several (neither is a dense convolution's kernel)."""
     cls = _CLASS_OF_OP.get(info.op_type, "elementwise")
     if cls == "conv" and info.attr("group", 1) > 1:
-        w = info.input(3 if info.op_type == "QLinearConv" else 1)  # after x, its scale, zp
+        w = conv_weight(info)
         return "depthwise" if w is not None and w.known and w.dims[1] == 1 else "grouped_conv"
     return cls
+
+
+def conv_weight(info: NodeInfo) -> TensorInfo | None:
+    """A convolution's weight: input 1, a QLinearConv's input 3 (after x, its scale, zp)."""
+    return info.input(3 if info.op_type == "QLinearConv" else 1)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from . import (
     Kernel,
     _dominant_class,
     constant_input,
+    conv_weight,
     inner_run,
     kernel_of,
     node_class,
@@ -201,7 +202,7 @@ def group_gemms(info: NodeInfo, sliced: bool = True) -> tuple[int, float]:
     3x3 Conv of 8 channels per group at 56x56 is 25 calls per group of M = 8, K = 72, N =
     128. A call's reuse is 2·M·K·N FLOPs over 4·(M·K + K·N + M·N) bytes (8 channels per
     group reuse each loaded column about 3.4 times, a dense 1x1 Conv of 54 channels 54)."""
-    w = _conv_weight(info)
+    w = conv_weight(info)
     y = info.outputs[0] if info.outputs else None
     if w is None or y is None or not w.known or not y.known or len(w.dims) < 3 or not y.rank:
         return 1, 0.0
@@ -223,11 +224,6 @@ def group_gemms(info: NodeInfo, sliced: bool = True) -> tuple[int, float]:
         calls *= math.ceil(n / stride_n) * math.ceil(k / stride_k)
         n, k = min(n, stride_n), min(k, stride_k)
     return calls, 2 * m * k * n / (4 * (m * k + k * n + m * n))
-
-
-def _conv_weight(info: NodeInfo) -> TensorInfo | None:
-    """A convolution's weight: input 1, a QLinearConv's input 3 (after x, its scale, zp)."""
-    return info.input(3 if info.op_type == "QLinearConv" else 1)
 
 
 _NCHWC_BINARY = frozenset({"Add", "Sum", "Mul"})
@@ -554,7 +550,7 @@ def symmetric_conv(head: NodeInfo, block: int) -> bool:
     output channels and reads 4 input channels at a time, so it wants Cout >= 16, Cin a
     multiple of 4 and Cout one of 4 (AVX-512 VNNI, `block` 16) or 8 (AVX2, AVX-VNNI): a stem
     of 3 input channels is not taken. Unknown shapes: taken."""
-    w = _conv_weight(head)
+    w = conv_weight(head)
     if w is None or not w.known or len(w.dims) != 4:
         return True
     cout, cin = w.dims[0], w.dims[1]
@@ -574,7 +570,7 @@ def filter_reordered(mg: ModelGraph, k: Kernel) -> list[Kernel]:
     conv = next((i for n in k.nodes if (i := mg.info(n)).op_type in _CONVS), None)
     if k.cls != GEMM_S8S8 or conv is None:
         return [k]
-    w = _conv_weight(conv)
+    w = conv_weight(conv)
     if w is None or not w.known:
         return [k]
     return [Kernel("data_movement", Cost(bytes_read=w.nbytes, bytes_written=w.nbytes),
