@@ -397,6 +397,40 @@ def test_cumsum_of_int32_wraps_around() -> None:
     check(model, {"x": x}, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
+def test_integer_arithmetic_broadcasts_and_wraps(op: str, dtype: type) -> None:
+    """Integer Add, Sub, Mul: numpy's broadcast, and its wrap-around past the type's range
+    (values drawn over the whole range). The 8- and 16-bit and unsigned types are ONNX's node
+    tests (test_native_node.py)."""
+    rng = np.random.default_rng(18)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, (2, 3, 4), dtype=dtype, endpoint=True)
+    b = rng.integers(info.min, info.max, (3, 1), dtype=dtype, endpoint=True)
+    model = model_of([helper.make_node(op, ["a", "b"], ["y"])], {"a": a, "b": b}, {}, ["y"])
+    check(model, {"a": a, "b": b}, rtol=0, atol=0)
+
+
+def test_position_ids_from_a_padding_mask() -> None:
+    """RoBERTa's position ids as the HF export computes them from the ids (padding id 1):
+    cumsum(ids != 1) * (ids != 1) + 1, in int32 then int64: CumSum, integer Mul and Add."""
+    ids = np.array([[0, 5, 7, 1, 1], [0, 9, 1, 4, 2]], np.int64)
+    nodes = [helper.make_node("Equal", ["ids", "pad"], ["is_pad"]),
+             helper.make_node("Not", ["is_pad"], ["keep"]),
+             helper.make_node("Cast", ["keep"], ["mask"], to=TensorProto.INT32),
+             helper.make_node("CumSum", ["mask", "axis"], ["count"]),
+             helper.make_node("Mul", ["count", "mask"], ["kept"]),
+             helper.make_node("Cast", ["kept"], ["kept64"], to=TensorProto.INT64),
+             helper.make_node("Add", ["kept64", "pad"], ["positions"])]
+    weights = {"pad": np.array(1, np.int64), "axis": np.array(1, np.int32)}
+    model = model_of(nodes, {"ids": ids}, weights, ["positions"])
+    check(model, {"ids": ids}, rtol=0, atol=0)
+    want = [[2, 3, 4, 1, 1], [2, 3, 1, 4, 5]]
+    backend = NativeCpuBackend(1)
+    backend.prepare(model)
+    np.testing.assert_array_equal(backend.run({"ids": ids})["positions"], want)
+
+
 def test_gather_index_out_of_range_is_an_error() -> None:
     x, idx = rand(np.random.default_rng(8), 5, 3), np.array([7], np.int64)
     backend = NativeCpuBackend(1)

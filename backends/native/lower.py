@@ -700,6 +700,20 @@ def _logic(node: NodeInfo, low: Lowering) -> list[Kernel]:
     return [Kernel(node.op_type, [t.name for t in node.inputs], [node.outputs[0].name])]
 
 
+_INTEGERS = frozenset({_T.INT8, _T.UINT8, _T.INT16, _T.UINT16, _T.INT32, _T.UINT32, _T.INT64,
+                       _T.UINT64})
+
+
+@lowering("Add", "Sub", "Mul")
+def _integer_arithmetic(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    """Add, Sub or Mul of integers (position ids, masks), one kernel broadcasting as numpy does;
+    float32 ones are elementwise programs and never come here."""
+    types = {t.elem_type for t in [*node.inputs, *node.outputs] if t is not None}
+    if len(types) != 1 or not types <= _INTEGERS:
+        raise Unsupported(f"{node.op_type} (only float32, or integers of one type)")
+    return [Kernel(node.op_type, [t.name for t in node.inputs], [node.outputs[0].name])]
+
+
 @lowering("Resize", "Upsample")
 def _resize(node: NodeInfo, low: Lowering) -> list[Kernel]:
     from .resize import resize_kernel

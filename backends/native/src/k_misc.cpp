@@ -1,10 +1,12 @@
 // Elementwise kernels (an EwProgram over the output, float32), and the small ops of other
-// element types: Cast, Where, comparisons, logical ops. The last broadcast with numpy rules
-// through an odometer: they are rare and small (masks), never on the hot path.
+// element types: Cast, Where, comparisons, logical ops, integer Add / Sub / Mul. The last
+// broadcast with numpy rules through an odometer: they are rare and small (masks, position
+// ids), never on the hot path.
 #include <cstring>
 
 #include "ewprog.h"
 #include "kernel.h"
+#include "wrapping.h"
 
 namespace onnxlens {
 
@@ -216,6 +218,50 @@ class CompareKernel : public Kernel {
   std::vector<std::vector<int64_t>> strides_;
 };
 
+// Add, Sub or Mul of two integer tensors of one type (float32 ones are Elementwise programs),
+// broadcast, wrapping around as numpy's do.
+class IntegerArithKernel : public Kernel {
+ public:
+  IntegerArithKernel(const KernelContext& ctx, Arith op)
+      : a_(ctx.input(0)), b_(ctx.input(1)), y_(ctx.output(0)), op_(op) {
+    ctx.expect_arity(2, 2, 1);
+    require(a_.dtype == y_.dtype && b_.dtype == y_.dtype, ctx.spec.op, ": ",
+            dtype_name(a_.dtype), ", ", dtype_name(b_.dtype), " to ", dtype_name(y_.dtype),
+            " (operands and output of one type)");
+    require(y_.dtype != DType::f32 && y_.dtype != DType::f64 && y_.dtype != DType::f16 &&
+                y_.dtype != DType::boolean,
+            ctx.spec.op, ": ", dtype_name(y_.dtype), " (integers only)");
+    strides_ = broadcast_all(ctx, y_);
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    switch (y_.dtype) {
+      case DType::i8: return apply<int8_t>();
+      case DType::u8: return apply<uint8_t>();
+      case DType::i16: return apply<int16_t>();
+      case DType::u16: return apply<uint16_t>();
+      case DType::i32: return apply<int32_t>();
+      case DType::u32: return apply<uint32_t>();
+      case DType::u64: return apply<uint64_t>();
+      default: return apply<int64_t>();
+    }
+  }
+
+ private:
+  template <typename T>
+  void apply() {
+    for_each(y_, strides_, [&](int64_t o, const std::vector<int64_t>& i) {
+      y_.as<T>()[o] = wrapping(op_, a_.as<const T>()[i[0]], b_.as<const T>()[i[1]]);
+    });
+  }
+
+  const Tensor& a_;
+  const Tensor& b_;
+  const Tensor& y_;
+  Arith op_;
+  std::vector<std::vector<int64_t>> strides_;
+};
+
 }  // namespace
 
 void register_elementwise(KernelRegistry& r) {
@@ -231,6 +277,9 @@ void register_misc(KernelRegistry& r) {
       {"And", Cmp::And}, {"Or", Cmp::Or}, {"Xor", Cmp::Xor}, {"Not", Cmp::Not},
       {"IsNaN", Cmp::IsNaN}};
   for (const auto& [name, op] : cmps) add_kernel(r, name, make_kernel<CompareKernel>(op));
+  const std::pair<const char*, Arith> arith[] = {
+      {"Add", Arith::Add}, {"Sub", Arith::Sub}, {"Mul", Arith::Mul}};
+  for (const auto& [name, op] : arith) add_kernel(r, name, make_kernel<IntegerArithKernel>(op));
 }
 
 }  // namespace onnxlens

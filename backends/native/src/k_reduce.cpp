@@ -5,9 +5,9 @@
 // [outer, len, inner] rows; any other set runs through an odometer.
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "kernel.h"
+#include "wrapping.h"
 
 namespace onnxlens {
 
@@ -193,21 +193,10 @@ class ArgKernel : public Kernel {
   ReduceLayout l_;
 };
 
-// a + b, wrapping around for integers as numpy's int32 / int64 sums do (signed overflow would
-// be undefined behavior in C++).
-template <typename T>
-T wrapping_add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return a + b;
-  }
-}
-
 // The running sum of one [len, inner] block along len, one row of `inner` at a time (each
-// column summed in order, first to last: the order of numpy's cumsum, to the bit). `exclusive`:
-// row k holds the sum of the rows before it (row 0: zeros); `reverse`: sums from the last row.
+// column summed in order, first to last: the order of numpy's cumsum, to the bit; integers
+// wrap around as numpy's do). `exclusive`: row k holds the sum of the rows before it (row 0:
+// zeros); `reverse`: sums from the last row.
 template <typename T>
 void scan_block(const T* x, T* y, int64_t len, int64_t inner, bool exclusive, bool reverse) {
   for (int64_t k = 0; k < len; ++k) {
@@ -219,7 +208,7 @@ void scan_block(const T* x, T* y, int64_t len, int64_t inner, bool exclusive, bo
     }
     const T* before = y + prev * inner;
     const T* add = x + (exclusive ? prev : row) * inner;
-    for (int64_t i = 0; i < inner; ++i) out[i] = wrapping_add(before[i], add[i]);
+    for (int64_t i = 0; i < inner; ++i) out[i] = wrapping(Arith::Add, before[i], add[i]);
   }
 }
 
