@@ -263,7 +263,11 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precisio
     """A group run as `kernels`, one after another: each kernel's roofline with its weight
     fetch from `source` (or, run inside another kernel, its marginal cost: `absorbed`),
     slowed by its denormal operands, then its epilogue's pass; `combine`d. A kernel whose
-    MACs run at another peak than the group's (`Kernel.peak`) is costed at that one."""
+    MACs run at another peak than the group's (`Kernel.peak`) is costed at that one. No
+    kernels (a group folded before the run, its values kept as constants: native-cpu's
+    dequantized weights) cost nothing."""
+    if not kernels:
+        return estimate_group(Cost(), "data_movement", hw, precision, eff, launches=0)
     factor = hw.runtime.denormal_factor
     parts, costs = [], []
     for k in kernels:

@@ -383,6 +383,26 @@ def native_calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Calib
     return cal
 
 
+def test_a_group_folded_to_constants_runs_nothing(native_calibration: Calibration,
+                                                  tmp_path: Path) -> None:
+    """An int8 weight dequantized for two LayerNormalizations is a group of its own, folded
+    before the run and kept as a constant its readers take: the plan runs no kernel for it,
+    and its estimate is 0 s (the estimate had failed on the empty kernel list: RoBERTa's QDQ
+    export, its LayerNorm biases)."""
+    weight = numpy_helper.from_array(np.arange(8, dtype=np.int8), "wq")
+    scale = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s"], ["w"]),
+             helper.make_node("LayerNormalization", ["x", "w"], ["n1"]),
+             helper.make_node("LayerNormalization", ["n1", "w"], ["y"])]
+    path = _save(tmp_path, nodes, [weight, scale], [2, 8], [2, 8])
+    r, out = _kernels(path)
+    (folded,) = [g for g in r.groups if g.nodes == ("DequantizeLinear_0",)]
+    assert out[folded.id] == []
+    est = analyze(path, hardware=["host"], threads=1, runtime=NATIVE_CPU).estimates["host"]
+    assert est.groups[folded.id].latency_s == 0.0
+    assert all(est.groups[g.id].latency_s > 0 for g in r.groups if g is not folded)
+
+
 def test_runtime_picks_that_runtimes_calibration(native_calibration: Calibration,
                                                  tmp_path: Path) -> None:
     native, _ = resolve_target("host", 1, NATIVE_CPU)
