@@ -568,6 +568,21 @@ def test_unsupported_ops_are_listed_before_running() -> None:
         NativeCpuBackend(1).prepare(model)
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_dropout_runs_only_at_inference(training: bool) -> None:
+    """Dropout with training_mode a constant false is the identity; in training it drops
+    random elements, which the executor does not: refused, not run as the identity."""
+    x = rand(np.random.default_rng(19), 4, 5)
+    weights = {"ratio": np.array(0.5, np.float32), "mode": np.array(training)}
+    model = model_of([helper.make_node("Dropout", ["x", "ratio", "mode"], ["y"])], {"x": x},
+                     weights, ["y"])
+    if training:
+        with pytest.raises(OnnxLensError, match=r"Dropout \(.*training_mode a constant false"):
+            NativeCpuBackend(1).prepare(model)
+    else:
+        check(model, {"x": x}, rtol=0, atol=0)
+
+
 # ---- whole models ---------------------------------------------------------------------------
 
 # Whole models agree with ORT CPU over this many random inputs.

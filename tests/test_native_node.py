@@ -87,6 +87,8 @@ def _array(value: object) -> np.ndarray:
 
     if isinstance(value, onnx.TensorProto):
         return onnx.numpy_helper.to_array(value)
+    if isinstance(value, np.generic):  # a 0-d input (CumSum's axis, Pad's value) as a scalar
+        return np.asarray(value)
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{type(value).__name__} input")
     return value

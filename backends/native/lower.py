@@ -177,6 +177,8 @@ def is_elementwise(node: NodeInfo, low: Lowering) -> bool:
     outs = [t for t in node.outputs if t.name]
     if len(outs) != 1 or (node.op_type == "Dropout" and len(node.outputs) > 1):
         return False
+    if node.op_type == "Dropout" and not _inference(node, low):
+        return False
     if node.op_type == "BatchNormalization" and (node.attr("training_mode", 0)
                                                  or len(node.outputs) > 1):
         return False
@@ -189,10 +191,20 @@ def is_elementwise(node: NodeInfo, low: Lowering) -> bool:
     return all(t.elem_type == FLOAT for t in [*outs, *data_inputs(node)])
 
 
+def _inference(dropout: NodeInfo, low: Lowering) -> bool:
+    """A Dropout that is the identity: no training_mode input, or a constant false one (in
+    training it zeroes random elements and scales the rest)."""
+    mode = dropout.input(2)
+    value = low.const(mode.name) if mode is not None else False
+    return value is not None and not bool(np.asarray(value))
+
+
 def elementwise_limits(op: str) -> str:
     """What an elementwise op needs to run here, for the refusal message."""
     if op in QDQ:
         return "only float32 and 8- or 16-bit integers, or int32 to dequantize"
+    if op == "Dropout":
+        return "only float32, one output, training_mode a constant false"
     return "only float32, one output"
 
 
