@@ -144,16 +144,19 @@ def main(argv: list[str] | None = None) -> int:
     todo = cases(args.rows, args.models_dir)
     cal = calibration(args.threads, args.recalibrate, args.budget, ORT_CPU)
     print(describe_calibration(cal))
-    estimates, rooflines = {}, {}
+    estimates, rooflines, pinned = {}, {}, {}
     for c in todo:  # one analysis per row, read by both
         result = onnxlens.analyze(c.path, dims=c.dims)
         estimates[c.name], rooflines[c.name] = estimate(result, cal), roofline_s(result, cal)
+        # measured at the analysis's dims: the pinned ones and the KV cache's head dim it added
+        pinned[c.name] = c.dims and {**c.dims, **result.dims_added}
     rounds: dict[str, list[float]] = {c.name: [] for c in todo}
     for r in range(args.rounds):  # one model after the other in each round
         for c in todo:
             print(f"\rmeasuring: round {r + 1}/{args.rounds}, {c.name:20s}", end="",
                   file=sys.stderr, flush=True)
-            rounds[c.name].append(measured(c.path, args.threads, args.runs, ORT_CPU, c.dims))
+            rounds[c.name].append(measured(c.path, args.threads, args.runs, ORT_CPU,
+                                           pinned[c.name]))
     print(file=sys.stderr)
     clock = "CPU time" if args.threads == 1 else "wall"
     print(f"\n{'row':20s} {'groups':>6s} {'measured':>9s} {'estimated':>9s} {'error':>7s} "
