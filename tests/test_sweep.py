@@ -4,6 +4,7 @@ the report in Chromium. Tiny MatMul+Relu models built here, whose MACs are known
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from pathlib import Path
@@ -20,7 +21,7 @@ from onnxlens.cli import app
 from onnxlens.sweep import parse_spec, run_sweep
 from onnxlens.sweep.engines import TIMING_SLOT
 from onnxlens.sweep.results import RESULTS
-from onnxlens.sweep.tasks import ROW_FIELDS, row_key
+from onnxlens.sweep.tasks import ROW_FIELDS, model_sha256, row_key
 
 
 def _mlp(path: Path, n: int) -> Path:
@@ -119,6 +120,13 @@ def test_rows_fields_failures_and_exit_status(models: dict[str, Path], tmp_path:
     csv_lines = (out / "results.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + len(rows) and "host_cpu" in csv_lines[0]
     assert (out / "report.html").is_file()
+
+
+def test_model_hash_read_in_chunks_is_the_files_sha256(tmp_path: Path) -> None:
+    data = np.random.default_rng(0).bytes(5 << 19)  # 2.5 MiB: two whole chunks and a half
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    assert model_sha256(path) == hashlib.sha256(data).hexdigest()
 
 
 def test_resume_skips_done_rows_and_reruns_errors(models: dict[str, Path],

@@ -1,5 +1,6 @@
-"""`onnxlens sweep --engine ray` with no cluster to join: the sweep starts a local Ray instance,
-its tasks read the models by path (the instance's only node is this machine), and it stops the
+"""`onnxlens sweep --engine ray` with no cluster to join: the sweep starts a local Ray instance
+without the head processes it never uses (API server, autoscaler monitor, log monitor), its
+tasks read the models by path (the instance's only node is this machine), and it stops the
 instance, every process it started included, when done. Apart from test_sweep.py, whose
 module-wide cluster would be joined instead."""
 
@@ -37,12 +38,20 @@ def test_local_ray_instance_started_used_and_stopped(models: dict[str, Path],  #
     run_sweep(parse_spec(base), tmp_path / "local")
     before = _live_children()  # the process pool's resource tracker stays
     spec = parse_spec(base | {"measure": ["ort-cpu"], "runs": 3, "warmup": 1})
-    outcome = run_sweep(spec, tmp_path / "ray", engine="ray")
+    started: set[str] = set()  # the kinds of process Ray's node started, seen mid-sweep
+
+    def progress(*_counts: int) -> None:
+        node = getattr(ray._private.worker, "_global_node", None)
+        started.update(node.all_processes if node is not None else ())
+
+    outcome = run_sweep(spec, tmp_path / "ray", engine="ray", progress=progress)
 
     assert outcome.failed == 0
     rows = _rows(tmp_path / "ray")
     estimates = [r for r in rows if r["kind"] == "estimate"]
     assert sorted(estimates, key=_order) == sorted(_rows(tmp_path / "local"), key=_order)
     assert len([r for r in rows if r["kind"] == "measured"]) == 4  # 2 models x 2 batches
+    assert {"gcs_server", "raylet"} <= started
+    assert not started & {"dashboard", "monitor", "log_monitor"}
     assert not ray.is_initialized()
-    assert _live_children() <= before  # the monitor, stopped first, is gone too
+    assert _live_children() <= before

@@ -161,14 +161,14 @@ def _run(spec: SweepSpec, log: ResultsLog, engine: str, address: str | None,
             run_local(sweep)
         elif sweep.works:
             with ray_connected(address) as local:
-                run_ray(sweep, local)
+                run_ray(sweep, local=local)
         return sweep
     with ThreadPoolExecutor(1, thread_name_prefix="sweep-plan") as pool:
         planning = pool.submit(_plan, spec, log, progress)
         with ray_connected(address) as local:
             sweep = planning.result()
             if sweep.works:
-                run_ray(sweep, local)
+                run_ray(sweep, local=local)
     return sweep
 
 
@@ -221,7 +221,7 @@ def _resolve(name: str, batch: int) -> ModelFile:
     try:
         path = resolve_model(name, batch=batch, image_size=None, keep_batchnorm=False,
                              opset=None)
-        return ModelFile(name, path, model_sha256(path.read_bytes()), None,
+        return ModelFile(name, path, model_sha256(path), None,
                          exported=path != Path(name))
     except Exception as e:  # an unreadable model is error rows, never a failed sweep
         return ModelFile(name, None, None, one_line(e), exported=False)

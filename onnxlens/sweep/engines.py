@@ -9,17 +9,21 @@
   `onnxlens_timing_slot` (each node has one: no two timings overlap on a node) and for the
   resource its backend is pinned to (`[resources]` in the spec). A task whose worker or node
   is lost is retried (`max_retries`); once out of retries, or when no node left has the
-  resource it needs, its rows are errors that say so.
+  resource it needs, its rows are errors that say so. The local instance starts without the
+  head processes a sweep never uses and returns as soon as its raylet registers
+  (`_lean_start`): Ray's start-up is most of what a short sweep on Ray costs beyond the pool.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from .driver import Sweep, Work
 from .tasks import analyze_task, measure_task, one_line
@@ -71,39 +75,74 @@ def ray_connected(address: str | None) -> Iterator[bool]:
     try:
         yield joined == "started"
     finally:
-        if joined == "started":
-            _stop_local(ray)
-        elif joined == "joined":
-            ray.shutdown()
+        if joined is not None:
+            ray.shutdown()  # stops the instance too when this process started it
 
 
 def _connect(ray: Any, address: str | None) -> str | None:
     """Join `address`, else RAY_ADDRESS, else an instance already joined (None: left as it
-    is), else start one here with one timing slot: "joined" or "started"."""
+    is), else start one here with one timing slot (`_lean_start`): "joined" or "started"."""
     if ray.is_initialized():
         return None
     quiet = {"log_to_driver": False, "configure_logging": False}
     if address or os.environ.get("RAY_ADDRESS"):
         ray.init(address=address or os.environ["RAY_ADDRESS"], **quiet)
         return "joined"
-    ray.init(num_cpus=_cpus(), resources={TIMING_SLOT: 1}, include_dashboard=False, **quiet)
+    with _lean_start(ray):
+        ray.init(num_cpus=_cpus(), resources={TIMING_SLOT: 1}, include_dashboard=False,
+                 **quiet)
     return "started"
 
 
-def _stop_local(ray: Any) -> None:
-    """Stop the local instance this process started. `ray.shutdown` (Ray 2.60) stops the GCS
-    before the autoscaler monitor, whose SIGTERM handler then reports to the stopped GCS until
-    a one-second grace runs out; a single-node instance never autoscales, so its monitor is
-    stopped first (1.4 -> 0.3 s measured). The monitor is reached through Ray's internal node
-    object: a Ray without it keeps the slow path."""
-    kill_monitor = getattr(getattr(ray._private.worker, "_global_node", None), "kill_monitor",
-                           None)
-    if kill_monitor is not None:
-        kill_monitor(check_alive=False)
-    ray.shutdown()
+# What `ray.init` starts for a new instance (Ray 2.60, ray/_private/node.py) that the sweep's
+# own single-node instance never uses: the API server (with include_dashboard=False it serves
+# usage stats alone, which ray.init turns off for a released Ray, and ray.init waits until it
+# is up: 0.6-1.2 s), the autoscaler monitor (one node never scales; ray.shutdown, which stops
+# the GCS first, waited a second for it to give up reporting) and the log monitor (it streams
+# worker logs to drivers: log_to_driver=False). On two cores, each of them also takes CPU from
+# the raylet's agents, which ray.init waits for. A Ray without these methods starts them all.
+UNUSED_HEAD_PROCESSES = ("start_api_server", "start_monitor", "start_log_monitor")
+REGISTERED_POLL_S = 0.02
 
 
-def run_ray(sweep: Sweep, local: bool = False) -> None:
+@contextmanager
+def _lean_start(ray: Any) -> Iterator[None]:
+    """`ray.init` starting a local instance without UNUSED_HEAD_PROCESSES, and returning as
+    soon as its raylet has registered (`_registered_first`)."""
+    node_class = getattr(getattr(ray._private, "node", None), "Node", None)
+    services = getattr(ray._private, "services", None)
+    with ExitStack() as patches:
+        for name in UNUSED_HEAD_PROCESSES:
+            if hasattr(node_class, name):
+                patches.enter_context(mock.patch.object(node_class, name, _not_started))
+        if hasattr(services, "get_node"):
+            patches.enter_context(mock.patch.object(
+                services, "get_node", _registered_first(ray, services.get_node)))
+        yield
+
+
+def _not_started(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+def _registered_first(ray: Any, get_node: Callable[[str, str], Any]
+                      ) -> Callable[[str, str], Any]:
+    """Ray's `get_node`, called once the node has registered with the GCS. Ray's own (C++
+    GlobalStateAccessor::GetNode) sleeps a whole second after each miss, and the raylet, which
+    waits for its agents, registers 1-2 s after it starts: up to 0.9 s lost. This asks every
+    20 ms (Ray's own 30-s limit still applies in get_node)."""
+    def get_registered_node(gcs_address: str, node_id: str) -> Any:
+        client = ray._raylet.GcsClient(address=gcs_address)
+        node = ray.NodeID.from_hex(node_id)
+        deadline = time.monotonic() + 30
+        while node not in client.get_all_node_info(timeout=5) and time.monotonic() < deadline:
+            time.sleep(REGISTERED_POLL_S)
+        return get_node(gcs_address, node_id)
+
+    return get_registered_node
+
+
+def run_ray(sweep: Sweep, *, local: bool) -> None:
     """The sweep's tasks on the Ray instance joined (`ray_connected`); `local`: an instance
     on this machine alone, whose tasks read the models where they are."""
     import ray
