@@ -251,6 +251,35 @@ def test_a_quantized_convolution_is_timed_without_its_nhwc_transposes(tmp_path: 
     assert measure.prepare_ort(model, 1)(0.0) > 0
 
 
+def test_an_attention_benchmark_is_timed_as_its_products_without_the_softmax() -> None:
+    """softmax(Q·Kᵀ·s)·V over 3 heads of 8 tokens x 4: ORT runs FusedMatMul (the scale folded
+    in), Softmax, MatMul. Cut, the graph is the two products alone, (Q·Kᵀ·s)·V by numpy, which
+    ORT runs as FusedMatMul and MatMul; the point is the attention kernel's: 2·3·8·8·4 MACs and
+    the scale's 3·8·8 FLOPs, no softmax work. A graph without attention is left as it is."""
+    bench = catalogue.attention(3, 8, 4)
+    model = bench.build()
+    assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [
+        "FusedMatMul", "Softmax", "MatMul"]
+    cut = measure.without_softmax(model)
+    assert [n.op_type for n in model.graph.node] == ["MatMul", "Mul", "Softmax", "MatMul"]
+    assert [k.op_type for k in profile_model(cut, 1, runs=1, warmup=0)[0]] == [
+        "FusedMatMul", "MatMul"]
+    rng = np.random.default_rng(0)
+    feeds = {"Q": rng.standard_normal((3, 8, 4), np.float32),
+             "Kt": rng.standard_normal((3, 4, 8), np.float32),
+             "V": rng.standard_normal((3, 8, 4), np.float32)}
+    session = ort.InferenceSession(cut.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, feeds)[0],
+                               feeds["Q"] @ feeds["Kt"] * 4 ** -0.5 @ feeds["V"], rtol=1e-5)
+    point = measure._point(bench.name, model, 1e-4, 0.0, 0.0,
+                           measure._kernels_of(ORT_CPU, host_profile(1)))
+    assert point is not None
+    assert (point.op_class, point.macs, point.other_flops, point.transcendental, point.calls,
+            point.rows) == ("attention", 2 * 3 * 8 * 8 * 4, 3 * 8 * 8, 0, 3, 0)
+    plain = catalogue.conv(8, 8, 6).build()
+    assert measure.without_softmax(plain) is plain
+
+
 def test_a_residual_layer_norm_is_one_skip_normalization_kernel() -> None:
     """Add + LayerNormalization is one group of ours and, as ORT's profile shows, one
     SkipLayerNormalization kernel: the kernel model costs it as one kernel of its own class,

@@ -889,8 +889,9 @@ def test_an_attention_kernel_reads_its_curve_at_one_heads_gemm(gpu) -> None:
     FLOPs, and with a per-call cost (f_half) the kernel is slower than one big GEMM."""
     result = _masked_attention(None)
     (group,) = result.groups
-    (kernel,) = ort_kernels(result.graph, group, _node_costs(result), 8)
+    kernel, softmax = ort_kernels(result.graph, group, _node_costs(result), 8)
     assert (kernel.cls, kernel.calls) == ("attention", 4)
+    assert (softmax.cls, softmax.rows) == ("softmax", 4)  # a kernel of ORT's own
     hw = _ort(gpu)
 
     def per_call(cls: str, flops: float, intensity: float) -> float:  # f_half = 1000 FLOPs
@@ -911,7 +912,8 @@ def test_a_k_transpose_is_in_the_attention_kernel_only_where_orts_fusion_takes_i
         tmp_path: Path, perm: list[int], apart: bool) -> None:
     """softmax(Q·Kᵀ·s)·V with 4 heads of 16 over 8 tokens, K transposed by `perm`: ORT's
     optimized graph has the Transpose as a node of its own exactly where ours is a kernel
-    apart from the attention kernel, whose cost then leaves it out (its bytes: 4·512)."""
+    apart from the attention kernel, whose cost then leaves it out (its bytes: 4·512); the
+    Softmax is one in both, over 4·8 rows."""
     import onnxruntime as ort
 
     k_shape = [1, 8, 4, 16] if apart else [1, 4, 8, 16]
@@ -932,12 +934,13 @@ def test_a_k_transpose_is_in_the_attention_kernel_only_where_orts_fusion_takes_i
     options.optimized_model_filepath = str(tmp_path / "opt.onnx")
     ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     theirs = [i.op_type for i in onnxlens.analyze(str(tmp_path / "opt.onnx")).graph.infos.values()]
-    assert ("Transpose" in theirs) == apart
+    assert ("Transpose" in theirs) == apart and "Softmax" in theirs
     r = onnxlens.analyze(model)
     [group] = r.groups
     kernels = ort_kernels(r.graph, group, _node_costs(r), 16)
     transposes = [k for k in kernels if k.cls in ("data_movement", "blocked_transpose")]
-    assert len(kernels) == 1 + apart
+    assert [(k.cls, k.rows) for k in kernels if k.cls == "softmax"] == [("softmax", 32)]
+    assert len(kernels) == 2 + apart
     assert [(k.nodes, k.cost.bytes_read) for k in transposes] == (
         [(group.nodes[:1], 4 * 512)] if apart else [])
 

@@ -173,23 +173,26 @@ def _masked_attention() -> onnx.ModelProto:
 
 
 def test_an_attention_groups_mask_kernels_run_apart_from_its_products() -> None:
-    """ORT folds the scale into a FusedMatMul and runs the mask's Add, IsNaN and Where as
-    kernels of their own (profiled); the group is costed as the calibrated block (the
-    products, the scale and the softmax, with the group's boundary traffic: Q, Kᵀ, V, the
-    mask and the two scalars in, Y out) and the three mask kernels at their nodes' costs."""
+    """ORT folds the scale into a FusedMatMul and runs the mask's Add, the Softmax, IsNaN and
+    Where as kernels of their own (profiled); the group is costed as the calibrated products
+    (the two MatMuls and the scale, with the group's boundary traffic: Q, Kᵀ, V, the mask and
+    the two scalars in, Y out), the Softmax at the softmax class over its 1·2·4 rows of 4, and
+    the three mask kernels at their nodes' costs."""
     model = _masked_attention()
     assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [
         "FusedMatMul", "Add", "Softmax", "IsNaN", "Where", "MatMul"]
     r = onnxlens.analyze(model)
     costs = {k: nc.cost for k, nc in r.node_costs.items()}
     [group] = r.groups
-    block, *mask = ort_kernels(r.graph, group, costs, 16)
-    assert [(k.cls, k.nodes) for k in mask] == [("elementwise", ("mask_add",)),
-                                                ("elementwise", ("isnan",)),
-                                                ("elementwise", ("where",))]
-    assert [k.cost for k in mask] == [costs["mask_add"], costs["isnan"], costs["where"]]
+    block, *apart = ort_kernels(r.graph, group, costs, 16)
+    assert [(k.cls, k.nodes, k.rows) for k in apart] == [("elementwise", ("mask_add",), 0),
+                                                         ("softmax", ("softmax",), 8),
+                                                         ("elementwise", ("isnan",), 0),
+                                                         ("elementwise", ("where",), 0)]
+    assert [k.cost for k in apart] == [costs[k] for k in ("mask_add", "softmax", "isnan",
+                                                          "where")]
     assert block.cls == "attention" and block.cost.macs == 2 * (2 * 4 * 4 * 8)
-    assert block.cost.other_flops == costs["scale"].other_flops + costs["softmax"].other_flops
-    assert block.cost.transcendental == costs["softmax"].transcendental
+    assert block.cost.other_flops == costs["scale"].other_flops == 2 * 4 * 4
+    assert block.cost.transcendental == 0
     assert block.cost.bytes_read == 4 * (3 * 2 * 4 * 8 + 4 * 4 + 2)
     assert block.cost.bytes_written == 4 * 2 * 4 * 8

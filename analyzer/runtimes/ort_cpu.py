@@ -70,8 +70,8 @@ _CONVS = frozenset({"Conv", "ConvInteger", "QLinearConv"})
 # quantized kernel (QLinearConv, QGemm, QLinearAdd, MaxPool on uint8 ...) and
 # quantize_dynamic's chain as one DynamicQuantizeMatMul: they ride in a neighbouring kernel.
 _QUANT_EDGES = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
-# Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block is
-# costed whole, as the calibration measured it (its micro-benchmark is the same ORT kernels).
+# Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block's
+# products are costed as one, as the calibration measured them (`in_attention_block`).
 _WHOLE = frozenset({LAYER_NORM, ATTENTION})
 # A residual Add joined to the norm after it, where ORT does not run it as a SkipLayerNorm
 # (below): costed as the Add's kernel, then the norm's, the kernels the two groups had before
@@ -448,7 +448,7 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
         rows = normalized_rows(map(mg.info, group.nodes)) if group.pattern == LAYER_NORM else 0
         whole = replace(kernel_of(mg, list(group.nodes), costs, cls, NCHW, NCHW,
                                   calls=matmul_calls(matmul) if matmul else 1), rows=rows)
-        apart = [k for k in group.nodes  # the mask's kernels (Add, IsNaN, Where), Expand
+        apart = [k for k in group.nodes  # Softmax, the mask's (Add, IsNaN, Where), Expand
                  if group.pattern == ATTENTION and not in_attention_block(mg, mg.info(k))]
         return [without_work_of(whole, [costs[k] for k in apart])] + [  # type: ignore[misc]
             _ort_kernel(mg, [k], "other", costs, block) for k in apart]

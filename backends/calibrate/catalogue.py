@@ -316,7 +316,8 @@ def slice_half(channels: int, size: int, tier: int = 1) -> Bench:
 
 
 def attention(heads: int, seq: int, dim: int, tier: int = 1) -> Bench:
-    """softmax(Q·Kᵀ·s)·V over `heads` heads: the estimator's `attention` class."""
+    """softmax(Q·Kᵀ·s)·V over `heads` heads; timed without its Softmax, which ORT runs as a
+    kernel of its own (`measure.without_softmax`): the estimator's `attention` class."""
     def build() -> onnx.ModelProto:
         nodes = [helper.make_node("MatMul", ["Q", "Kt"], ["S"]),
                  helper.make_node("Mul", ["S", "scale"], ["Ss"]),
@@ -473,9 +474,13 @@ def _movement_and_attention() -> list[Bench]:
     # NCHWc layout changes, channels whole blocks and not (GhostNet's 8 and 24 of 16).
     out += [reorder(op, channels, size) for op in ("ReorderInput", "ReorderOutput")
             for channels, size in ((8, 112), (24, 56), (64, 56), (72, 28))]
-    # Attention blocks: heads x sequence x head dim.
+    # Attention blocks: heads x sequence x head dim; windows of 16 and 49 tokens (LeViT's,
+    # TinyViT's, Swin's), where each head's products are small GEMMs of odd sizes, at counts
+    # beside the models' (TinyViT's 64 x 49 x 32, Swin-T's 192 x 49 x 32 left to them).
     out += [attention(4, 64, 32, 0), attention(8, 128, 64), attention(4, 256, 32),
-            attention(16, 64, 64), attention(2, 512, 64), attention(32, 36, 32)]
+            attention(16, 64, 64), attention(2, 512, 64), attention(32, 36, 32),
+            attention(48, 49, 32), attention(12, 49, 32), attention(96, 49, 16),
+            attention(8, 49, 64), attention(128, 16, 16), attention(24, 16, 32)]
     return out
 
 

@@ -64,8 +64,10 @@ def prepare_ort(model: onnx.ModelProto, threads: int) -> Timer:
 
     A lone Conv or pool is run by ORT in NCHWc layout between a ReorderInput and a
     ReorderOutput, which in a network sit only at the ends of a run of convolutions: such a
-    graph is timed as ORT optimized it, less those layout kernels.
+    graph is timed as ORT optimized it, less those layout kernels. An attention block is
+    timed without its Softmax (`without_softmax`).
     """
+    model = without_softmax(model)
     if any(node.op_type in NCHWC_OPS for node in model.graph.node):
         with tempfile.TemporaryDirectory(prefix="onnxlens-calibrate-") as tmp:
             path = str(Path(tmp) / "optimized.onnx")
@@ -141,6 +143,24 @@ PREPARE: dict[str, Prepare] = {ORT_CPU: prepare_ort, NATIVE_CPU: prepare_native,
 # What every calibration of a GPU runtime says: its fitting is tested on synthetic timings only.
 GPU_NOT_VALIDATED = ("not validated on a GPU: this fit of GPU timings has been tested only "
                      "on synthetic timings; read its fit check before trusting it")
+
+
+def without_softmax(model: onnx.ModelProto) -> onnx.ModelProto:
+    """An attention block (a Softmax between two MatMuls) with its Softmax cut out, the second
+    MatMul reading the scores; any other graph as it is. ORT runs the Softmax as a kernel of
+    its own, which the estimator costs apart at the softmax class
+    (`ort_attention.in_attention_block`): the attention class is its products' time."""
+    graph = model.graph
+    ops = [n.op_type for n in graph.node]
+    if "Softmax" not in ops or ops.count("MatMul") < 2:
+        return model
+    cut = onnx.ModelProto()
+    cut.CopyFrom(model)
+    softmax = next(n for n in cut.graph.node if n.op_type == "Softmax")
+    for node in cut.graph.node:
+        node.input[:] = [softmax.input[0] if x == softmax.output[0] else x for x in node.input]
+    cut.graph.node.remove(softmax)
+    return cut
 
 
 def without_layout(optimized: onnx.ModelProto, kernels: Sequence[NodeTime],
