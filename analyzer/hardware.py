@@ -297,10 +297,13 @@ class HardwareProfile:
         """Where a network's kernels fetch their weights from, read one run ago, when a run
         moves `run_bytes` (every kernel's reads and writes, weights included): the last-level
         cache when they fit the run's share of it (`llc_share`), main memory otherwise. The
-        traffic, not the peak of live activations, is the bound: ShuffleNet-V2's 8.7 MB of
-        weights plus 1.7 MB of live activations fit that share, but it moves 45 MB a run, and
-        ORT's profile reads its 4 MB classifier at 36 GB/s, main memory's rate (a small
-        Qwen2's decode step, 14.7 MB moved: 85 GB/s, the L3's)."""
+        traffic bounds what a run touches, and ORT's CPU runs touch far more than the peak of
+        live activations says: ShuffleNet-V2's 8.7 MB of weights and 1.7 MB of live
+        activations fit that share, but it moves 45 MB a run, and ORT's profile reads its 4 MB
+        classifier at 36 GB/s, main memory's rate (a small Qwen2's decode step, 14.7 MB moved:
+        85 GB/s, the L3's). Approximation, signed: where a runtime reuses a few buffers, the
+        weights outlive more traffic than this says (8 MB of GEMVs beside Relus moving 32 MB
+        through 1 MB buffers: mostly from the L3; through fresh ones, 16 MB: from DRAM)."""
         llc = self.llc_share
         if llc is not None and llc.size_bytes is not None and run_bytes <= llc.size_bytes:
             return llc
