@@ -259,11 +259,9 @@ def analyze(
     load = partial(load_model, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes,
                    limits=limits)
     with collector_paused():  # an analysis builds a large graph of objects and frees none
-        model = load(source, input_shapes=input_shapes, batch=batch, dims=dims)
-        added = _kv_head_dims(model, dims or {})
-        if added:
-            model = load(source, input_shapes=input_shapes, batch=batch,
-                         dims={**(dims or {}), **added})
+        model = load(source, input_shapes=input_shapes, batch=batch, dims=dims,
+                     more_dims=partial(_kv_head_dims, dims=dims or {}))
+        added = model.dims_added
         symbols = symbolic_dims(model.graph_inputs) if symbolic else []
         result = (_analyze_symbolic(model, symbols, load, strict, flops_per_mac) if symbols
                   else _analyze_model(model, strict, flops_per_mac))

@@ -108,6 +108,7 @@ class LoadedModel:
     # the folder their locations are relative to.
     external: dict[str, ExternalTensor] = field(default_factory=dict)
     base_dir: Path | None = None
+    dims_added: dict[str, int] = field(default_factory=dict)  # pinned as `more_dims` named
 
     def initializer_array(self, name: str) -> np.ndarray:
         """An initializer's value; one whose data stayed in its file is read from it now."""
@@ -169,11 +170,15 @@ def load_model(
     max_tensor_bytes: int | None = None,
     limits: Limits = DEFAULT_LIMITS,
     dims: Mapping[str, int] | None = None,
+    more_dims: Callable[[LoadedModel], Mapping[str, int]] | None = None,
 ) -> LoadedModel:
     """Parse, validate and shape-infer a model given as a path, serialized bytes or a proto.
 
     `dims` pins named symbolic dims wherever the inputs use them (ORT's free-dimension
     overrides), 0 included; `batch` the first dims left symbolic; `input_shapes` whole inputs.
+    `more_dims`, given the model loaded so, names dims to pin beside `dims` (a KV cache's head
+    size, read from the attention node): the model comes back as loaded with both, its file
+    read, parsed and checked once (only the pins and what follows them run again).
 
     A proto is copied, never changed. External data is read into the returned proto, from
     `base_dir` (default: the model file's folder) and never from outside it. `limits` bound
@@ -183,7 +188,36 @@ def load_model(
     dims = _check_dims_request(dims or {})
     if max_tensor_bytes is not None:
         limits = replace(limits, max_tensor_bytes=max_tensor_bytes)
-    max_tensor_bytes = limits.max_tensor_bytes
+    parsed = _read_model(source, base_dir)
+    if more_dims is None:
+        return _typed(parsed, input_shapes, batch, dims, limits)
+    declared = _declared_io(parsed.proto.graph)
+    model = _typed(parsed, input_shapes, batch, dims, limits)
+    added = more_dims(model)
+    if not added:
+        return model
+    _restore_io(parsed.proto.graph, declared)
+    model = _typed(parsed, input_shapes, batch, _check_dims_request({**dims, **added}), limits)
+    model.dims_added = dict(added)
+    return model
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What loading reads once, whatever the pins: the model and its structure, checked."""
+
+    proto: onnx.ModelProto
+    path: Path | None
+    base: Path | None
+    nodes: list[NodeFields]
+    external: dict[str, ExternalTensor]
+    initializers: dict[str, onnx.TensorProto]
+    weights: dict[str, TensorInfo]
+    produced: list[str]
+
+
+def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
+                base_dir: str | os.PathLike | None) -> _Parsed:
     path, proto = _parse(source)
     base = Path(base_dir) if base_dir is not None else (path.parent if path else None)
     graph = proto.graph
@@ -191,6 +225,16 @@ def load_model(
     external = _load_external_data(proto, nodes, base)
     initializers, weights = _initializers(graph)
     produced = _check_structure(graph, nodes, initializers)
+    return _Parsed(proto, path, base, nodes, external, initializers, weights, produced)
+
+
+def _typed(parsed: _Parsed, input_shapes: Mapping[str, tuple[int, ...]], batch: int | None,
+           dims: Mapping[str, int], limits: Limits) -> LoadedModel:
+    """The model with its inputs pinned, validated and its shapes inferred (in `parsed.proto`,
+    which gets the pins and the inferred types)."""
+    proto, nodes, initializers = parsed.proto, parsed.nodes, parsed.initializers
+    max_tensor_bytes = limits.max_tensor_bytes
+    graph = proto.graph
     warnings: list[str] = []
     pinned = _pin_input_dims(graph, initializers, input_shapes, batch, dims, warnings)
     inputs = [i for i in graph.input if i.name not in initializers]
@@ -198,14 +242,15 @@ def load_model(
         _check_value_dims(value, max_tensor_bytes)
     validation = validate_model(proto, limits=limits, nodes=nodes)
     warnings += validation.warnings
-    light = _light_copy(proto, initializers, weights, external, max_tensor_bytes)
+    light = _light_copy(proto, initializers, parsed.weights, parsed.external, max_tensor_bytes)
     validation.make_inference_safe(light)
     _runtime_ops_to_contrib_domain(light, nodes, warnings)
     serialized = light.SerializeToString()  # once, for both the checker and inference
     _check(serialized, light.graph)
     symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
-    inferred, tensors = _infer_shapes(light, serialized, weights, symbols, produced, pinned,
-                                      warnings, data_prop=validation.data_prop)
+    inferred, tensors = _infer_shapes(light, serialized, parsed.weights, symbols,
+                                      parsed.produced, pinned, warnings,
+                                      data_prop=validation.data_prop)
     warnings += validation.check_shapes(tensors)
     _check_sizes(tensors, max_tensor_bytes)
     # The returned proto carries the inferred types, for backends and reports.
@@ -214,9 +259,29 @@ def load_model(
     for out, typed in zip(graph.output, inferred.graph.output, strict=True):
         out.type.CopyFrom(typed.type)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    path = parsed.path
     name = path.stem if path else (graph.name or "model")
     return LoadedModel(proto, path, name, tensors, initializers, opset, nodes, warnings,
-                       external, base)
+                       parsed.external, parsed.base)
+
+
+def _declared_io(graph: onnx.GraphProto) -> tuple[list[onnx.ValueInfoProto], ...]:
+    """Copies of the graph's inputs and outputs as the model declares them (pinning and
+    inference change them in place)."""
+    return tuple([_copied(v) for v in values] for values in (graph.input, graph.output))
+
+
+def _copied(value: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(value)
+    return copy
+
+
+def _restore_io(graph: onnx.GraphProto, declared: tuple[list[onnx.ValueInfoProto], ...]
+                ) -> None:
+    for values, saved in zip((graph.input, graph.output), declared, strict=True):
+        del values[:]
+        values.extend(saved)
 
 
 # ---- the request ------------------------------------------------------------------------------

@@ -243,6 +243,35 @@ def test_a_dim_left_symbolic_keeps_its_formula() -> None:
     assert result.totals["macs"] == _cache_macs(1, 1, 0)
 
 
+@pytest.mark.parametrize("batch", [None, 2])
+def test_more_dims_pin_as_a_fresh_load_with_them_would_reading_the_model_once(
+        batch: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`more_dims` reads the model loaded with `dims` (past_len left named) and names another
+    pin: the model comes back as `load_model` with both pins gives it, by a second inference
+    but one parse; a `more_dims` naming nothing leaves the first load as it is."""
+    dims = {"seq": 3} if batch else {"batch": 2, "seq": 3}
+    reference = load_model(cache_model(), dims={**dims, "past_len": 5}, batch=batch)
+    fresh = load_model(cache_model(), dims=dims, batch=batch)
+    parse = loader._parse
+    parses = []
+    monkeypatch.setattr(loader, "_parse", lambda *a: parses.append(a) or parse(*a))
+    seen: list[tuple[object, ...] | None] = []
+
+    def past_len(model: loader.LoadedModel) -> dict[str, int]:
+        seen.append(model.tensors["past"].shape)
+        return {"past_len": 5}
+
+    pinned = load_model(cache_model(), dims=dims, batch=batch, more_dims=past_len)
+    assert len(parses) == 1 and seen == [(2, "past_len", 16)]
+    assert pinned.dims_added == {"past_len": 5} and not reference.dims_added
+    assert pinned.tensors == reference.tensors and pinned.warnings == reference.warnings
+    assert pinned.tensors["scores"].shape == (2, 3, 8)  # past_len + seq
+    assert pinned.proto.SerializeToString() == reference.proto.SerializeToString()
+    unchanged = load_model(cache_model(), dims=dims, batch=batch, more_dims=lambda _: {})
+    assert unchanged.tensors == fresh.tensors and not unchanged.dims_added
+    assert unchanged.proto.SerializeToString() == fresh.proto.SerializeToString()
+
+
 @pytest.mark.parametrize(("dims", "error", "message"), [
     ({"sequence": 4}, ShapeError, "--dim sequence: the model has no symbolic dim 'sequence'; "
      "its symbolic dims are batch, seq, past_len"),
