@@ -4,6 +4,7 @@
     python benchmarks/analyze_speed.py --quick    # 3 runs, generated graphs up to 10k nodes
     python benchmarks/analyze_speed.py --nodes 50000 --runs 5
     python benchmarks/analyze_speed.py --command-only --base 452c7da   # (c) only, A/B
+    python benchmarks/analyze_speed.py --command-only --json --base 452c7da   # ... with --json
 
 Everything is measured in one run, so that ratios compare timings taken side by side on a
 shared machine. Each figure is the median of several runs, min-max beside it; runs of the two
@@ -204,10 +205,10 @@ def compile_sources() -> None:
         compileall.compile_dir(Path(spec.origin).parent, quiet=1)
 
 
-def cli_run(cli: Sequence[str], path: Path) -> Timing:
+def cli_run(cli: Sequence[str], path: Path, options: Sequence[str] = ()) -> Timing:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
-    subprocess.run([*cli, str(path)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*cli, str(path), *options], check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - wall
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -275,12 +276,15 @@ def _per_node(stats: Stats, nodes: int) -> str:
     return f"{1e6 * stats.cpu / nodes:6.0f} us" if stats.runs else f"{'':>9}"
 
 
-def whole_command(path: Path, runs: int, base: tuple[str, list[str]] | None = None) -> bool:
-    """Prints the CLI's wall time and imports, and with `base` (revision, its command) the
-    revision's alternated with it; False when it imported torch."""
-    print(f"\n(c) the whole command `analyze {path.name}` as a subprocess, interpreter start "
+def whole_command(path: Path, runs: int, base: tuple[str, list[str]] | None = None,
+                  options: Sequence[str] = ()) -> bool:
+    """Prints the CLI's wall time (`options` after the model) and imports, and with `base`
+    (revision, its command) the revision's alternated with it; False when it imported torch."""
+    shown = " ".join([path.name, *options])
+    print(f"\n(c) the whole command `analyze {shown}` as a subprocess, interpreter start "
           "included")
-    fns = [lambda cli=cli: cli_run(cli, path) for cli in [_cli()] + ([base[1]] if base else [])]
+    fns = [lambda cli=cli: cli_run(cli, path, options)
+           for cli in [_cli()] + ([base[1]] if base else [])]
     for fn in fns:
         fn()  # warm-up: the model in the page cache, each tree's bytecode read once
     stats = interleaved(fns, runs)
@@ -318,6 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="only (c), the whole command on the largest generated graph")
     p.add_argument("--base", metavar="REV",
                    help="(c) also times REV's analyze, alternated with this tree's")
+    p.add_argument("--json", action="store_true",
+                   help="(c) times `analyze MODEL --json FILE` (into a temporary folder)")
     args = p.parse_args(argv)
     runs = args.runs or (3 if args.quick else 5)
     largest = args.nodes or (10_000 if args.quick else 50_000)
@@ -334,7 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         growth(args.cache, sizes, runs, args.onnx_tool_timeout)
     with tempfile.TemporaryDirectory() as tmp:
         base = (args.base, base_cli(args.base, Path(tmp))) if args.base else None
-        torch_free = whole_command(chain_file(largest, args.cache), runs, base)
+        options = ["--json", str(Path(tmp) / "out.json")] if args.json else []
+        torch_free = whole_command(chain_file(largest, args.cache), runs, base, options)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     return 0 if torch_free else 1
 
