@@ -10,11 +10,14 @@ The models are built from configs with random weights (nothing is downloaded) in
 - Hugging Face GPT-2, BERT and a grouped-query-attention Llama (`tests/hf_models.py`):
   hidden 768, 12 heads (Llama: 6 KV heads), 4 layers, MLP 3072 (Llama 2048), exported by
   torch's dynamo exporter in fp32 at batch 1, sequence 128;
-- an onnxruntime-genai decoder (`tests/data/genai/make.py`: the model builder on a Llama of
-  hidden 1024, 16 query and 4 KV heads of 64, MLP 2816, 4 layers, vocabulary 16384), fp32 and
-  int4 (MatMulNBits), run at the builder's named dims pinned as `--dim` pins them: prefill
-  of 128 tokens (past_sequence_length 0) and one decode step at context 512 (past 511 + 1
-  new). Building it needs onnxruntime-genai importable: `PYTHONPATH=/tmp/genai_pkg`.
+- onnxruntime-genai decoders (`tests/data/genai/make.py`: the model builder on a Llama of
+  hidden 1024, 16 query and 4 KV heads of 64, MLP 2816, 4 layers, vocabulary 16384, rows
+  `genai-*`; and on a new user's small Qwen2 of hidden 256, 8 query and 2 KV heads of 32, MLP
+  704, 2 layers, vocabulary 4096, rows `qwen2s-*`, whose 14 MB of weights stay in the
+  last-level cache between decode steps), fp32 and int4 (MatMulNBits), run at the builder's
+  named dims pinned as `--dim` pins them: prefill of 128 tokens (past_sequence_length 0) and
+  one decode step at context 512 (past 511 + 1 new). Building them needs onnxruntime-genai
+  importable: `PYTHONPATH=/tmp/genai_pkg`.
 
 Measured and estimated as `estimate_accuracy.py` does for torchvision (its helpers: the
 calibration of this host at `--threads`, ORT's CPU provider at that many threads, the
@@ -51,9 +54,14 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "data" / "genai")]
 SEQ, PROMPT, CONTEXT = 128, 128, 512
 HF_LAYERS, HF_HIDDEN, HF_HEADS = 4, 768, 12
 HF_MLP = {"gpt2": None, "bert": 3072, "llama": 2048}  # GPT-2's MLP is 4 x hidden by design
-GENAI = transformers.LlamaConfig(vocab_size=16384, hidden_size=1024, intermediate_size=2816,
-                                 num_hidden_layers=4, num_attention_heads=16,
-                                 num_key_value_heads=4, max_position_embeddings=2048)
+DECODERS = {  # row prefix -> (folder, config)
+    "genai": ("genai-llama-h1024-l4", transformers.LlamaConfig(
+        vocab_size=16384, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048)),
+    "qwen2s": ("qwen2-h256-l2", transformers.Qwen2Config(
+        vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024)),
+}
 TARGETS = {"seq128": 0.15, "prefill": 0.15, "decode": 0.25}
 
 
@@ -75,13 +83,13 @@ def hf_model(name: str, models: Path) -> Path:
     return path
 
 
-def genai_model(precision: str, models: Path) -> Path:
-    target = models / "genai-llama-h1024-l4"
-    path = target / precision / "model.onnx"
+def genai_model(decoder: str, precision: str, models: Path) -> Path:
+    folder, config = DECODERS[decoder]
+    path = models / folder / precision / "model.onnx"
     if not path.exists():
         from make import build
 
-        build(GENAI, target, ("fp32", "int4"))
+        build(config, models / folder, ("fp32", "int4"))
     return path
 
 
@@ -117,15 +125,15 @@ def cases(names: list[str], models: Path) -> list[Case]:
     for name in names:
         if name in HF_MLP:
             out.append(Case(name, hf_model(name, models), None, "seq128"))
-        else:  # genai-<precision>-<phase>
-            _, precision, kind = name.split("-")
-            path = genai_model(precision, models)
+        else:  # <decoder>-<precision>-<phase>
+            decoder, precision, kind = name.split("-")
+            path = genai_model(decoder, precision, models)
             out.append(Case(name, path, phase_dims(path, kind), kind))
     return out
 
 
-ROWS = ("gpt2", "bert", "llama", "genai-fp32-prefill", "genai-fp32-decode",
-        "genai-int4-prefill", "genai-int4-decode")
+ROWS = ("gpt2", "bert", "llama", *(f"{d}-{p}-{k}" for d in DECODERS for p in ("fp32", "int4")
+                                    for k in ("prefill", "decode")))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,14 +27,15 @@ CONFIG = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_si
                                   num_key_value_heads=1, max_position_embeddings=128)
 
 
-def build(config: transformers.LlamaConfig, target: Path,
+def build(config: transformers.PretrainedConfig, target: Path,
           precisions: tuple[str, ...] = ("fp32", "int4")) -> None:
-    """The model builder's decoder of a random-weights Llama `config`, one folder per
-    precision under `target` (model.onnx, model.onnx.data, genai_config.json)."""
+    """The model builder's decoder of a random-weights causal LM `config` (a Llama, a
+    Qwen2, ...), one folder per precision under `target` (model.onnx, model.onnx.data,
+    genai_config.json)."""
     with tempfile.TemporaryDirectory() as tmp:
         hf = Path(tmp) / "hf"
         torch.manual_seed(0)
-        transformers.LlamaForCausalLM(config).save_pretrained(hf)
+        transformers.AutoModelForCausalLM.from_config(config).save_pretrained(hf)
         # The builder copies a tokenizer beside the model: a word-level one of the vocabulary.
         vocab = {f"t{i}": i for i in range(config.vocab_size)}
         tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
