@@ -413,6 +413,23 @@ def test_own_curves_for_pools_normalizations_and_reductions() -> None:
     assert curves["normalization"](1e6, 244.0) == pytest.approx(0.05, rel=1e-6)
 
 
+def test_a_class_out_of_the_elementwise_fit_gets_a_curve_of_its_own() -> None:
+    """The classes left out of the elementwise fit (`own_curve_classes`: three LayerNorm-like
+    points) are the classes given a curve of their own, even where the row term leaves only
+    two of their points time (rows x 10 ns: 100 us and 400 us beside 200 and 800 us of work
+    at 5% of peak; the third's 300 us over its 250 measured): the two fit its rate, where it
+    had no curve and fell to the elementwise curve, which was not fitted on them."""
+    hw = host_profile(1)
+    peak, bandwidth = 1e11, {lv.name: 10.0 for lv in hw.memory}
+    norm = [Point(f"n{i}", "normalization", 0, f, 4096, f / (0.05 * peak) + rows * 1e-8,
+                  rows=rows) for i, (f, rows) in enumerate(((1e6, 10_000), (4e6, 40_000)))]
+    norm.append(Point("n2", "normalization", 0, 1e6, 4096, 250e-6, rows=30_000))
+    assert fit.own_curve_classes(norm) == {"normalization"}
+    curves = fit.fit_vector_classes(norm, hw, peak, bandwidth, row_ns=10.0)
+    assert set(curves) == {"normalization"} and curves["normalization"].points == 2
+    assert curves["normalization"](1e6, 244.0) == pytest.approx(0.05, rel=1e-6)
+
+
 def _elementwise_points(peak: float, gbps: float, tau: float) -> list[Point]:
     """Relu, Sigmoid and HardSwish of 2^12 to 2^24 elements on a machine where plain
     elementwise work runs at 5% of `peak`, a transcendental costs `tau` plain FLOPs and every

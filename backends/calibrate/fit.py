@@ -224,7 +224,9 @@ def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
 
 def own_curve_classes(points: Sequence[Point]) -> frozenset[str]:
     """The classes among OWN_VECTOR_CLASSES with LEVEL_POINTS benchmarks or more that do
-    vector work: those `fit_vector_classes` gives a curve of their own. Their benchmarks say
+    vector work: those `fit_vector_classes` gives a curve of their own (the one test of
+    both, so that no class is left out of the `elementwise` fit without a curve). Their
+    benchmarks say
     nothing of the `elementwise` curve or the bandwidths: fitted on them too, the curve
     (e_max 0.064, f_half 1000 FLOPs, mean |log error| 0.96 on the 15:34 calibration's points)
     took SkipLayerNormalization's 2.7 GB/s and a per-column DequantizeLinear's 4 GB/s for an
@@ -295,23 +297,25 @@ def _compute_bound(points: Sequence[Point], levels: Sequence[str], bandwidth: di
 def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float,
                        bandwidth: dict[str, float], tau: float = 1.0, row_ns: float = 0.0
                        ) -> dict[str, Curve]:
-    """A curve of its own for each class in OWN_VECTOR_CLASSES (pools, normalizations,
-    reductions) with at least LEVEL_POINTS benchmarks: their loops (a window, a row statistic,
+    """A curve of its own for each class `own_curve_classes` names (pools, normalizations,
+    reductions with LEVEL_POINTS benchmarks or more): their loops (a window, a row statistic,
     exp) run at rates of their own, not an elementwise op's. Fitted on every benchmark of the
     class, memory bound or not, its work in plain-FLOP equivalents at τ: the curve then gives
     its measured time, and the memory term takes over only where the bandwidths say a level
     is slower still (a pool streams its input faster than an elementwise op of the same
     bytes, which writes as much as it reads: its benchmarks sit above the fitted bandwidths,
     not on them). A benchmark's time less `row_ns` per row it normalizes (`fit_norm_rows`:
-    the estimator adds that apart) is what its curve gives."""
+    the estimator adds that apart) is what its curve gives; one that leaves no time is left
+    out (a class none is left to has no curve)."""
     curves = {}
-    for cls in OWN_VECTOR_CLASSES:
+    own = own_curve_classes(points)
+    for cls in (c for c in OWN_VECTOR_CLASSES if c in own):
         mine = [replace(p, seconds=p.seconds - p.rows * row_ns * 1e-9) for p in points
                 if p.op_class == cls]
         mine = [p for p in mine if p.seconds > 0]
         eff_points = _compute_bound(mine, [memory_level(hw, p.bytes).name for p in mine],
                                     {lv: math.inf for lv in bandwidth}, peak, tau)
-        if len(eff_points) >= LEVEL_POINTS:
+        if eff_points:
             curves[cls] = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)),
                                     per_call=any(p.calls > 1 for p in mine))
     return curves
