@@ -226,19 +226,16 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
 
 def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
                  precision: Precision, source: MemoryLevel | None = None) -> GroupEstimate:
-    """A kernel of a network whose weights were last read one run ago, fetched from `source`
-    (main memory, or the last-level cache where the run's traffic fits: `weights_level`). On a
-    profile whose calibration measured that fetch (`runtime.cold_weight_gbps`), fetching W
-    weight bytes serializes with its arithmetic but overlaps its stalls,
-
-        latency_s = max(latency_s, work_s + overhead_s + W / rate)
-
-    with work_s its FLOPs at its class's best efficiency; their energy at the source's
-    pJ/byte. The rate: from main memory, a compute-bound convolution's is the calibrated one
-    (Conv chains with a weight per layer against one shared, `backends.calibrate.measure`), a
-    GEMV's (below main memory's ridge point: a stream the prefetchers run ahead of) main
-    memory's bandwidth (Zen 5, ORT 1.31: a decoder step's 4-64 MB MatMuls at 36-41 GB/s, DRAM
-    41.7); from the cache, every kernel's the cache's bandwidth."""
+    """A kernel of a network whose weights were last read one run ago, on a profile whose
+    calibration measured that fetch (`runtime.cold_weight_gbps`): fetching W weight bytes from
+    `source` (main memory, or the last-level cache where the run's traffic fits it:
+    `weights_level`) serializes with its arithmetic but overlaps its stalls, latency_s =
+    max(latency_s, work_s + overhead_s + W / rate), work_s its FLOPs at its class's best
+    efficiency; their energy at the source's pJ/byte. From main memory the rate is the
+    calibrated one for a compute-bound convolution (`backends.calibrate.measure`'s Conv
+    chains), main memory's bandwidth for a kernel below its ridge point (a GEMV: a stream the
+    prefetchers run ahead of; Zen 5, ORT 1.31: a decoder step's 4-64 MB MatMuls at 36-41 GB/s,
+    DRAM 41.7); from the cache, the cache's bandwidth."""
     gbps = hw.runtime.cold_weight_gbps
     weights = cost.param_bytes * precision.byte_scale
     if gbps <= 0 or not weights:
@@ -263,9 +260,8 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precisio
     """A group run as `kernels`, one after another: each kernel's roofline with its weight
     fetch from `source` (or, run inside another kernel, its marginal cost: `absorbed`),
     slowed by its denormal operands, then its epilogue's pass; `combine`d. A kernel whose
-    MACs run at another peak than the group's (`Kernel.peak`) is costed at that one. No
-    kernels (a group folded before the run, its values kept as constants: native-cpu's
-    dequantized weights) cost nothing."""
+    MACs run at another peak than the group's (`Kernel.peak`) is costed at that one; no
+    kernels (a group folded before the run: native-cpu's dequantized weights), nothing."""
     if not kernels:
         return estimate_group(Cost(), "data_movement", hw, precision, eff, launches=0)
     factor = hw.runtime.denormal_factor
