@@ -21,7 +21,7 @@ from .cost.precision import group_precision, mac_precision
 from .errors import OnnxLensError, UnsupportedOpError, UsageError
 from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph, collector_paused
-from .ir import NodeInfo, TensorInfo, UnknownShape, dtype_name
+from .ir import NodeInfo, Shape, TensorInfo, UnknownShape, dtype_name
 from .llm import head_dim_pins, unpinned_head_dims
 from .loader import LoadedModel, load_model
 from .memory import activation_peak_bytes
@@ -335,8 +335,7 @@ _FORMULA_KEYS = ("macs", "flops", "transcendental", "bytes_read", "bytes_written
 
 def _analyze_model(model: LoadedModel, strict: bool, flops_per_mac: int) -> AnalysisResult:
     mg = build_graph(model)
-    infos = mg.infos
-    node_costs = {key: node_cost(infos[key]) for key in mg.order}
+    node_costs = _node_costs(mg)
     unsupported = _unsupported_ops(mg, node_costs)
     if unsupported and strict:
         raise UnsupportedOpError("no cost formula for " + _describe_unsupported(unsupported))
@@ -398,6 +397,60 @@ def _tensor_bytes(tensors: Sequence[TensorInfo | None]) -> int:
             seen.add(t.name)
             total += t.nbytes
     return total
+
+
+def _node_costs(mg: ModelGraph) -> dict[str, NodeCost]:
+    """Every node's `node_cost`, computed once per `_cost_signature`: a model repeats its
+    layers (a 50,000-node chain has three signatures), and building the signature costs half
+    of costing a node."""
+    infos = mg.infos
+    known: dict[tuple[Any, ...], NodeCost] = {}
+    costs: dict[str, NodeCost] = {}
+    for key in mg.order:
+        info = infos[key]
+        signature = _cost_signature(info)
+        nc = known.get(signature) if signature is not None else None
+        if nc is None:
+            nc = node_cost(info)
+            if signature is not None and nc.cost is not None:  # a reason names its tensor
+                known[signature] = nc
+        costs[key] = nc
+    return costs
+
+
+def _cost_signature(info: NodeInfo) -> tuple[Any, ...] | None:
+    """What `node_cost` reads of a node: its op, attributes, which inputs are constant, and
+    the type and shape of each input and output (a formula sees no name and no value). None
+    when an attribute is not a plain value (a tensor, a graph) or a tensor is read twice (its
+    bytes count once), so that such a node is costed on its own."""
+    attrs = []
+    for name, value in info.attrs.items():
+        kind = value.__class__
+        if kind is list:
+            value = tuple(value)
+        elif kind is not int and kind is not float and kind is not str:
+            return None
+        attrs.append((name, value))
+    inputs, outputs = _typed_shapes(info.inputs), _typed_shapes(info.outputs)
+    if inputs is None or outputs is None:
+        return None
+    return info.op_type, info.domain, tuple(attrs), info.const_inputs, inputs, outputs
+
+
+def _typed_shapes(tensors: Sequence[TensorInfo | None]
+                  ) -> tuple[tuple[int, Shape | None] | None, ...] | None:
+    """Each tensor's (type, shape), None for an omitted one; None if a tensor comes twice."""
+    out: list[tuple[int, Shape | None] | None] = []
+    names: set[str] = set()
+    for t in tensors:
+        if t is None:
+            out.append(None)
+            continue
+        if t.name in names:
+            return None
+        names.add(t.name)
+        out.append((t.elem_type, t.shape))
+    return tuple(out)
 
 
 def node_cost(info: NodeInfo) -> NodeCost:

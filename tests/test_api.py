@@ -76,6 +76,39 @@ def test_conv_node_bytes_and_params(tiny_path: Path) -> None:
     assert node["output_shapes"] == [[1, 4, 8, 8]]
 
 
+def test_nodes_alike_share_a_cost_and_nodes_unlike_do_not() -> None:
+    """Node costs are computed once per op, attributes, constant inputs and tensor types and
+    shapes (`analysis._node_costs`): the second Conv, alike, costs what the first does; one
+    with other pads, one reading a larger input and a Mul reading x twice (after a Mul of x
+    and another tensor of its shape) are costed on their own. By hand, per Conv of w[2,2,1,1]
+    and b[2]: 1·2·H·W outputs x 2 MACs; bytes: its input, w and b read, its output written;
+    the Mul of x by itself reads x once (its bytes count once)."""
+    w = numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(2, np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c1"], name="c1"),
+             helper.make_node("Conv", ["c1", "w", "b"], ["c2"], name="c2"),
+             helper.make_node("Conv", ["c2", "w", "b"], ["c3"], name="c3", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c3", "w", "b"], ["c4"], name="c4"),
+             helper.make_node("Mul", ["x", "c1"], ["xc"], name="xc"),
+             helper.make_node("Mul", ["x", "x"], ["sq"], name="sq")]
+    graph = helper.make_graph(nodes, "alike",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * 4)
+                               for o in ("c4", "xc", "sq")], [w, b])
+    result = onnxlens.analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    rows = {n["name"]: n for n in result.to_dict()["nodes"]}
+
+    def conv(side_in: int, side_out: int) -> tuple[int, int, int]:  # MACs, bytes read, written
+        return (2 * side_out**2 * 2, 4 * (2 * side_in**2 + 4 + 2), 4 * 2 * side_out**2)
+
+    assert [(rows[k]["macs"], rows[k]["bytes_read"], rows[k]["bytes_written"])
+            for k in ("c1", "c2", "c3", "c4")] == [conv(4, 4), conv(4, 4), conv(4, 6), conv(6, 6)]
+    assert (rows["xc"]["bytes_read"], rows["sq"]["bytes_read"]) == (4 * 64, 4 * 32)
+    costs = result.node_costs
+    assert costs["c1"] is costs["c2"]  # alike: one computation
+    assert costs["c3"] is not costs["c1"] and costs["c4"] is not costs["c3"]
+
+
 def test_same_result_from_path_bytes_and_proto(tiny_path: Path) -> None:
     a = onnxlens.analyze(tiny_path).totals
     b = onnxlens.analyze(tiny_path.read_bytes()).totals
