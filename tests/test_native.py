@@ -135,6 +135,24 @@ def test_depthwise_on_planes_wider_than_a_vector(k: int, s: int, d: int, pads: l
     check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})
 
 
+@pytest.mark.parametrize(("n", "h", "w", "k", "d", "pads"), [
+    (1, 7, 7, 3, 1, [1, 1, 1, 1]), (2, 14, 14, 3, 1, [1, 1, 1, 1]), (1, 9, 11, 5, 1, [2, 2, 2, 2]),
+    (1, 13, 6, 3, 2, [2, 2, 2, 2]), (2, 10, 15, 3, 1, [0, 1, 0, 1]), (1, 1, 5, 1, 1, [0, 0, 0, 0]),
+])
+def test_depthwise_flat_planes(n: int, h: int, w: int, k: int, d: int, pads: list[int]) -> None:
+    # Stride-1 planes narrower than a vector whose output rows are as wide as the input's run
+    # as one flat row of vectors across output rows, each tap's lanes outside the plane
+    # masked: 14 x 14 = 196 outputs are a block of 8 vectors and one of 5; (0, 1, 0, 1) pads
+    # make 8 output rows of 10 input ones; two images, two planes per channel.
+    rng = np.random.default_rng(h * 100 + w * 10 + k)
+    x, wt, b = rand(rng, n, 12, h, w), rand(rng, 12, 1, k, k), rand(rng, 12)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=12, dilations=[d, d],
+                              pads=pads, kernel_shape=[k, k]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    weights = {"w": wt, "b": b, "lo": np.array(-0.5, np.float32), "hi": np.array(6, np.float32)}
+    check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})
+
+
 @pytest.mark.parametrize(("n", "h", "w"), [(1, 7, 7), (2, 7, 7), (1, 6, 3), (2, 4, 5), (1, 3, 1)])
 def test_conv_narrow_columns(n: int, h: int, w: int) -> None:
     # A tile's last few columns past its whole vectors run column by column (gemm_ucols):

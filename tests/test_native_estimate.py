@@ -142,7 +142,8 @@ def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
     MACs those of the core's blocks of 16 output columns: at stride 1, 16 x 16 outputs, as
     many as the plane's taps (8·16·16·9); at stride 2, 8 x 8 outputs, each row one block of
     16 columns (2x its 8) whose output vectors load two input vectors per tap (2x):
-    4 x 8·8·8·9."""
+    4 x 8·8·8·9; a 7 x 7 plane at stride 1 is one flat row of 49 outputs in 4 vectors,
+    64 of them computed (8·64·9), where rows of 16 columns would compute 7·16."""
     for stride, side in ((1, 16), (2, 8)):
         nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=8, pads=[1, 1, 1, 1],
                                   strides=[stride, stride]),
@@ -153,6 +154,11 @@ def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
         (k,) = out[r.groups[0].id]
         work = {1: 1, 2: 4}[stride]
         assert (k.cls, k.calls, k.cost.macs) == ("depthwise", 8, work * 8 * side * side * 9)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])]
+    r, out = _kernels(_save(tmp_path, nodes, [_init("w", 8, 1, 3, 3)], [1, 8, 7, 7],
+                            [1, 8, 7, 7]))
+    (k,) = out[r.groups[0].id]
+    assert (k.cls, k.calls, k.cost.macs) == ("depthwise", 8, 8 * 64 * 9)
 
 
 def test_a_global_pool_is_a_reduction(tmp_path: Path) -> None:

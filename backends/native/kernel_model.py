@@ -131,8 +131,8 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
         shape = _gemm_shape(k, dims.get(k.outputs[0], ()), calls)
         cost = dataclasses.replace(cost, macs=round(cost.macs * tile_work(*shape, *tile)))
     if cpu and cls == "depthwise":
-        width = dims.get(k.outputs[0], (1,))[-1]
-        cost = dataclasses.replace(cost, macs=round(cost.macs * depthwise_work(k, width)))
+        work = depthwise_work(k, dims.get(k.outputs[0], (1,)), dims.get(k.inputs[0], (1,)))
+        cost = dataclasses.replace(cost, macs=round(cost.macs * work))
     if k.op in _PICKING and k.outputs[0] in model.tensors:
         picked = model.tensors[k.outputs[0]].nbytes + sum(
             model.tensors[n].nbytes for n in k.inputs[1:] if n in model.tensors)
@@ -179,17 +179,23 @@ def _planes(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
 DEPTHWISE_COLUMNS = 16  # simd_kernels.inc `depthwise_row_block`'s block, on every ISA
 
 
-def depthwise_work(k: lower.Kernel, width: int) -> float:
-    """The work of a depthwise kernel with output rows `width` wide over its MACs, as the core
+def depthwise_work(k: lower.Kernel, y: tuple[int, ...], x: tuple[int, ...]) -> float:
+    """The work of a depthwise kernel with output `y` and input `x` over its MACs, as the core
     runs it (simd_kernels.inc `depthwise_row_block`, `depthwise_block`): each output row in
-    whole blocks of DEPTHWISE_COLUMNS (a last block masked: a 7-wide row computes 16), and
+    whole blocks of DEPTHWISE_COLUMNS (a last block masked: a 9-wide row computes 16), and
     per output vector and tap one input vector loaded at column stride 1, two at any other (a
     stride-2 block loads 32 floats for 16 outputs and takes every other one; a wider stride
     gathers 16 scalars, not measured). On the calibrations' timings, one rate for every width
     and stride had read the stride-2 benchmarks 21-37% fast and 5x5 and 7x7 kernels on 6x6
     planes 43-47% fast; with the blocks, the depthwise fit check went 13 -> 8%, 11 -> 6% and
     14 -> 8% (16:53, 16:57, 17:04 calibrations); the strides had taken it 24 -> 13% before
-    (with `_planes`)."""
+    (with `_planes`). A stride-1 plane narrower than a block whose output rows are as wide as
+    its input's is one flat row of vectors across output rows (`depthwise_flat`): a 7 x 7
+    plane computes 64 outputs, not 7 x 16."""
+    width, plane = y[-1], math.prod(y[2:])
+    unit = all(s == 1 for s in k.ints["strides"])
+    if unit and width == x[-1] and width < DEPTHWISE_COLUMNS:
+        return -(-plane // DEPTHWISE_COLUMNS) * DEPTHWISE_COLUMNS / max(plane, 1)
     blocks = -(-width // DEPTHWISE_COLUMNS) * DEPTHWISE_COLUMNS / max(width, 1)
     return blocks * (1 if k.ints["strides"][-1] == 1 else 2)
 

@@ -157,6 +157,26 @@ class Im2colTables {
   Im2col view_{};
 };
 
+// Depthwise planes with stride 1 narrower than a vector and output rows as wide as the input's
+// are read as one flat row (simd.h DepthwiseArgs::flat_masks): per vector of 16 outputs and
+// tap, the lanes whose input lies in the plane; empty for any other plane.
+std::vector<uint32_t> flat_plane_masks(const Window2d& g) {
+  if (g.sh != 1 || g.sw != 1 || g.OW != g.W || g.OW >= 16) return {};
+  const int64_t n = g.OH * g.OW, taps = g.kh * g.kw;
+  std::vector<uint32_t> masks(static_cast<size_t>((n + 15) / 16 * taps), 0);
+  for (int64_t o = 0; o < n; ++o) {
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t iy = o / g.OW - g.pt + ky * g.dh, ix = o % g.OW - g.pl + kx * g.dw;
+        if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W) {
+          masks[static_cast<size_t>(o / 16 * taps + ky * g.kw + kx)] |= 1u << (o % 16);
+        }
+      }
+    }
+  }
+  return masks;
+}
+
 class ConvKernel : public XyKernel {
  public:
   explicit ConvKernel(const KernelContext& ctx) : XyKernel(ctx, 2, 2) {
@@ -178,7 +198,10 @@ class ConvKernel : public XyKernel {
     dw_fused_ = fast_.ok && fast_.col_bias == nullptr && fast_.residual == nullptr;
     const int64_t mg = M / groups_, kg = (C / groups_) * g_.kh * g_.kw;
     w_ = w.f32();
-    if (depthwise_) return;
+    if (depthwise_) {
+      flat_masks_ = flat_plane_masks(g_);
+      return;
+    }
     if (w.storage == Storage::constant) {  // weights packed once; else per block at run time
       for (int64_t gi = 0; gi < groups_; ++gi) {
         packed_.push_back(pack_a_const(simd_, w.f32() + gi * mg * kg, kg, 1, mg, kg));
@@ -220,7 +243,7 @@ class ConvKernel : public XyKernel {
                         w_ + c * g_.kh * g_.kw, g_.H, g_.W, g_.OH, g_.OW, g_.kh,
                         g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw,
                         scratch + epilogue_.scratch_floats(), dw_fused_, 1.0f, 0.0f, fast_.lo,
-                        fast_.hi};
+                        fast_.hi, flat_masks_.empty() ? nullptr : flat_masks_.data()};
         if (dw_fused_ && !fast_.row_scale.empty()) {
           a.scale = fast_.row_scale[static_cast<size_t>(c)];
           a.bias = fast_.row_bias[static_cast<size_t>(c)];
@@ -277,6 +300,7 @@ class ConvKernel : public XyKernel {
   std::vector<PackedOperand> packed_;
   std::unique_ptr<Im2colTables> tables_;
   std::vector<int64_t> col_off_;
+  std::vector<uint32_t> flat_masks_;
 };
 
 }  // namespace
