@@ -283,15 +283,18 @@ class HardwareProfile:
         at 85-96 GB/s, the L3's rate; of 24, 32 and 128 MB at 51, 46 and 33, main memory's
         coming in). Without those facts, the whole level; None: a profile without caches."""
         caches = [lv for lv in self.memory if lv.size_bytes is not None]
-        facts = self.extra.get("caches") or []
-        if not caches or len(facts) != len(caches):
-            return caches[-1] if caches else None
-        last, size = facts[-1], facts[-1]["size_bytes"]
-        cpus_per_core = self.extra["logical_cpus"] / self.extra["cores_available"]
-        cores_sharing = max(1.0, last["cpus_sharing"] / cpus_per_core)
-        share = size * min(last["instances"], self.extra["cores"] / cores_sharing)
-        below = caches[-1].size_bytes - size * last["instances"]  # the levels before it
-        return dataclasses.replace(caches[-1], size_bytes=below + round(share))
+        if not caches:
+            return None
+        llc, facts, extra = caches[-1], self.extra.get("caches") or [], self.extra
+        try:  # the facts as host detection writes them; anything else: the whole level
+            last = facts[-1] if len(facts) == len(caches) else {}
+            size, instances = last["size_bytes"], last["instances"]
+            cpus_per_core = extra["logical_cpus"] / extra["cores_available"]
+            share = size * min(instances, extra["cores"] * cpus_per_core / last["cpus_sharing"])
+        except (KeyError, TypeError, ZeroDivisionError):
+            return llc
+        below = llc.size_bytes - size * instances  # the levels before it
+        return dataclasses.replace(llc, size_bytes=below + round(share)) if below >= 0 else llc
 
     def weights_level(self, run_bytes: float) -> MemoryLevel:
         """Where a network's kernels fetch their weights from, read one run ago, when a run

@@ -50,6 +50,16 @@ def test_a_run_has_its_share_of_a_shared_last_level_cache(
     assert llc.size_bytes == L1 + L2 + l3_share  # the private levels, then the share
 
 
+def test_cache_facts_not_as_host_detection_writes_them_give_the_whole_level() -> None:
+    """A profile file's [extra] caches without a field, or fewer than its cache levels."""
+    hw = _profile(cores=1)
+    for caches in ([{"level": 3, "size_bytes": L3}], [{k: v for k, v in fact.items()
+                                                       if k != "cpus_sharing"}
+                                                      for fact in hw.extra["caches"]]):
+        partial = dataclasses.replace(hw, extra={**hw.extra, "caches": caches})
+        assert partial.llc_share == hw.memory[2]  # L1 + L2 + all of the L3
+
+
 def test_weights_come_from_the_cache_only_when_the_run_fits_its_share() -> None:
     hw = _profile(cores=1)
     share = L1 + L2 + L3 // 2
