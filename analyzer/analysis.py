@@ -513,7 +513,7 @@ def group_cost(mg: ModelGraph, group: Group, node_costs: dict[str, NodeCost],
                 outside_inputs.append(t)
         for t in info.outputs:
             name = t.name
-            if name in graph_outputs or any(u not in members for u in consumers.get(name, ())):
+            if name in graph_outputs or not members.issuperset(consumers.get(name, ())):
                 outputs.append(t)
     try:
         read, written = _tensor_bytes(outside_inputs), _tensor_bytes(outputs)
