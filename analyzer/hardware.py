@@ -94,7 +94,8 @@ SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "d
                "skip_normalization": "normalization", "softmax": "normalization",
                "softmax_int8": "normalization",
                "elementwise_int8": "elementwise", "gelu": "elementwise", "quantize": "elementwise",
-               "dequantize": "elementwise", "reorder": "data_movement",
+               "dequantize": "elementwise", "reduce_squares": "reduce",
+               "reorder": "data_movement",
                "blocked_transpose": "data_movement"}
 # MLAS's blocked copies, which shuffle vectors between planes rather than stream: ORT's NCHWc
 # layout changes (ReorderInput / ReorderOutput) and its Transpose that moves one axis past the

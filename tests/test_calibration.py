@@ -280,6 +280,35 @@ def test_an_attention_benchmark_is_timed_as_its_products_without_the_softmax() -
     assert measure.without_softmax(plain) is plain
 
 
+@pytest.mark.parametrize(("op", "cls"), [("ReduceL2", "reduce_squares"),
+                                         ("ReduceSumSquare", "reduce_squares"),
+                                         ("ReduceMean", "reduce")])
+def test_a_sum_of_squares_is_a_reduction_class_of_its_own(op: str, cls: str) -> None:
+    """ORT runs ReduceL2 / ReduceSumSquare over [32, 48]'s rows as one kernel of that op,
+    sqrt(Σx²) / Σx² by numpy; our kernel is class `reduce_squares` (ReduceMean stays
+    `reduce`). Calibrated, its curve is read; without one, its parent's, `reduce`: the
+    estimate of a calibration that predates the class is unchanged."""
+    from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+
+    model = catalogue.row_op(op, 32, 48).build()
+    assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [op]
+    x = np.random.default_rng(0).standard_normal((32, 48), np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = {"ReduceL2": np.sqrt((x * x).sum(-1, keepdims=True)),
+                "ReduceSumSquare": (x * x).sum(-1, keepdims=True),
+                "ReduceMean": x.mean(-1, keepdims=True)}[op]
+    np.testing.assert_allclose(session.run(None, {"X": x})[0], expected, rtol=1e-5)
+    result = measure.analyze(model)
+    (group,) = result.groups
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    (kernel,) = ort_kernels(result.graph, group, costs, 16)
+    assert kernel.cls == cls
+    cal = _calibration(curves={**_calibration().curves, "reduce": Curve(0.05)})
+    assert cal.curve(cls).e_max == 0.05
+    own = dataclasses.replace(cal, curves={**cal.curves, "reduce_squares": Curve(0.01)})
+    assert own.curve(cls).e_max == (0.01 if cls == "reduce_squares" else 0.05)
+
+
 def test_a_residual_layer_norm_is_one_skip_normalization_kernel() -> None:
     """Add + LayerNormalization is one group of ours and, as ORT's profile shows, one
     SkipLayerNormalization kernel: the kernel model costs it as one kernel of its own class,

@@ -233,17 +233,19 @@ def pool(op: str, channels: int, size: int, kernel: int = 3, stride: int = 2,
 
 
 def row_op(op: str, rows: int, cols: int, tier: int = 1) -> Bench:
-    """LayerNormalization, Softmax or ReduceMean over the last axis of [rows, cols]."""
+    """LayerNormalization, Softmax or a reduction (ReduceMean, ReduceL2, ReduceSumSquare)
+    over the last axis of [rows, cols]."""
+    reduction = op.startswith("Reduce")
     if op == "LayerNormalization":
         node = helper.make_node(op, ["X", "G", "Bt"], ["Y"], axis=-1)
         consts = [_const("G", (cols,)), _const("Bt", (cols,))]
-    elif op == "ReduceMean":
+    elif reduction:
         node = helper.make_node(op, ["X"], ["Y"], axes=[-1], keepdims=1)
         consts = []
     else:
         node = helper.make_node(op, ["X"], ["Y"], axis=-1)
         consts = []
-    out = (rows, 1) if op == "ReduceMean" else (rows, cols)
+    out = (rows, 1) if reduction else (rows, cols)
     return Bench(f"{op} {rows}x{cols}", lambda: _model(
         [node], [("X", (rows, cols))], ("Y", out), consts), tier,
         _work(8 * rows * cols, 8 * rows * cols))
@@ -452,6 +454,9 @@ def _vector() -> list[Bench]:
             row_op("Softmax", 512, 64), row_op("Softmax", 256, 256), row_op("Softmax", 64, 1024),
             row_op("Softmax", 2048, 128), row_op("ReduceMean", 1024, 256),
             row_op("ReduceMean", 64, 4096), row_op("ReduceMean", 4096, 32),
+            # Sums of squares (a GRN's or F.normalize's ReduceL2) over a channel's plane.
+            row_op("ReduceL2", 128, 2304), row_op("ReduceL2", 512, 576),
+            row_op("ReduceL2", 1024, 144), row_op("ReduceSumSquare", 256, 1024),
             batch_norm(128, 24), batch_norm(256, 12), skip_norm(96, 192, 0), skip_norm(48, 384),
             skip_norm(384, 96), skip_norm(24, 768)]
     return out
