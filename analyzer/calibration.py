@@ -58,10 +58,10 @@ What it holds:
   one kernel over and over, its weights hot; in a network each weight is read once per
   inference. The calibrated profile carries it as `runtime.cold_weight_gbps`, and
   `estimate_model` adds each kernel's weight fetch at that rate (`cold_weights`), or, for a
-  network whose run moves less than its share of the last-level cache, at that cache's
+  network whose run touches less than its share of the last-level cache, at that cache's
   bandwidth (`HardwareProfile.weights_level`: its weights are still there from the last run;
-  the chains, 17-19 MB of weights each, move 24-36 MB a run as the estimator counts it,
-  more than a one-thread run's 17 MB share here). A file without it reads 0 (not measured:
+  the chains, 17-19 MB of weights each, touch 21-26 MB a run with their activations, more
+  than a one-thread run's 17.9 MB share here). A file without it reads 0 (not measured:
   nothing added).
 - `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, and a broadcasting
   elementwise op per span it makes a vector call for, beyond the bytes at the bandwidth

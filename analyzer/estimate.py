@@ -31,9 +31,8 @@ Kernels of a runtime: a profile calibrated through a runtime (`runtime.name`) is
 the kernels that runtime's `KernelModel` runs for the groups (`analyzer.runtimes`), each by
 the roofline above (`cost_kernels`); an uncalibrated profile runs one kernel per group.
 
-Two refinements per kernel, where a calibration measured them: its weights' fetch, one run
-after their last read (`cold_weights`), and float32 denormal operands (`denormal_slowed`).
-"""
+Refinements where a calibration measured them: weights fetched one run after their last read
+(`cold_weights`), float32 denormal operands (`denormal_slowed`)."""
 
 from __future__ import annotations
 
@@ -49,6 +48,7 @@ from .fusion import Group
 from .graph import ModelGraph
 from .hardware import HardwareProfile, MemoryLevel, Precision, precision_for
 from .loader import LoadedModel
+from .memory import touched_bytes
 from .runtimes import Kernel, KernelShape, kernel_model, roofline_kernel
 
 if TYPE_CHECKING:
@@ -226,16 +226,15 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
 
 def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
                  precision: Precision, source: MemoryLevel | None = None) -> GroupEstimate:
-    """A kernel of a network whose weights were last read one run ago, on a profile whose
-    calibration measured that fetch (`runtime.cold_weight_gbps`): fetching W weight bytes from
-    `source` (main memory, or the last-level cache where the run's traffic fits it:
-    `weights_level`) serializes with its arithmetic but overlaps its stalls, latency_s =
+    """A kernel whose weights were last read one run ago, where a calibration measured that
+    fetch (`runtime.cold_weight_gbps`): W bytes from `source` (`weights_level`: main memory,
+    or the last-level cache) serialize with its arithmetic but overlap its stalls, latency_s =
     max(latency_s, work_s + overhead_s + W / rate), work_s its FLOPs at its class's best
-    efficiency; their energy at the source's pJ/byte. From main memory the rate is the
+    efficiency; their energy at the source's pJ/byte. The rate from main memory: the
     calibrated one for a compute-bound convolution (`backends.calibrate.measure`'s Conv
-    chains), main memory's bandwidth for a kernel below its ridge point (a GEMV: a stream the
-    prefetchers run ahead of; Zen 5, ORT 1.31: a decoder step's 4-64 MB MatMuls at 36-41 GB/s,
-    DRAM 41.7); from the cache, the cache's bandwidth."""
+    chains), its bandwidth below its ridge point (a GEMV: a stream the prefetchers run ahead
+    of; Zen 5, ORT 1.31: a decoder's 4-64 MB MatMuls at 36-41 GB/s, DRAM 41.7); from the
+    cache, its bandwidth."""
     gbps = hw.runtime.cold_weight_gbps
     weights = cost.param_bytes * precision.byte_scale
     if gbps <= 0 or not weights:
@@ -287,12 +286,13 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
     each group costed as the kernels the profile's runtime runs for it (`analyzer.runtimes`:
     one kernel per group on an uncalibrated profile), at `precision`: a what-if of an fp32
     graph, or GRAPH, each group at its own (`group_precisions`; float32 where not given);
-    weights from where the run's traffic leaves them (`HardwareProfile.weights_level`)."""
+    weights from where the run's footprint leaves them (`HardwareProfile.weights_level`)."""
     at = precision_for(precision, group_precisions or {})
     eff = efficiency or constant_efficiency(hw)
     kernels = kernel_model(hw.runtime.name).kernels(mg, groups, node_costs, group_costs, hw, model)
-    source = hw.weights_level(sum((k.cost.bytes_read + k.cost.bytes_written) * at(g).byte_scale
-                                  for g, ks in kernels.items() for k in ks or ()))
+    acts = None if model is None else touched_bytes(mg, groups, model.tensors)  # as stored
+    source = hw.main_memory if acts is None else hw.weights_level(acts + sum(
+        k.cost.param_bytes * at(g).byte_scale for g, ks in kernels.items() for k in ks or ()))
     out = {g: None if ks is None else cost_kernels(ks, hw, at(g), eff, source)
            for g, ks in kernels.items()}
     known = [e for e in out.values() if e is not None]

@@ -299,15 +299,17 @@ class HardwareProfile:
 
     def weights_level(self, run_bytes: float) -> MemoryLevel:
         """Where a network's kernels fetch their weights from, read one run ago, when a run
-        moves `run_bytes` (every kernel's reads and writes, weights included): the last-level
-        cache when they fit the run's share of it (`llc_share`), main memory otherwise. The
-        traffic bounds what a run touches, and ORT's CPU runs touch far more than the peak of
-        live activations says: ShuffleNet-V2's 8.7 MB of weights and 1.7 MB of live
-        activations fit that share, but it moves 45 MB a run, and ORT's profile reads its 4 MB
-        classifier at 36 GB/s, main memory's rate (a small Qwen2's decode step, 14.7 MB moved:
-        85 GB/s, the L3's). Approximation, signed: where a runtime reuses a few buffers, the
-        weights outlive more traffic than this says (8 MB of GEMVs beside Relus moving 32 MB
-        through 1 MB buffers: mostly from the L3; through fresh ones, 16 MB: from DRAM)."""
+        touches `run_bytes` (the weights its kernels read plus every tensor it materializes,
+        each once: `memory.touched_bytes`): the last-level cache when they fit the run's share
+        of it (`llc_share`), main memory otherwise. Measured (Zen 5, ORT 1.31, one thread):
+        a small Qwen2's decode step touches 10-12 MB at contexts 128-1024 and ORT reads its
+        weights at the L3's 80-85 GB/s at all of them, its time growing smoothly with the KV
+        cache (it moves 12-24 MB: counting each read and write, the KV copies of its 8 query
+        heads over 2 KV heads put a cliff at context 640 that the measurements do not have);
+        ShuffleNet-V2 touches 34 MB (its peak of live activations is 1.7 MB) and reads its 4
+        MB classifier at 36 GB/s, main memory's rate. Approximation, signed: a runtime whose
+        arena reuses buffers touches less (8 MB of GEMVs beside 32 Relu / Neg stages through
+        1 MB buffers come mostly from the L3), so it can land in main memory when it is not."""
         llc = self.llc_share
         if llc is not None and llc.size_bytes is not None and run_bytes <= llc.size_bytes:
             return llc

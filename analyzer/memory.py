@@ -53,8 +53,7 @@ def activation_peak_bytes(mg: ModelGraph, groups: list[Group],
     delta = [0] * (len(groups) + 1)
     try:
         for name, (start, end) in boundary_lifetimes(mg, groups).items():
-            info = tensors.get(name)
-            size = info.nbytes if info is not None else _unknown(name)
+            size = _nbytes(tensors, name)
             delta[start] += size
             delta[end + 1] -= size
     except UnknownShape:
@@ -62,5 +61,19 @@ def activation_peak_bytes(mg: ModelGraph, groups: list[Group],
     return max(accumulate(delta[:-1]), default=0)
 
 
-def _unknown(name: str) -> int:
-    raise UnknownShape(name)
+def touched_bytes(mg: ModelGraph, groups: list[Group],
+                  tensors: dict[str, TensorInfo]) -> int | None:
+    """Every boundary tensor's bytes, each once: what a run's activations touch when each has
+    a buffer of its own (an upper bound where a runtime reuses buffers: the estimator's
+    `HardwareProfile.weights_level` reads it); None when some size is unknown."""
+    try:
+        return sum(_nbytes(tensors, name) for name in boundary_lifetimes(mg, groups))
+    except UnknownShape:
+        return None
+
+
+def _nbytes(tensors: dict[str, TensorInfo], name: str) -> int:
+    info = tensors.get(name)
+    if info is None:
+        raise UnknownShape(name)
+    return info.nbytes

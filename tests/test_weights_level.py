@@ -1,5 +1,5 @@
 """Where a network's kernels re-read their weights from, one run after the last: the last-level
-cache when everything a run moves fits the run's share of it, main memory otherwise
+cache when everything a run touches fits the run's share of it, main memory otherwise
 (`HardwareProfile.llc_share`, `weights_level`, `estimate.cold_weights`), each by hand."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import onnxlens
 from onnxlens.analyzer.calibration import constant_efficiency
 from onnxlens.analyzer.estimate import estimate_group, peak_seconds
 from onnxlens.analyzer.hardware import HardwareProfile, MemoryLevel, Runtime, load_profile, what_if
+from onnxlens.analyzer.memory import touched_bytes
 
 KIB, MIB = 1024, 1024 * 1024
 L1, L2, L3 = 64 * KIB, 1 * MIB, 32 * MIB  # one instance each
@@ -89,19 +90,20 @@ def _gemv_chain() -> onnxlens.AnalysisResult:
 
 @pytest.mark.parametrize(("cores", "level"), [(1, "DRAM"), (2, "L3")])
 def test_a_small_network_re_reads_its_weights_from_the_cache(cores: int, level: str) -> None:
-    """Each GEMV reads its 256 KiB weight and a 1 KiB row and writes a 1 KiB row: a run moves
-    12 x (262,144 + 2,048) = 3,170,304 bytes. Under an L3 of 2 MiB shared by two cores, a run
+    """A run touches the GEMVs' 12 x 262,144 bytes of weights and 13 rows of 1 KiB (the input
+    and each GEMV's output): 3,159,040 bytes. Under an L3 of 2 MiB shared by two cores, a run
     on one has 64 KiB + 1 MiB + 1 MiB = 2,162,688 bytes: its GEMVs stream their weights from
     DRAM; on both, 3,211,264 bytes: from the L3, at its bandwidth. Each GEMV (0.5 FLOP per
     byte) is under DRAM's ridge, so either way its fetch is at the level's bandwidth, after
     its work: max(hot, work + launch + 262,144 B / bandwidth)."""
     hw = _profile(cores, l3=2 * MIB)
     r = _gemv_chain()
-    moved = sum(nc.cost.bytes_read + nc.cost.bytes_written for nc in r.group_costs.values())
-    assert moved == LAYERS * (WIDTH * WIDTH * 4 + 2 * WIDTH * 4) == 3_170_304
+    assert touched_bytes(r.graph, r.groups, r.model.tensors) == (LAYERS + 1) * WIDTH * 4
+    touched = LAYERS * WIDTH * WIDTH * 4 + (LAYERS + 1) * WIDTH * 4
+    assert touched == 3_159_040
     eff, fp32 = constant_efficiency(hw), what_if("fp32")
     source = next(lv for lv in hw.memory if lv.name == level)
-    assert hw.weights_level(moved) == source
+    assert hw.weights_level(touched) == source
     est = r.estimate(hw, "fp32", eff)
     for g in r.groups:
         cost = r.group_costs[g.id].cost
@@ -113,3 +115,21 @@ def test_a_small_network_re_reads_its_weights_from_the_cache(cores: int, level: 
         assert got is not None
         assert got.latency_s == pytest.approx(max(hot.latency_s, work + hot.overhead_s + fetch))
         assert str(got.bound) == f"memory:{level}"  # the fetch, longer than the launch
+
+
+def test_a_tensor_read_by_many_kernels_is_touched_once() -> None:
+    """x [1, 256] read by 12 MatMuls (12 KiB read in all, as a KV cache is copied once per
+    query head) is 1 KiB touched; their 12 outputs, 12 KiB."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((WIDTH, WIDTH), np.float32),
+                                       f"w{i}") for i in range(LAYERS)]
+    row = [1, WIDTH]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"]) for i in range(LAYERS)], "fan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, row)],
+        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, row) for i in range(LAYERS)],
+        weights)
+    r = onnxlens.analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    reads = sum(nc.cost.bytes_read - nc.cost.param_bytes for nc in r.group_costs.values())
+    assert reads == LAYERS * WIDTH * 4
+    assert touched_bytes(r.graph, r.groups, r.model.tensors) == (1 + LAYERS) * WIDTH * 4
