@@ -6,8 +6,10 @@ import dataclasses
 import math
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import onnxlens
 from onnxlens.analyzer.calibration import constant_efficiency, resolve_target
@@ -453,6 +455,37 @@ def test_convolution_classes() -> None:
     assert ort_conv_path(conv([64, 16, 3, 3], 4), 16) == ("grouped_conv", "nchwc", "nchwc")
     assert ort_conv_path(conv([64, 8, 3, 3], 8), 8) == ("grouped_conv", "nchwc", "nchwc")
     assert ort_conv_path(conv([96, 24, 3, 3], 4), 16) == ("grouped_conv", "nchw", "nchw")
+
+
+@pytest.mark.parametrize(("multiplier", "nchwc"), [(1, True), (2, False), (4, False)])
+def test_a_depthwise_conv_with_a_channel_multiplier_is_a_plain_conv(
+        tmp_path: Path, multiplier: int, nchwc: bool) -> None:
+    """A Conv over 32 groups of one input channel each, `multiplier` output channels per group
+    ([32 x multiplier, 1, 3, 3], FastViT's downsampling with 2): ORT's NchwcTransformer takes
+    it only with one output channel per group; with more it is a plain Conv in ORT's optimized
+    graph, ours `grouped_conv` on the NCHW path: 32 groups of M = multiplier, K = 9, N = 196
+    output pixels, N >= K and 64 >= 9 so StrideN doubles to 1024 (StrideK 16): one GEMM call
+    per group."""
+    import onnxruntime as ort
+
+    cout = 32 * multiplier
+    w = numpy_helper.from_array(np.ones((cout, 1, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], group=32, kernel_shape=[3, 3],
+                          pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, 14, 14])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    [theirs] = [n for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node if n.op_type == "Conv"]
+    assert (theirs.domain == "com.microsoft.nchwc") == nchwc
+    [head] = onnxlens.analyze(model).graph.infos.values()
+    assert ort_conv_path(head, 16) == (("depthwise", "nchwc", "nchwc") if nchwc
+                                       else ("grouped_conv", "nchw", "nchw"))
+    if not nchwc:
+        assert group_gemms(head) == (32, _reuse(multiplier, 9, 196))
 
 
 def _conv_info(w: tuple[int, ...], y: tuple[int, ...], **attrs: object) -> NodeInfo:

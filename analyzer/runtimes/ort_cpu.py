@@ -140,10 +140,14 @@ def activation_passes(mg: ModelGraph, nodes: Iterable[str], in_kernel: bool) -> 
 def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
     """(class, layout read, layout written) of a Conv as ORT's NCHWc transformer places it (`block`:
     the NCHWc block in channels). A dense or depthwise Conv whose output channels are a multiple of
-    4 runs as an NCHWc kernel; a dense one reads plain NCHW when its input channels are not a
-    multiple of 4 (the stem) or fewer than a block (its filter then in MLAS's OIHWBo form,
-    NchwcTransformer: RepGhostNet's 1x1 Convs from 4, 8 and 12 channels, each after a ReorderOutput
-    in ORT's optimized graph); a grouped Conv does when its groups' input and output channels are
+    4 runs as an NCHWc kernel (a depthwise one only with one output channel per group: with a
+    channel multiplier, FastViT's downsampling [2C, 1, 7, 7] over C groups, it stays a plain
+    Conv in ORT's optimized graph, measured 6-10x slower than the NCHWc rate said: C = 48 at
+    56x56, stride 2, 353 us, estimated 59); a dense one reads plain NCHW when its input
+    channels are not a multiple of 4 (the stem) or fewer than a block (its filter then in
+    MLAS's OIHWBo form, NchwcTransformer: RepGhostNet's 1x1 Convs from 4, 8 and 12 channels,
+    each after a ReorderOutput in ORT's optimized graph); a grouped Conv does when its groups'
+    input and output channels are
     whole blocks, as one convolution per group. Other grouped Convs and odd channel counts stay on
     the NCHW path (MlasConv: im2col and GEMMs): a dense Conv there runs at a dense Conv's rate
     (`conv`). A grouped Conv on either path, and a depthwise one on the NCHW path, is many small
@@ -160,7 +164,7 @@ def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
     if cls == "grouped_conv":
         layout = NCHW if cin_per_group % block or (cout // groups) % block else NCHWC
         return "grouped_conv", layout, layout
-    if cls == "depthwise" and cout % 4:
+    if cls == "depthwise" and (cout % 4 or cout != groups):
         return "grouped_conv", NCHW, NCHW
     if cout % 4:
         return cls, NCHW, NCHW
