@@ -103,6 +103,7 @@ def _connect(ray: Any, address: str | None) -> str | None:
 # the raylet's agents, which ray.init waits for. A Ray without these methods starts them all.
 UNUSED_HEAD_PROCESSES = ("start_api_server", "start_monitor", "start_log_monitor")
 REGISTERED_POLL_S = 0.02
+RAYLET_START_WAIT_S = 30  # Ray's own limit (raylet_start_wait_time_s) for the registration
 
 
 @contextmanager
@@ -130,11 +131,11 @@ def _registered_first(ray: Any, get_node: Callable[[str, str], Any]
     """Ray's `get_node`, called once the node has registered with the GCS. Ray's own (C++
     GlobalStateAccessor::GetNode) sleeps a whole second after each miss, and the raylet, which
     waits for its agents, registers 1-2 s after it starts: up to 0.9 s lost. This asks every
-    20 ms (Ray's own 30-s limit still applies in get_node)."""
+    20 ms; past Ray's limit, `get_node` gives Ray's own error."""
     def get_registered_node(gcs_address: str, node_id: str) -> Any:
         client = ray._raylet.GcsClient(address=gcs_address)
         node = ray.NodeID.from_hex(node_id)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + RAYLET_START_WAIT_S
         while node not in client.get_all_node_info(timeout=5) and time.monotonic() < deadline:
             time.sleep(REGISTERED_POLL_S)
         return get_node(gcs_address, node_id)
