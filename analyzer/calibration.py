@@ -130,8 +130,8 @@ from .host import detect_cpu, host_profile, replace_measured
 
 SCHEMA = "onnxlens-calibration/2"  # 2: level factors scale i_half; grouped_conv; backend
 # Op classes with multiply-accumulates get a curve of their own; the others use `elementwise`.
-MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "gemm", "attention", CONV_UNPACKED,
-               *INT8_CLASSES)
+MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "grouped_conv_nchwc", "gemm", "attention",
+               CONV_UNPACKED, *INT8_CLASSES)
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
 OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "softmax", "softmax_int8",

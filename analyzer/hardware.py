@@ -87,7 +87,8 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
               "pool", "reduce", "data_movement")
 # Finer classes a calibration may measure; a profile without them uses the class given here
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
-SUBCLASS_OF = {"grouped_conv": "conv", "conv_int8": "conv", "depthwise_int8": "depthwise",
+SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8": "conv",
+               "depthwise_int8": "depthwise",
                "gemm_int8": "gemm", "conv_integer": "conv", "gemm_s8s8": "gemm",
                "grouped_conv_integer": "conv",
                "gemm_nbits": "gemm", "conv_int8_im2col": "conv", "conv_unpacked": "conv",

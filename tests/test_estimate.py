@@ -451,9 +451,10 @@ def test_convolution_classes() -> None:
     assert ort_conv_path(conv([58, 1, 3, 3], 58), 16) == ("grouped_conv", "nchw", "nchw")
     assert ort_conv_path(conv([64, 8, 3, 3], 8), 16) == ("grouped_conv", "nchw", "nchw")
     assert ort_conv_path(conv([64, 1, 3, 3], 64), 16) == ("depthwise", "nchwc", "nchwc")
-    # Grouped: NCHWc when each group's channels fill whole blocks (16 here, 8 on AVX2).
-    assert ort_conv_path(conv([64, 16, 3, 3], 4), 16) == ("grouped_conv", "nchwc", "nchwc")
-    assert ort_conv_path(conv([64, 8, 3, 3], 8), 8) == ("grouped_conv", "nchwc", "nchwc")
+    # Grouped: NCHWc when each group's channels fill whole blocks (16 here, 8 on AVX2), a class
+    # of its own (MLAS's NCHWc kernel per group, no im2col).
+    assert ort_conv_path(conv([64, 16, 3, 3], 4), 16) == ("grouped_conv_nchwc", "nchwc", "nchwc")
+    assert ort_conv_path(conv([64, 8, 3, 3], 8), 8) == ("grouped_conv_nchwc", "nchwc", "nchwc")
     assert ort_conv_path(conv([96, 24, 3, 3], 4), 16) == ("grouped_conv", "nchw", "nchw")
 
 

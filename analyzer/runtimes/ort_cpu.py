@@ -102,6 +102,13 @@ _ERF_GELUS = frozenset({"Gelu", "BiasGelu"})
 # 233 us against 29): a class of its own, calibrated (`catalogue.row_op`). ConvNeXt-V2's GRN
 # norms (12 in Atto) were estimated at 0.2-0.6 of their time.
 REDUCE_SQUARES = "reduce_squares"
+# A grouped Conv whose groups' channels are whole NCHWc blocks: MLAS's NCHWc convolution kernel,
+# one direct convolution per group (no im2col), measured (ORT 1.31, 1 thread, Zen 5) at 0.6
+# of peak (16 channels per group, 128 at 24x24: 130 us), where the NCHW path's im2col and
+# small GEMMs (8 channels per group and fewer, a depthwise Conv with odd channels) run at 0.1-
+# 0.25: fitted on both, one `grouped_conv` curve read the first 2.2-3.6x slow and the second
+# 26-33% fast. A class of its own, a `conv` to a calibration without it.
+GROUPED_CONV_NCHWC = "grouped_conv_nchwc"
 _SQUARE_REDUCTIONS = frozenset({"ReduceL2", "ReduceSumSquare"})
 # An elementwise kernel between DQs and a Q (QDQ Add, Mul; QLinearAdd, QLinearMul nodes):
 # ORT's QLinearAdd / QLinearMul work on the uint8 values (MLAS), measured 5 us for a ResNet
@@ -151,7 +158,8 @@ def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
     whole blocks, as one convolution per group. Other grouped Convs and odd channel counts stay on
     the NCHW path (MlasConv: im2col and GEMMs): a dense Conv there runs at a dense Conv's rate
     (`conv`). A grouped Conv on either path, and a depthwise one on the NCHW path, is many small
-    problems, one or more per group (`grouped_conv`, fitted apart and read per call, `group_gemms`):
+    problems, one or more per group, read per call (`group_gemms`): `grouped_conv` on the NCHW
+    path, `grouped_conv_nchwc` on the NCHWc one (`GROUPED_CONV_NCHWC`), each fitted apart:
     measured on AVX2 (block 8), 8 channels per group run at half a dense Conv's rate on the NCHWc
     path. Probed on ORT 1.31 with AVX-512 (block 16): 8, 12 and 24 channels per group NCHW, 16, 32
     and 48 NCHWc; on AVX2 (block 8) all multiples of 8 NCHWc."""
@@ -162,8 +170,9 @@ def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
     cout, cin_per_group = w.dims[0], w.dims[1]
     groups = info.attr("group", 1)
     if cls == "grouped_conv":
-        layout = NCHW if cin_per_group % block or (cout // groups) % block else NCHWC
-        return "grouped_conv", layout, layout
+        if cin_per_group % block or (cout // groups) % block:
+            return "grouped_conv", NCHW, NCHW
+        return GROUPED_CONV_NCHWC, NCHWC, NCHWC
     if cls == "depthwise" and (cout % 4 or cout != groups):
         return "grouped_conv", NCHW, NCHW
     if cout % 4:
@@ -888,7 +897,8 @@ def _conv_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, C
             activation_passes(mg, nodes, True)), calls=calls, reuse=reuse), costs)
     if cls == "conv" and not constant_input(mg, head, 1):  # weights made at run time
         cls, reads, writes = CONV_UNPACKED, NCHW, NCHW
-    calls, reuse = group_gemms(head, reads == NCHW) if cls == "grouped_conv" else (1, 0.0)
+    calls, reuse = (group_gemms(head, reads == NCHW) if cls in ("grouped_conv", GROUPED_CONV_NCHWC)
+                    else (1, 0.0))
     kernel = kernel_of(mg, nodes, costs, cls, reads, writes,
                        open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
                        reuse=reuse, calls=calls,
