@@ -31,9 +31,13 @@ def _live_children() -> set[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_local_ray_instance_started_used_and_stopped(models: dict[str, Path],  # noqa: F811
-                                                     tmp_path: Path) -> None:
+                                                     tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized(), "a Ray instance is joined already: nothing would start"
+    # the address `ray start` (or a live ray.cluster_utils.Cluster) leaves for ray.init() to
+    # join: the sweep starts its own instance all the same
+    monkeypatch.setattr(ray._private.utils, "read_ray_address", lambda *_: "127.0.0.1:9")
     base = _spec(models["small"], models["big"])
     run_sweep(parse_spec(base), tmp_path / "local")
     before = _live_children()  # the process pool's resource tracker stays

@@ -89,8 +89,10 @@ def _connect(ray: Any, address: str | None) -> str | None:
         ray.init(address=address or os.environ["RAY_ADDRESS"], **quiet)
         return "joined"
     with _lean_start(ray):
-        ray.init(num_cpus=_cpus(), resources={TIMING_SLOT: 1}, include_dashboard=False,
-                 **quiet)
+        # "local": a new instance, even where `ray start` (or a ray.cluster_utils.Cluster)
+        # has left its address for ray.init() to join (which then refused num_cpus)
+        ray.init(address="local", num_cpus=_cpus(), resources={TIMING_SLOT: 1},
+                 include_dashboard=False, **quiet)
     return "started"
 
 
