@@ -235,16 +235,20 @@ class ConvKernel : public XyKernel {
     const int64_t work = planes * ohw * g_.kh * g_.kw;
     pool.for_range(planes, pool.chunk_for(planes),
                    [&](int tid, int64_t begin, int64_t end) {
-      const Range r{begin, end};
-      for (int64_t p = r.begin; p < r.end; ++p) {
+      float* scratch = ws.get(tid);
+      // Set up once, then per plane its pointers and constants: on 7x7 planes of 960
+      // channels the whole set-up per plane was 9% of the samples.
+      DepthwiseArgs a{nullptr, nullptr, nullptr, g_.H, g_.W, g_.OH, g_.OW, g_.kh, g_.kw,
+                      g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw,
+                      scratch + epilogue_.scratch_floats(), dw_fused_, 1.0f, 0.0f, fast_.lo,
+                      fast_.hi, flat_masks_.empty() ? nullptr : flat_masks_.data()};
+      const bool scaled = dw_fused_ && !fast_.row_scale.empty();
+      for (int64_t p = begin; p < end; ++p) {
         const int64_t c = p % g_.C;
-        float* scratch = ws.get(tid);
-        DepthwiseArgs a{x_.f32() + p * g_.H * g_.W, y_.f32() + p * ohw,
-                        w_ + c * g_.kh * g_.kw, g_.H, g_.W, g_.OH, g_.OW, g_.kh,
-                        g_.kw, g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw,
-                        scratch + epilogue_.scratch_floats(), dw_fused_, 1.0f, 0.0f, fast_.lo,
-                        fast_.hi, flat_masks_.empty() ? nullptr : flat_masks_.data()};
-        if (dw_fused_ && !fast_.row_scale.empty()) {
+        a.in = x_.f32() + p * g_.H * g_.W;
+        a.out = y_.f32() + p * ohw;
+        a.w = w_ + c * g_.kh * g_.kw;
+        if (scaled) {
           a.scale = fast_.row_scale[static_cast<size_t>(c)];
           a.bias = fast_.row_bias[static_cast<size_t>(c)];
         }
