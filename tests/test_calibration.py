@@ -312,13 +312,15 @@ def test_a_sum_of_squares_is_a_reduction_class_of_its_own(op: str, cls: str) -> 
 @pytest.mark.parametrize(("bench", "cls", "calls"), [
     (catalogue.conv(128, 128, 24, 3, 1, 8), "grouped_conv_nchwc", 8),  # 16 channels a group
     # 8 channels a group: M = 8, K = 72, N = 48 x 48 in slices of 128, 18 GEMMs a group
-    (catalogue.conv(64, 64, 48, 3, 1, 8), "grouped_conv", 8 * 18)])
+    (catalogue.conv(64, 64, 48, 3, 1, 8), "grouped_conv", 8 * 18),
+    # quantized, ORT's NHWC QLinearConv: no NCHWc path, the class it had before
+    (catalogue.quantized(catalogue.conv(128, 128, 24, 3, 1, 8), "qdq"), "grouped_conv", 1)])
 def test_a_grouped_conv_benchmark_is_read_at_its_path(bench: catalogue.Bench, cls: str,
                                                       calls: int) -> None:
     """A grouped Conv whose groups are whole NCHWc blocks (16 channels on AVX-512) is ORT's
     NCHWc kernel, one per group, class `grouped_conv_nchwc`; with 8 channels a group it is
-    the NCHW path's im2col and GEMMs, `grouped_conv`. A calibration without the first class
-    reads it at `conv`'s curve."""
+    the NCHW path's im2col and GEMMs, `grouped_conv`; quantized, a QLinearConv, never on the
+    NCHWc path. A calibration without the first class reads it at `conv`'s curve."""
     point = measure._point(bench.name, bench.build(), 1e-4, 0.0, 0.0,
                            measure._kernels_of(ORT_CPU, host_profile(1)))
     assert point is not None and (point.op_class, point.calls) == (cls, calls)

@@ -884,7 +884,7 @@ def _conv_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, C
     head = mg.info(nodes[0])
     cls, reads, writes = ort_conv_path(head, block)
     if _integer_macs(mg, head):  # no NCHWc reorders; a QLinearConv NHWC (`nhwc_conv`)
-        cls = INT8_CLASS.get(cls, cls)
+        cls = INT8_CLASS.get(cls, "grouped_conv" if cls == GROUPED_CONV_NCHWC else cls)
         if head.op_type == "ConvInteger":  # `grouped_conv_integer`: the class's comment
             cls = GROUPED_CONV_INTEGER if head.attr("group", 1) > 1 else CONV_INTEGER
         cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else cls
