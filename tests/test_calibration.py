@@ -286,8 +286,10 @@ def test_an_attention_benchmark_is_timed_as_its_products_without_the_softmax() -
 def test_a_sum_of_squares_is_a_reduction_class_of_its_own(op: str, cls: str) -> None:
     """ORT runs ReduceL2 / ReduceSumSquare over [32, 48]'s rows as one kernel of that op,
     sqrt(Σx²) / Σx² by numpy; our kernel is class `reduce_squares` (ReduceMean stays
-    `reduce`). Calibrated, its curve is read; without one, its parent's, `reduce`: the
-    estimate of a calibration that predates the class is unchanged."""
+    `reduce`), on ORT's kernel model and the native executor's (`node_class`). Calibrated,
+    its curve is read; without one, its parent's, `reduce`: the estimate of a calibration
+    that predates the class is unchanged."""
+    from onnxlens.analyzer.runtimes import node_class
     from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
 
     model = catalogue.row_op(op, 32, 48).build()
@@ -302,7 +304,7 @@ def test_a_sum_of_squares_is_a_reduction_class_of_its_own(op: str, cls: str) -> 
     (group,) = result.groups
     costs = {k: nc.cost for k, nc in result.node_costs.items()}
     (kernel,) = ort_kernels(result.graph, group, costs, 16)
-    assert kernel.cls == cls
+    assert kernel.cls == node_class(result.graph.info(group.nodes[0])) == cls  # native's too
     cal = _calibration(curves={**_calibration().curves, "reduce": Curve(0.05)})
     assert cal.curve(cls).e_max == 0.05
     own = dataclasses.replace(cal, curves={**cal.curves, "reduce_squares": Curve(0.01)})

@@ -96,12 +96,6 @@ SOFTMAX = "softmax"
 # against 0.23-0.26 ns), which one τ for every transcendental cannot say.
 GELU = "gelu"
 _ERF_GELUS = frozenset({"Gelu", "BiasGelu"})
-# ReduceL2 and ReduceSumSquare: ORT has no fast path for them (ReduceSum and ReduceMean over
-# the innermost axes have one), measured (ORT 1.31, 1 thread, Zen 5) at 0.25-0.46 ns per
-# element over [1, C, H, W] to [1, C, 1, 1] against ReduceMean's 0.04-0.06 ([1, 160, 56, 56]:
-# 233 us against 29): a class of its own, calibrated (`catalogue.row_op`). ConvNeXt-V2's GRN
-# norms (12 in Atto) were estimated at 0.2-0.6 of their time.
-REDUCE_SQUARES = "reduce_squares"
 # A grouped Conv whose groups' channels are whole NCHWc blocks: MLAS's NCHWc convolution kernel,
 # one direct convolution per group (no im2col), measured (ORT 1.31, 1 thread, Zen 5) at 0.6
 # of peak (16 channels per group, 128 at 24x24: 130 us), where the NCHW path's im2col and
@@ -109,7 +103,6 @@ REDUCE_SQUARES = "reduce_squares"
 # 0.25: fitted on both, one `grouped_conv` curve read the first 2.2-3.6x slow and the second
 # 26-33% fast. A class of its own, a `conv` to a calibration without it.
 GROUPED_CONV_NCHWC = "grouped_conv_nchwc"
-_SQUARE_REDUCTIONS = frozenset({"ReduceL2", "ReduceSumSquare"})
 # An elementwise kernel between DQs and a Q (QDQ Add, Mul; QLinearAdd, QLinearMul nodes):
 # ORT's QLinearAdd / QLinearMul work on the uint8 values (MLAS), measured 5 us for a ResNet
 # residual where the float rate of its dequantize, add, requantize FLOPs said 4x that.
@@ -920,8 +913,6 @@ def _vector_kernel(mg: ModelGraph, nodes: list[str], costs: dict[str, Cost | Non
         cls = SOFTMAX
     elif cls == "elementwise" and is_erf_gelu(map(mg.info, nodes)):
         cls = GELU
-    elif head.op_type in _SQUARE_REDUCTIONS:
-        cls = REDUCE_SQUARES
     elif head.op_type in _QLINEAR_ELEMENTWISE or (
             head.op_type in ("Add", "Mul") and requantized and any(
                 mg.info(k).op_type == "DequantizeLinear" for k in nodes)):
