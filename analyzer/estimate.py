@@ -104,13 +104,6 @@ class ModelEstimate:
         return all(g is not None for g in self.groups.values())
 
 
-def memory_level(hw: HardwareProfile, working_set_bytes: float) -> MemoryLevel:
-    for level in hw.memory:
-        if level.size_bytes is None or working_set_bytes <= level.size_bytes:
-            return level
-    return hw.main_memory
-
-
 def peak_seconds(cost: Cost, hw: HardwareProfile, precision: Precision) -> float:
     """A kernel's arithmetic at peak: its MACs at the precision's, its vector work V at
     fp32's (module docstring); a class's efficiency divides it."""
@@ -153,7 +146,7 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
     else:
         eff = 1.0  # no arithmetic
     compute_s = peak_seconds(cost, hw, precision) / eff + k.rows * hw.runtime.norm_row_ns * 1e-9
-    level = memory_level(hw, nbytes)
+    level = hw.memory_level(nbytes)
     gbps = min(level.bandwidth_gbps, hw.runtime.copy_gbps.get(cls, math.inf))
     memory_s = nbytes / (gbps * 1e9) + (
         k.runs * hw.runtime.copy_run_ns + k.elements * hw.runtime.copy_element_ns) * 1e-9

@@ -63,6 +63,7 @@ as YAML when PyYAML is installed. `profile_to_toml` writes a profile back in thi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 from collections.abc import Callable, Mapping
@@ -275,7 +276,7 @@ class HardwareProfile:
     def main_memory(self) -> MemoryLevel:
         return self.memory[-1]
 
-    @property
+    @functools.cached_property
     def llc_share(self) -> MemoryLevel | None:
         """The last cache level as one run has it: its `size_bytes` the levels before it plus
         the run's share of it. A cache instance shared by C cores (a detected host's
@@ -297,6 +298,19 @@ class HardwareProfile:
             return llc
         below = llc.size_bytes - size * instances  # the levels before it
         return dataclasses.replace(llc, size_bytes=below + round(share)) if below >= 0 else llc
+
+    def memory_level(self, working_set_bytes: float) -> MemoryLevel:
+        """The level a kernel streams its working set from: the first that holds it, the last
+        cache at the run's share of it (`llc_share`), as `weights_level` reads it: measured (Zen
+        5, one thread of two sharing a 32 MB L3), GEMV chains of 24-32 MB run at 45-51 GB/s,
+        near main memory's 33, not the L3's 85-96 (`benchmarks/weight_residency.py`)."""
+        llc = self.llc_share
+        for level in self.memory:
+            size = llc.size_bytes if llc is not None and level.name == llc.name else (
+                level.size_bytes)
+            if size is None or working_set_bytes <= size:
+                return level
+        return self.main_memory
 
     def weights_level(self, run_bytes: float) -> MemoryLevel:
         """Where a network's kernels fetch their weights from, read one run ago, when a run

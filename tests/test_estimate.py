@@ -21,7 +21,6 @@ from onnxlens.analyzer.estimate import (
     denormal_slowed,
     estimate_group,
     estimate_model,
-    memory_level,
 )
 from onnxlens.analyzer.hardware import (
     ORT_CPU,
@@ -156,8 +155,8 @@ def test_tiny_kernel_is_overhead_bound(gpu) -> None:
 
 
 def test_working_set_picks_the_level(gpu) -> None:
-    assert memory_level(gpu, 10).name == "L2"
-    assert memory_level(gpu, 50_000_001).name == "HBM"
+    assert gpu.memory_level(10).name == "L2"
+    assert gpu.memory_level(50_000_001).name == "HBM"
 
 
 SHIPPED = available_profiles()

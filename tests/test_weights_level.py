@@ -71,6 +71,17 @@ def test_weights_come_from_the_cache_only_when_the_run_fits_its_share() -> None:
     assert no_caches.weights_level(0) == no_caches.main_memory
 
 
+
+def test_a_working_set_streams_from_the_last_cache_only_within_the_runs_share() -> None:
+    """memory_level reads the last cache as weights_level does: at one core of the two sharing
+    it, a working set past half the L3 streams from main memory; at both, up to all of it."""
+    share = L1 + L2 + L3 // 2
+    one, both = _profile(cores=1), _profile(cores=2)
+    assert [one.memory_level(b).name for b in (L1, L1 + 1, share, share + 1)] == [
+        "L1", "L2", "L3", "DRAM"]
+    assert both.memory_level(share + 1).name == "L3"
+    assert both.memory_level(L1 + L2 + L3 + 1).name == "DRAM"
+
 LAYERS, WIDTH = 12, 256  # 12 GEMVs of 256 x 256 floats: 256 KiB of weights each
 
 

@@ -24,7 +24,7 @@ from ...analyzer.calibration import (
     apply_calibration,
     host_name,
 )
-from ...analyzer.estimate import activation_pass, estimate_group, memory_level
+from ...analyzer.estimate import activation_pass, estimate_group
 from ...analyzer.hardware import (
     COPY_CLASSES,
     INT8_CLASSES,
@@ -132,7 +132,7 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
             call_flops = (2 * p.macs if p.reuse else flops) / p.calls
             if memory_s < COMPUTE_BOUND_SHARE * run_s and run_s > 0:
                 eff_points.append((call_flops, reuse, min(1.0, ideal_s / run_s),
-                                   memory_level(hw, call_flops / reuse).name))
+                                   hw.memory_level(call_flops / reuse).name))
         if eff_points:
             f, i, e, lv = zip(*eff_points, strict=True)
             curves[cls] = fit_curve(np.asarray(f), np.asarray(i), np.asarray(e), lv)
@@ -194,7 +194,7 @@ def _extra_ns_per(points: Sequence[Point], units: Sequence[int], hw: HardwarePro
 def _stream_s(nbytes: float, hw: HardwareProfile, bandwidth: dict[str, float]) -> float:
     """`nbytes` at the fitted bandwidth of the level they fit in (the profile's own where
     that level was not fitted)."""
-    level = memory_level(hw, nbytes)
+    level = hw.memory_level(nbytes)
     return nbytes / (bandwidth.get(level.name, level.bandwidth_gbps) * 1e9)
 
 
@@ -209,7 +209,7 @@ def fit_vector(points: Sequence[Point], hw: HardwareProfile, peak: float
     transcendental: the Relu streams at the bandwidth, the Sigmoid is slower by what τ says."""
     own = own_curve_classes(points)
     mine = [p for p in points if p.op_class not in own]
-    levels = [memory_level(hw, p.bytes).name for p in mine]
+    levels = [hw.memory_level(p.bytes).name for p in mine]
     best: tuple[float, dict[str, float], Curve, float] | None = None
     for tau in map(float, TRANSCENDENTAL_GRID):
         bandwidth, curve = _fit_vector_at(mine, levels, hw, peak, tau)
@@ -313,7 +313,7 @@ def fit_vector_classes(points: Sequence[Point], hw: HardwareProfile, peak: float
         mine = [replace(p, seconds=p.seconds - p.rows * row_ns * 1e-9) for p in points
                 if p.op_class == cls]
         mine = [p for p in mine if p.seconds > 0]
-        eff_points = _compute_bound(mine, [memory_level(hw, p.bytes).name for p in mine],
+        eff_points = _compute_bound(mine, [hw.memory_level(p.bytes).name for p in mine],
                                     {lv: math.inf for lv in bandwidth}, peak, tau)
         if eff_points:
             curves[cls] = fit_curve(*map(np.asarray, zip(*eff_points, strict=True)),
@@ -334,7 +334,7 @@ def fit_norm_rows(points: Sequence[Point], hw: HardwareProfile, peak: float,
     mine = [p for p in points if p.op_class in classes]
     if not classes:
         return 0.0
-    infinite = {memory_level(hw, p.bytes).name: math.inf for p in mine}
+    infinite = {hw.memory_level(p.bytes).name: math.inf for p in mine}
     best = (math.inf, 0.0)
     for row_ns in map(float, ROW_NS_GRID):
         curves = fit_vector_classes(mine, hw, peak, infinite, tau, row_ns)
