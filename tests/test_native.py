@@ -138,9 +138,10 @@ def test_depthwise_on_planes_wider_than_a_vector(k: int, s: int, d: int, pads: l
 @pytest.mark.parametrize(("n", "h", "w", "k", "d", "pads"), [
     (1, 7, 7, 3, 1, [1, 1, 1, 1]), (2, 14, 14, 3, 1, [1, 1, 1, 1]), (1, 9, 11, 5, 1, [2, 2, 2, 2]),
     (1, 13, 6, 3, 2, [2, 2, 2, 2]), (2, 10, 15, 3, 1, [0, 1, 0, 1]), (1, 1, 5, 1, 1, [0, 0, 0, 0]),
+    (1, 28, 28, 3, 1, [1, 1, 1, 1]), (1, 5, 31, 3, 1, [1, 1, 1, 1]),
 ])
 def test_depthwise_flat_planes(n: int, h: int, w: int, k: int, d: int, pads: list[int]) -> None:
-    # Stride-1 planes narrower than a vector whose output rows are as wide as the input's run
+    # Stride-1 planes narrower than two vectors, output rows as wide as the input's, run
     # as one flat row of vectors across output rows, each tap's lanes outside the plane
     # masked: 14 x 14 = 196 outputs are a block of 8 vectors and one of 5; (0, 1, 0, 1) pads
     # make 8 output rows of 10 input ones; two images, two planes per channel.

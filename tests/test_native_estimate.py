@@ -143,7 +143,8 @@ def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
     many as the plane's taps (8·16·16·9); at stride 2, 8 x 8 outputs, each row one block of
     16 columns (2x its 8) whose output vectors load two input vectors per tap (2x):
     4 x 8·8·8·9; a 7 x 7 plane at stride 1 is one flat row of 49 outputs in 4 vectors,
-    64 of them computed (8·64·9), where rows of 16 columns would compute 7·16."""
+    64 of them computed (8·64·9), where rows of 16 columns would compute 7·16; a 20 x 20
+    plane (two blocks of 16 per row) is 25 whole vectors, 400 outputs, not 20·32."""
     for stride, side in ((1, 16), (2, 8)):
         nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=8, pads=[1, 1, 1, 1],
                                   strides=[stride, stride]),
@@ -154,11 +155,12 @@ def test_a_depthwise_conv_keeps_its_class(tmp_path: Path) -> None:
         (k,) = out[r.groups[0].id]
         work = {1: 1, 2: 4}[stride]
         assert (k.cls, k.calls, k.cost.macs) == ("depthwise", 8, work * 8 * side * side * 9)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])]
-    r, out = _kernels(_save(tmp_path, nodes, [_init("w", 8, 1, 3, 3)], [1, 8, 7, 7],
-                            [1, 8, 7, 7]))
-    (k,) = out[r.groups[0].id]
-    assert (k.cls, k.calls, k.cost.macs) == ("depthwise", 8, 8 * 64 * 9)
+    for side, computed in ((7, 64), (20, 400)):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])]
+        r, out = _kernels(_save(tmp_path, nodes, [_init("w", 8, 1, 3, 3)], [1, 8, side, side],
+                                [1, 8, side, side]))
+        (k,) = out[r.groups[0].id]
+        assert (k.cls, k.calls, k.cost.macs) == ("depthwise", 8, 8 * computed * 9)
 
 
 def test_a_global_pool_is_a_reduction(tmp_path: Path) -> None:

@@ -189,12 +189,12 @@ def depthwise_work(k: lower.Kernel, y: tuple[int, ...], x: tuple[int, ...]) -> f
     and stride had read the stride-2 benchmarks 21-37% fast and 5x5 and 7x7 kernels on 6x6
     planes 43-47% fast; with the blocks, the depthwise fit check went 13 -> 8%, 11 -> 6% and
     14 -> 8% (16:53, 16:57, 17:04 calibrations); the strides had taken it 24 -> 13% before
-    (with `_planes`). A stride-1 plane narrower than a block whose output rows are as wide as
-    its input's is one flat row of vectors across output rows (`depthwise_flat`): a 7 x 7
+    (with `_planes`). A stride-1 plane narrower than two blocks whose output rows are as wide
+    as its input's is one flat row of vectors across output rows (`depthwise_flat`): a 7 x 7
     plane computes 64 outputs, not 7 x 16."""
     width, plane = y[-1], math.prod(y[2:])
     unit = all(s == 1 for s in k.ints["strides"])
-    if unit and width == x[-1] and width < DEPTHWISE_COLUMNS:
+    if unit and width == x[-1] and width < 2 * DEPTHWISE_COLUMNS:
         return -(-plane // DEPTHWISE_COLUMNS) * DEPTHWISE_COLUMNS / max(plane, 1)
     blocks = -(-width // DEPTHWISE_COLUMNS) * DEPTHWISE_COLUMNS / max(width, 1)
     return blocks * (1 if k.ints["strides"][-1] == 1 else 2)

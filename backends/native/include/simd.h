@@ -48,7 +48,7 @@ struct DepthwiseArgs {
   // The channel's fused store, when `fused`: v = min(max(v * scale + bias, lo), hi).
   bool fused;
   float scale, bias, lo, hi;
-  // Stride-1 planes narrower than a vector whose output rows are as wide as the input's: the
+  // Stride-1 planes narrower than two vectors, output rows as wide as the input's: the
   // plane read as one flat row (simd_kernels.inc depthwise_flat). flat_masks[v * kh * kw +
   // tap]: the lanes of output vector v whose input at that tap lies in the plane. Else null.
   const uint32_t* flat_masks;
