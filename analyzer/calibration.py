@@ -30,7 +30,8 @@ What it holds:
   `elementwise`, which the estimator applies to kernels without MACs other than a pool,
   normalization or reduction, and which is fitted on the benchmarks without MACs of the
   classes that have no curve of their own (elementwise ops, data movement); and
-  `pool`, `normalization`, `skip_normalization` (ORT's SkipLayerNormalization), `softmax`
+  `pool`, `normalization`, `skip_normalization` (ORT's SkipLayerNormalization),
+  `skip_rms_normalization` (its SkipSimplifiedLayerNormalization), `softmax`
   (ORT's, MLAS's vectorized row loops, where its LayerNormalization's are scalar), `reduce`, each
   fitted on its own benchmarks when it has enough (a class without a curve reads
   `elementwise`'s, a subclass without one its parent's: `grouped_conv` `conv`'s). The int8
@@ -134,9 +135,9 @@ MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "grouped_conv_nchwc", "gemm"
                CONV_UNPACKED, *INT8_CLASSES)
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
-OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "softmax", "softmax_int8",
-                      "gelu", "elementwise_int8", "quantize", "dequantize", "reduce",
-                      "reduce_squares")
+OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "skip_rms_normalization",
+                      "softmax", "softmax_int8", "gelu", "elementwise_int8", "quantize",
+                      "dequantize", "reduce", "reduce_squares")
 DEFAULT_BACKEND = ORT_CPU
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4

@@ -349,6 +349,29 @@ def test_a_residual_layer_norm_is_one_skip_normalization_kernel() -> None:
     assert sum(b.name.startswith("Add+LayerNormalization") for b in catalogue.benchmarks()) >= 3
 
 
+
+def test_ort_residual_norm_nodes_are_classes_of_their_own() -> None:
+    """onnxruntime-genai's SkipSimplifiedLayerNormalization (and an optimized BERT's
+    SkipLayerNormalization) is one kernel of a class the catalogue calibrates apart: ORT runs
+    it at 0.66-0.82 ns per element where its SimplifiedLayerNormalization takes 0.24 (1
+    thread, Zen 5). Its bytes: x, residual, gamma in; y and the residual sum out. A
+    calibration without the class reads it at `normalization`'s curve."""
+    from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+
+    model = catalogue.skip_rms_norm(32, 64).build()
+    assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [
+        "SkipSimplifiedLayerNormalization"]
+    result = measure.analyze(model)
+    (group,) = result.groups
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    (kernel,) = ort_kernels(result.graph, group, costs, 16)
+    assert kernel.cls == "skip_rms_normalization"
+    assert kernel.cost.bytes_read == 2 * 32 * 64 * 4 + 64 * 4  # x, residual, gamma
+    assert kernel.cost.bytes_written == 2 * 32 * 64 * 4  # y, the residual sum
+    assert sum(b.name.startswith("SkipSimplified") for b in catalogue.benchmarks()) >= 3
+    cal = _calibration()
+    assert cal.curve("skip_rms_normalization") is cal.curve("normalization")
+
 def test_a_quantized_softmax_is_ort_qlinear_softmax() -> None:
     """quantize_static's DQ -> Softmax -> Q (DQ, DQ -> Add -> Q) is one group of ours and, as
     ORT's profile shows, one QLinearSoftmax (QLinearAdd) kernel: the kernel model costs it as

@@ -14,7 +14,7 @@ import onnxlens
 from onnxlens.analyzer.calibration import constant_efficiency
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import cold_weights, estimate_group, peak_seconds
-from onnxlens.analyzer.hardware import Runtime, load_profile, what_if
+from onnxlens.analyzer.hardware import SUBCLASS_OF, Runtime, load_profile, what_if
 from onnxlens.analyzer.ir import NodeInfo
 from onnxlens.analyzer.runtimes import node_class
 from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
@@ -52,7 +52,8 @@ def test_contrib_kernels_take_their_classes() -> None:
 
     assert [cls(op) for op in ("GroupQueryAttention", "MatMulNBits",
                                "SkipSimplifiedLayerNormalization")] == [
-        "attention", "gemm", "normalization"]
+        "attention", "gemm", "skip_rms_normalization"]
+    assert SUBCLASS_OF["skip_rms_normalization"] == "normalization"  # uncalibrated profiles
 
 
 def test_a_gemv_streams_its_cold_weights_at_main_memory_bandwidth() -> None:

@@ -262,6 +262,22 @@ def skip_norm(rows: int, cols: int, tier: int = 1) -> Bench:
                                                                    12 * rows * cols))
 
 
+def skip_rms_norm(rows: int, cols: int, tier: int = 1) -> Bench:
+    """ORT's SkipSimplifiedLayerNormalization ([1, rows, cols], with the residual sum as its
+    fourth output), as onnxruntime-genai's model builder writes every decoder layer's
+    residual RMSNorm."""
+    def build() -> onnx.ModelProto:
+        node = helper.make_node("SkipSimplifiedLayerNormalization", ["X", "R", "G"],
+                                ["Y", "", "", "S"], domain="com.microsoft", epsilon=1e-6)
+        model = _model([node], [("X", (1, rows, cols)), ("R", (1, rows, cols))],
+                       ("Y", (1, rows, cols)), [_const("G", (cols,))])
+        model.graph.output.append(value_info("S", (1, rows, cols)))
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        return model
+    return Bench(f"SkipSimplifiedLayerNormalization {rows}x{cols}", build, tier,
+                 _work(6 * rows * cols, 16 * rows * cols))
+
+
 def batch_norm(channels: int, size: int, tier: int = 1) -> Bench:
     shape = (1, channels, size, size)
     return Bench(f"BatchNormalization {channels}x{size}x{size}", lambda: _model(
@@ -458,7 +474,8 @@ def _vector() -> list[Bench]:
             row_op("ReduceL2", 128, 2304), row_op("ReduceL2", 512, 576),
             row_op("ReduceL2", 1024, 144), row_op("ReduceSumSquare", 256, 1024),
             batch_norm(128, 24), batch_norm(256, 12), skip_norm(96, 192, 0), skip_norm(48, 384),
-            skip_norm(384, 96), skip_norm(24, 768)]
+            skip_norm(384, 96), skip_norm(24, 768), skip_rms_norm(128, 256, 0),
+            skip_rms_norm(64, 1024), skip_rms_norm(512, 128), skip_rms_norm(32, 2048)]
     return out
 
 
