@@ -111,9 +111,9 @@ def test_matmul_n_bits_runs_mlas_int8_kernel_in_a_class_of_its_own(rows: int, le
     assert kernel.cost.param_bytes == costs["q4"].param_bytes  # 4-bit weights and scales
 
 
-def _gqa(past: int) -> onnxlens.AnalysisResult:
-    """One decode step of GroupQueryAttention: packed QKV [1, 1, (4 + 2·2)·8], 4 query heads
-    over 2 KV heads of 8, a past of `past` tokens."""
+def _gqa(past: int, new: int = 1) -> onnxlens.AnalysisResult:
+    """GroupQueryAttention on `new` tokens (1: a decode step) after a past of `past`: packed
+    QKV [1, new, (4 + 2·2)·8], 4 query heads over 2 KV heads of 8."""
     heads, kv_heads, head = 4, 2, 8
     node = helper.make_node(
         "GroupQueryAttention", ["qkv", "", "", "past_k", "past_v", "seqlens_k", "total"],
@@ -123,16 +123,16 @@ def _gqa(past: int) -> onnxlens.AnalysisResult:
     graph = helper.make_graph(
         [node], "g",
         [helper.make_tensor_value_info("qkv", TensorProto.FLOAT,
-                                       [1, 1, (heads + 2 * kv_heads) * head]),
+                                       [1, new, (heads + 2 * kv_heads) * head]),
          helper.make_tensor_value_info("past_k", TensorProto.FLOAT, cache),  # fixed: no LLM view
          helper.make_tensor_value_info("past_v", TensorProto.FLOAT, cache),
          helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
          helper.make_tensor_value_info("total", TensorProto.INT32, [])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, heads * head]),
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, new, heads * head]),
          helper.make_tensor_value_info("present_key", TensorProto.FLOAT,
-                                       [1, kv_heads, past + 1, head]),
+                                       [1, kv_heads, past + new, head]),
          helper.make_tensor_value_info("present_value", TensorProto.FLOAT,
-                                       [1, kv_heads, past + 1, head])])
+                                       [1, kv_heads, past + new, head])])
     return onnxlens.analyze(helper.make_model(graph, opset_imports=[
         helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]))
 
@@ -151,6 +151,30 @@ def test_group_query_attention_copies_the_cache_once_per_query_head() -> None:
     assert products.cls == "gemm" and products.calls == 8  # one query row a call: GEMVs
     assert (products.cost.bytes_read, products.cost.bytes_written) == (256 + 2048, 128)
     assert products.cost.macs == costs["gqa"].macs == 4 * 8 * (8 + 8)  # query rows x L x (D + Dv)
+
+
+def test_group_query_attention_prefill_softmaxes_row_by_row_beside_its_products() -> None:
+    """ORT 1.31's GQA on a prompt of 4 tokens (no past: T = 4): per query head one SGEMM call
+    for Q·Kᵀ and one for P·V (8 calls), and between them, inside the same kernel, a softmax
+    over each of the 1·4·4 = 16 score rows of T = 4 with a scalar mask loop before it. The
+    node's cost: 64 scores, (8 + 8)·64 = 1024 MACs, 2 FLOPs a score (scale, mask) and the
+    softmax's (5·4 - 2)·16 = 288 FLOPs and 64 exps. The products keep the MACs and the 128
+    FLOPs of scale and mask; the row softmax takes the 288 FLOPs and 64 exps, plus the mask
+    loop's 16 lanes (AVX-512's fp32 width, the `block` passed) a score, 1024, over 16 rows, its
+    float32 scratch of 64 scores read and written in place (256 bytes each way), no launch."""
+    r = _gqa(0, new=4)
+    costs = {k: nc.cost for k, nc in r.node_costs.items()}
+    assert (costs["gqa"].macs, costs["gqa"].other_flops, costs["gqa"].transcendental) == (
+        1024, 128 + 288, 64)
+    cache, products, softmax = ort_kernels(r.graph, r.groups[0], costs, 16)
+    assert cache.cls == "data_movement"
+    assert (products.cls, products.calls, products.cost.macs) == ("attention", 8, 1024)
+    assert (products.cost.other_flops, products.cost.transcendental) == (128, 0)
+    assert (softmax.cls, softmax.rows, softmax.launches) == ("softmax", 16, 0)
+    assert (softmax.cost.other_flops, softmax.cost.transcendental) == (288 + 16 * 64, 64)
+    assert (softmax.cost.bytes_read, softmax.cost.bytes_written) == (256, 256)
+    # the vector width is the profile's: AVX2's 8 lanes, 8 FLOPs a score
+    assert ort_kernels(r.graph, r.groups[0], costs, 8)[2].cost.other_flops == 288 + 8 * 64
 
 
 def _masked_attention() -> onnx.ModelProto:

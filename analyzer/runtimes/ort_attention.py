@@ -11,8 +11,9 @@ loops over the query heads, one job per batch row and query head, and in each jo
    for the key (before Q·Kᵀ) and the value (before P·V), after a memset of both present
    buffers; a query head sharing its KV head with others copies the same chunk again, so the
    copies scale with the query heads, not the KV heads;
-2. multiplies its Q rows by the present K (one MLAS SGEMM call, Kᵀ packed first), softmaxes
-   the causal part of each row, and multiplies by the present V (a second call).
+2. multiplies its Q rows by the present K (one MLAS SGEMM call, Kᵀ packed first) into a
+   scratch of S x T scores, softmaxes the causal part of each row with its own MLAS call and
+   zeroes the rest, and multiplies by the present V (a second call).
 
 ORT skips the memset and the past's copy when the caller binds one buffer as both past and
 present (onnxruntime-genai's past_present_share_buffer); a session run as `--measure` runs it
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..cost.activation import softmax_rows
 from ..cost.base import Cost
 from ..cost.ops import VIEWS
 from ..graph import ModelGraph
@@ -33,7 +35,7 @@ from ..ir import NodeInfo, dtype_bytes
 from . import Kernel, constant_input
 
 
-def gqa_kernels(info: NodeInfo, k: Kernel) -> list[Kernel]:
+def gqa_kernels(info: NodeInfo, k: Kernel, lanes: int) -> list[Kernel]:
     """`k` (the node as one `attention` kernel) as ORT runs it: the KV-cache copy, a
     `data_movement` pass inside the same kernel (no launch of its own), then the per-head
     products at the attention curve (the gemm curve for a single new token), 2 GEMM calls per
@@ -74,10 +76,46 @@ def gqa_kernels(info: NodeInfo, k: Kernel) -> list[Kernel]:
               if info.attr("do_rotary", 0) and cos is not None and cos.known else 0)
     products = replace(k.cost, bytes_read=q.nbytes + new_kv + 2 * batch * heads * chunk + rotary,
                        bytes_written=y.nbytes, param_bytes=rotary if 7 in info.const_inputs else 0)
-    # One new token: each call is a GEMV (one query row), which the gemm curve measured
-    # (one-row MatMuls) and the calibration's attention blocks (36 rows and more) never did.
-    cls = "gemm" if seq == 1 else k.cls
-    return [cache, replace(k, cls=cls, cost=products, calls=2 * batch * heads)]
+    if seq == 1:
+        # One new token: each call is a GEMV (one query row), which the gemm curve measured
+        # (one-row MatMuls) and the calibration's attention blocks (36 rows and more) never
+        # did. Its softmax rows are the query heads alone (8-16 rows: a few us of the row
+        # loop), left in the GEMVs' epilogue: taken out, the curve's per-call term read the
+        # lighter calls slower (Qwen2's step, 8 heads at context 512: +21 us a layer).
+        return [cache, replace(k, cls="gemm", cost=products, calls=2 * batch * heads)]
+    rows = batch * heads * seq
+    softmax = softmax_rows(rows, total)  # in the node's cost; `row_softmax` runs it
+    products = replace(products, other_flops=products.other_flops - softmax.other_flops,
+                       transcendental=products.transcendental - softmax.transcendental)
+    return [cache, replace(k, cost=products, calls=2 * batch * heads),
+            row_softmax(rows, total, k, lanes)]
+
+
+def row_softmax(rows: int, length: int, k: Kernel, lanes: int) -> Kernel:
+    """The softmax ORT 1.31's GQA kernel runs between its two products, inside the same kernel
+    (no launch), on `rows` rows of its float32 score scratch, each `length` (the present, T)
+    long, read and written in place (profiled with perf, ORT 1.31, Zen 5, 8 heads of 32 over
+    128 tokens: 38% of the node's samples in the SGEMM kernel, 24% in MLAS's softmax kernels
+    called row by row, 23% in a scalar loop that writes the lowest float over each row's
+    masked scores, a compare and a branch per score):
+
+    - the softmax over every score of the row (the node's own `softmax_rows` over the full
+      length: the masked scores go through it too), at the softmax class with its rows, as a
+      decomposed attention's Softmax kernel is costed: the attention curve was measured on
+      blocks with the Softmax cut out, so left in the products it ran at the GEMM's rate;
+    - the mask loop, one score at a time where vector code does `lanes` (the fp32 SIMD width
+      in floats): `lanes` vector FLOPs a score.
+
+    Derivation: scores = rows·length; FLOPs (5·length - 2)·rows + lanes·scores, transcendental
+    scores; bytes read = bytes written = 4·scores (the scratch, float32 whatever the model's
+    type). Measured (ORT 1.31, 1 thread, Zen 5), 8 query / 2 KV heads of 32 over 128 tokens:
+    the node 183-211 us, of which the products ~76 (the SGEMM's share); estimated 98 before
+    (the softmax at the GEMM's rate, no mask loop)."""
+    scores = rows * length
+    work = softmax_rows(rows, length) + Cost(other_flops=lanes * scores)
+    scratch = 4 * scores
+    return Kernel("softmax", replace(work, bytes_read=scratch, bytes_written=scratch), k.nodes,
+                  k.reads, k.writes, launches=0, rows=rows)
 
 
 # What ORT runs of a decomposed attention block as the calibration's attention benchmark

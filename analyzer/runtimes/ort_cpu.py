@@ -444,7 +444,7 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     quantized = any(mg.info(k).op_type in _QUANT_EDGES for k in group.nodes)
     if len(group.nodes) == 1 and mg.info(group.nodes[0]).op_type == "GroupQueryAttention":
         return gqa_kernels(mg.info(group.nodes[0]), kernel_of(
-            mg, list(group.nodes), costs, "attention", NCHW, NCHW))
+            mg, list(group.nodes), costs, "attention", NCHW, NCHW), block)
     if any(mg.info(k).op_type == "ConvInteger" for k in group.nodes):
         return _conv_integer_kernels(mg, group, costs, block)
     if group.pattern == ADD_LAYER_NORM and not quantized:
