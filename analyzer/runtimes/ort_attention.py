@@ -39,7 +39,8 @@ def gqa_kernels(info: NodeInfo, k: Kernel, lanes: int) -> list[Kernel]:
     """`k` (the node as one `attention` kernel) as ORT runs it: the KV-cache copy, a
     `data_movement` pass inside the same kernel (no launch of its own), then the per-head
     products at the attention curve (the gemm curve for a single new token), 2 GEMM calls per
-    query head.
+    query head, and with more than one new token the B·N·S score rows' softmax and mask loop
+    (`row_softmax`; `lanes`: the profile's fp32 SIMD width in floats, its NCHWc block).
 
     Derivation, with B the batch, N the query heads, Nkv the KV heads, D the head size, P the
     past and S the new tokens, T the present length (P + S), e the element bytes, and
