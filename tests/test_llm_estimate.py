@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxlens
 from onnxlens.analyzer.calibration import constant_efficiency
 from onnxlens.analyzer.cost.base import Cost
-from onnxlens.analyzer.estimate import cold_weights, estimate_group, peak_seconds
-from onnxlens.analyzer.hardware import SUBCLASS_OF, Runtime, load_profile, what_if
+from onnxlens.analyzer.estimate import cold_weights, estimate_group, estimate_kernel, peak_seconds
+from onnxlens.analyzer.hardware import SUBCLASS_OF, Runtime, load_profile, stored, what_if
 from onnxlens.analyzer.ir import NodeInfo
 from onnxlens.analyzer.runtimes import node_class
 from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
@@ -109,6 +109,24 @@ def test_matmul_n_bits_runs_mlas_int8_kernel_in_a_class_of_its_own(rows: int, le
     assert (kernel.cls, kernel.cost.macs, kernel.cost.other_flops) == (
         cls, rows * 64 * 32, flops)
     assert kernel.cost.param_bytes == costs["q4"].param_bytes  # 4-bit weights and scales
+    assert kernel.reuse == (2 * 64 if cls == "gemm_nbits" else 0)  # 2·K FLOPs per output
+
+
+def test_matmul_n_bits_prefill_reads_its_curve_at_2k_flops_per_output() -> None:
+    """The CompInt8 kernel's cost per output (a horizontal sum and a scaled store after its
+    K/32 blocks) makes its efficiency a function of K: the estimator asks the curve at one
+    call's 2·M·K·N = 2·8·64·32 FLOPs and at I = 2·K = 128, not at FLOPs per byte."""
+    r = _n_bits(8, 4)
+    costs = {k: nc.cost for k, nc in r.node_costs.items()}
+    [kernel] = ort_kernels(r.graph, r.groups[0], costs, 16)
+    asked = []
+
+    def efficiency(cls: str, flops: float, intensity: float) -> float:
+        asked.append((cls, flops, intensity))
+        return 0.25
+
+    estimate_kernel(kernel, load_profile("xeon_8480"), stored("float32"), efficiency)
+    assert asked == [("gemm_nbits", 2 * 8 * 64 * 32, 128)]
 
 
 def _gqa(past: int, new: int = 1) -> onnxlens.AnalysisResult:
