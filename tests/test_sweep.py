@@ -73,12 +73,21 @@ def _toml(spec: dict) -> str:
     ({"models": ["m.onnx"], "measure": ["ort-gpu"]}, "'measure': unknown backend 'ort-gpu'"),
     ({"models": "m.onnx", "hardware": ["a100"], "dims": {"x.onnx": {"seq": 8}}},
      "'dims.x.onnx'"),
+    ({"models": ["m.onnx"], "hardware": ["a100"], "dims": {"m.onnx": {"seq": -1}}},
+     "'dims.m.onnx' must map dim names to integers >= 0"),
     ({"hardware": ["a100"]}, "'models' is missing"),
 ])
 def test_spec_errors_name_the_key(spec: dict, message: str) -> None:
     with pytest.raises(UsageError) as info:
         parse_spec(spec)
     assert message in str(info.value)
+
+
+def test_a_dim_pinned_to_zero_is_legal_as_with_dim() -> None:
+    """A prefill's empty KV cache: `--dim past_sequence_length=0` is legal, so is the spec's."""
+    spec = parse_spec({"models": ["m.onnx"], "hardware": ["a100"],
+                       "dims": {"m.onnx": {"past_sequence_length": 0, "sequence_length": 64}}})
+    assert spec.dims == {"m.onnx": {"past_sequence_length": 0, "sequence_length": 64}}
 
 
 def test_spec_error_is_one_line_before_any_work(tmp_path: Path) -> None:

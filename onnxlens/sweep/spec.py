@@ -149,8 +149,9 @@ def _dims(value: Any) -> dict[str, dict[str, int]]:
         raise UsageError(f"spec: 'dims' must be a table of models, got {value!r}")
     for model, pins in value.items():
         if not isinstance(pins, dict) or not all(
-                isinstance(k, str) and _is_int(v) and v >= 1 for k, v in pins.items()):
-            raise UsageError(f"spec: 'dims.{model}' must map dim names to positive integers, "
+                isinstance(k, str) and _is_int(v) and v >= 0 for k, v in pins.items()):
+            # 0 is legal, as with --dim: a prefill's empty KV cache (past_sequence_length = 0)
+            raise UsageError(f"spec: 'dims.{model}' must map dim names to integers >= 0, "
                              f"got {pins!r}")
     return {m: dict(p) for m, p in value.items()}
 
