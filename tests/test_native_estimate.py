@@ -266,28 +266,31 @@ def test_row_wise_kernels_count_their_passes_over_each_row(tmp_path: Path) -> No
     rows of 20, 5 passes (sum, centre, square, sum, normalize): 30; Softmax on axis 1 (an
     inner axis: rows of 3 at stride 20), 2·4·5 = 40 rows, 3 passes (max, sum of exp, scale):
     120; ReduceMean over axis 3, one pass per output element, 2·3·4 = 24; GlobalAveragePool,
-    one per channel plane, 2·3 = 6; a Relu, not row-wise: 0."""
+    one per channel plane, 2·3 = 6; InstanceNormalization, a row per channel plane of 20,
+    2·3 = 6 rows, 5 passes: 30; a Relu, not row-wise: 0."""
     scale = numpy_helper.from_array(np.ones((4, 5), np.float32), "scale")
+    channel = numpy_helper.from_array(np.ones(3, np.float32), "channel")
     nodes = [helper.make_node("LayerNormalization", ["x", "scale"], ["ln"], axis=2),
+             helper.make_node("InstanceNormalization", ["x", "channel", "channel"], ["in"]),
              helper.make_node("Softmax", ["x"], ["sm"], axis=1),
              helper.make_node("ReduceMean", ["x"], ["rm"], axes=[3], keepdims=0),
              helper.make_node("GlobalAveragePool", ["x"], ["gp"]),
              helper.make_node("Relu", ["x"], ["r"])]
     nodes += [helper.make_node("ReduceSum", [t], [f"s{t}"], keepdims=0)
-              for t in ("ln", "sm", "rm", "gp", "r")]
-    nodes.append(helper.make_node("Sum", [f"s{t}" for t in ("ln", "sm", "rm", "gp", "r")],
+              for t in ("ln", "in", "sm", "rm", "gp", "r")]
+    nodes.append(helper.make_node("Sum", [f"s{t}" for t in ("ln", "in", "sm", "rm", "gp", "r")],
                                   ["y"]))
     graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [2, 3, 4, 5])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [])], [scale])
+            "y", TensorProto.FLOAT, [])], [scale, channel])
     path = tmp_path / "rows.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                                 ir_version=8), path)
     r, out = _kernels(path)
     rows = {r.graph.info(k.nodes[0]).outputs[0].name: k.rows
             for g in r.groups for k in out[g.id] if len(k.nodes) == 1}
-    assert {t: rows[t] for t in ("ln", "sm", "rm", "gp", "r")} == {
-        "ln": 30, "sm": 120, "rm": 24, "gp": 6, "r": 0}
+    assert {t: rows[t] for t in ("ln", "in", "sm", "rm", "gp", "r")} == {
+        "ln": 30, "in": 30, "sm": 120, "rm": 24, "gp": 6, "r": 0}
 
 
 def test_a_native_point_has_the_bytes_its_kernel_copies(tmp_path: Path) -> None:

@@ -342,7 +342,8 @@ def row_passes(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
         return 0
     if k.op in ("LayerNormalization", "InstanceNormalization", "Softmax", "LogSoftmax"):
         axis = 2 if k.op == "InstanceNormalization" else k.ints["axis"][0]
-        flatten = k.op == "LayerNormalization" or bool(k.ints.get("flatten", [0])[0])
+        flatten = (k.op in ("LayerNormalization", "InstanceNormalization")
+                   or bool(k.ints.get("flatten", [0])[0]))
         length = math.prod(x[axis:]) if flatten else x[axis]
         return passes * math.prod(x) // max(length, 1)
     return passes * math.prod(y)
