@@ -175,9 +175,9 @@ def is_elementwise(node: NodeInfo, low: Lowering) -> bool:
     if node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx"):
         return False
     outs = [t for t in node.outputs if t.name]
-    if len(outs) != 1 or (node.op_type == "Dropout" and len(node.outputs) > 1):
+    if len(outs) != 1:
         return False
-    if node.op_type == "Dropout" and not _inference(node, low):
+    if node.op_type == "Dropout" and (len(node.outputs) > 1 or not _inference(node, low)):
         return False
     if node.op_type == "BatchNormalization" and (node.attr("training_mode", 0)
                                                  or len(node.outputs) > 1):
