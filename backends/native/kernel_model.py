@@ -57,6 +57,7 @@ from ...analyzer.cost.ops import VIEWS
 from ...analyzer.fusion import Group
 from ...analyzer.graph import ModelGraph
 from ...analyzer.hardware import NATIVE_CPU, NATIVE_CUDA, HardwareProfile
+from ...analyzer.ir import NodeInfo
 from ...analyzer.loader import LoadedModel
 from ...analyzer.runtimes import (
     ANY,
@@ -133,12 +134,23 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
     if cpu and cls == "depthwise":
         work = depthwise_work(k, dims.get(k.outputs[0], (1,)), dims.get(k.inputs[0], (1,)))
         cost = dataclasses.replace(cost, macs=round(cost.macs * work))
+    if k.op == "MatMul" and mg.info(k.nodes[0]).op_type == "MatMulNBits":
+        cost = _dequantized(mg.info(k.nodes[0]), cost)
     if k.op in _PICKING and k.outputs[0] in model.tensors:
         picked = model.tensors[k.outputs[0]].nbytes + sum(
             model.tensors[n].nbytes for n in k.inputs[1:] if n in model.tensors)
         cost = dataclasses.replace(cost, bytes_read=min(cost.bytes_read, picked))
     return dataclasses.replace(kernel, cost=cost, elements=elements,
                                rows=row_passes(k, dims))
+
+
+def _dequantized(info: NodeInfo, cost: Cost) -> Cost:
+    """A MatMulNBits as the core runs it (`decoder.matmul_nbits`): its weight dequantized at
+    plan time, so the GEMM reads K·N float32 values where the node's cost charges the packed
+    bits, scales and zero points (inputs 1 to 3)."""
+    packed = sum(t.nbytes for t in info.inputs[1:4] if t is not None)
+    weight = 4 * int(info.attr("K")) * int(info.attr("N"))
+    return dataclasses.replace(cost, bytes_read=max(cost.bytes_read - packed, 0) + weight)
 
 
 # Copy kernels that read only the elements they write (a Slice, Transpose, Expand; a Gather,
@@ -322,9 +334,11 @@ def copies(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> tuple[int, int]
 # horizontal sum or max the next pass waits for): LayerNormalization's `moments` (sum;
 # x - mean; its square; sum) and `normalize`; Softmax's max, exp_shift_sum and scale; a
 # reduction's or a global pool's one sum or max per output element.
+# RMSNormalization (k_rms_norm.cpp): the square, its sum, `normalize`, and one add each for a
+# skip and a bias.
 ROW_PASSES = {"LayerNormalization": 5, "InstanceNormalization": 5, "Softmax": 3,
               "LogSoftmax": 3, "GlobalAveragePool": 1, "GlobalMaxPool": 1,
-              **{op: 1 for op in REDUCE_OPS}}
+              "RMSNormalization": 3, **{op: 1 for op in REDUCE_OPS}}
 
 
 def row_passes(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
@@ -340,9 +354,12 @@ def row_passes(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> int:
     y = dims.get(k.outputs[0], ()) if k.outputs else ()
     if not passes or not x or not y:
         return 0
-    if k.op in ("LayerNormalization", "InstanceNormalization", "Softmax", "LogSoftmax"):
+    if k.op == "RMSNormalization":
+        passes += sum(1 for name in k.inputs[2:] if name)
+    if k.op in ("LayerNormalization", "InstanceNormalization", "Softmax", "LogSoftmax",
+                "RMSNormalization"):
         axis = 2 if k.op == "InstanceNormalization" else k.ints["axis"][0]
-        flatten = (k.op in ("LayerNormalization", "InstanceNormalization")
+        flatten = (k.op in ("LayerNormalization", "InstanceNormalization", "RMSNormalization")
                    or bool(k.ints.get("flatten", [0])[0]))
         length = math.prod(x[axis:]) if flatten else x[axis]
         return passes * math.prod(x) // max(length, 1)

@@ -518,7 +518,11 @@ def _instance_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 @lowering(*REDUCE_OPS)
 def _reduce(node: NodeInfo, low: Lowering) -> list[Kernel]:
-    _require_float(node, node.inputs[0])
+    from .decoder import integer_sum, is_integer
+
+    integers = node.op_type == "ReduceSum" and is_integer(node.inputs[0])
+    if not integers:
+        _require_float(node, node.inputs[0])
     x, y = _io(node)
     rank = len(low.shape(x))
     axes_in = low.need_const(node, 1, "the axes") if len(node.inputs) > 1 else None
@@ -527,7 +531,9 @@ def _reduce(node: NodeInfo, low: Lowering) -> list[Kernel]:
         if node.attr("noop_with_empty_axes", 0):
             return [Kernel("Copy", [x], [y])]
         axes = list(range(rank))
-    return [Kernel(node.op_type, [x], [y], {"axes": sorted(_axis(int(a), rank) for a in axes)})]
+    axes = sorted(_axis(int(a), rank) for a in axes)
+    return integer_sum(node, low, axes) if integers else [Kernel(node.op_type, [x], [y],
+                                                                 {"axes": axes})]
 
 
 @lowering("ArgMax", "ArgMin")
@@ -732,3 +738,13 @@ def _resize(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
     return [resize_kernel(node, low)]
 
+
+
+@lowering("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
+          "GroupQueryAttention", "MatMulNBits")
+def _decoder(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    from . import decoder
+
+    lower_op = {"GroupQueryAttention": decoder.group_query_attention,
+                "MatMulNBits": decoder.matmul_nbits}.get(node.op_type, decoder.rms_norm)
+    return lower_op(node, low)

@@ -33,6 +33,7 @@ from ...analyzer.loader import LoadedModel
 from ...analyzer.memory import boundary_lifetimes
 from ..base import BackendError
 from .catalogue import STORAGE
+from .decoder import CONTRIB_OPS
 from .fold import static_values
 from .lower import (
     ELEMENTWISE,
@@ -198,7 +199,8 @@ def _folded(name: str) -> str:
 
 
 def _unsupported_reason(info: NodeInfo, low: Lowering) -> str | None:
-    if info.domain not in ("", "ai.onnx"):
+    if info.domain not in ("", "ai.onnx") and not (info.domain == "com.microsoft"
+                                                   and info.op_type in CONTRIB_OPS):
         return f"{info.domain}::{info.op_type} (no kernel)"
     known = info.op_type in LOWERINGS or info.op_type in MAIN_OPS
     if not known and not is_elementwise(info, low):

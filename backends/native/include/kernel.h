@@ -98,6 +98,8 @@ void register_conv(KernelRegistry& r);
 void register_matmul(KernelRegistry& r);
 void register_pool(KernelRegistry& r);
 void register_norm(KernelRegistry& r);
+void register_rms_norm(KernelRegistry& r);
+void register_attention(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
 void register_data(KernelRegistry& r);
 void register_misc(KernelRegistry& r);

@@ -101,6 +101,8 @@ const KernelRegistry& kernel_registry() {
     register_matmul(r);
     register_pool(r);
     register_norm(r);
+    register_rms_norm(r);
+    register_attention(r);
     register_reduce(r);
     register_data(r);
     register_misc(r);

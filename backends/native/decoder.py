@@ -1,0 +1,157 @@
+"""Lowerings of the ops onnxruntime-genai's decoders use beyond the ONNX standard.
+
+- SimplifiedLayerNormalization (ORT's, in the default domain) and the contrib
+  SkipSimplifiedLayerNormalization: one `RMSNormalization` kernel (k_rms_norm.cpp), the skip sum
+  an output of its own when the graph reads it;
+- GroupQueryAttention: one kernel (k_attention.cpp), rotary, cache and attention together;
+- MatMulNBits: its block-quantized weight dequantized once, here, at plan time, into a float32
+  [K, N] constant that a MatMul kernel reads (the quantized bytes are not kept). The run is then
+  an fp32 GEMM: the same speed as the float model, at 8x the weight memory of int4 (4 bytes a
+  weight, not half a byte plus a scale per block);
+- ReduceSum over integers (the attention mask's lengths): an inclusive CumSum along the one
+  reduced axis, whose last element a strided Copy takes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ...analyzer.ir import NodeInfo, TensorInfo
+from .lower import FLOAT, Instr, Kernel, Lowering, Unsupported
+
+# The contrib ops lowered here (their domain is com.microsoft).
+CONTRIB_OPS = frozenset({"SkipSimplifiedLayerNormalization", "GroupQueryAttention",
+                         "MatMulNBits"})
+
+
+def _name(node: NodeInfo, i: int) -> str | None:
+    t = node.input(i)
+    return t.name if t is not None and t.name else None
+
+
+def _require_float(node: NodeInfo, indices: range) -> None:
+    for i in indices:
+        t = node.input(i)
+        if t is not None and t.name and t.elem_type != FLOAT:
+            raise Unsupported(f"{node.op_type}'s input {i} is not float32")
+
+
+def _axis(node: NodeInfo, low: Lowering) -> int:
+    rank = len(low.shape(node.inputs[0].name))
+    axis = int(node.attr("axis", -1))
+    return axis + rank if axis < 0 else axis
+
+
+def rms_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    """y = x / sqrt(mean(x^2) + eps) * gamma (Skip: over x + skip (+ bias), that sum output 3)."""
+    skip = node.op_type == "SkipSimplifiedLayerNormalization"
+    _require_float(node, range(4 if skip else 2))
+    x = node.inputs[0].name
+    y, *rest = [t.name for t in node.outputs]  # the graph keeps the named outputs only
+    # Skip's outputs 1 and 2 (mean, inv_std_var) are [..., 1]; output 3, the sum, is x's shape.
+    sums = [n for n in rest if skip and low.shape(n) == low.shape(x)]
+    if len(sums) != len(rest):
+        raise Unsupported(f"{node.op_type}'s mean / inv_std_var outputs")
+    if skip:
+        ins, axis = [x, _name(node, 2), _name(node, 1), _name(node, 3)], len(low.shape(x)) - 1
+    else:
+        ins, axis = [x, _name(node, 1)], _axis(node, low)
+    kept = [y, *sums]
+    return [Kernel("RMSNormalization", ins, kept, {"axis": [axis]},
+                   {"epsilon": [float(node.attr("epsilon", 1e-5))]})]
+
+
+def group_query_attention(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    """One kernel; what it does not implement (a sliding window, a softcap-free spec's extra
+    inputs: position ids, an attention bias, head sinks) is refused by name."""
+    if int(node.attr("local_window_size", -1)) != -1:
+        raise Unsupported("GroupQueryAttention with a local_window_size")
+    extra = [i for i in range(9, len(node.inputs)) if _name(node, i)]
+    if extra:
+        raise Unsupported(f"GroupQueryAttention's input {extra[0]} (position_ids, "
+                          "attention_bias, head_sink)")
+    outs = [t.name for t in node.outputs]  # the graph keeps the named outputs only
+    if int(node.attr("qk_output", 0)) or len(outs) != 3:
+        raise Unsupported("GroupQueryAttention without both present outputs, or with output_qk")
+    _require_float(node, range(5))
+    ints = {"num_heads": [int(node.attr("num_heads"))],
+            "kv_num_heads": [int(node.attr("kv_num_heads"))],
+            "do_rotary": [int(node.attr("do_rotary", 0))],
+            "rotary_interleaved": [int(node.attr("rotary_interleaved", 0))]}
+    floats = {"scale": [float(node.attr("scale", 0.0))],
+              "softcap": [float(node.attr("softcap", 0.0))]}
+    rotary = bool(ints["do_rotary"][0])
+    ins = [_name(node, i) for i in range(6)] + (
+        [_name(node, 7), _name(node, 8)] if rotary else [None, None])
+    return [Kernel("GroupQueryAttention", ins, outs, ints, floats)]
+
+
+def matmul_nbits(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    """A MatMul of A by the weight dequantized at plan time (`dequantize_nbits`), its bias (input
+    5) in the epilogue."""
+    if _name(node, 4):
+        raise Unsupported("MatMulNBits with g_idx")
+    _require_float(node, range(1))
+    weight = dequantize_nbits(node, low)
+    w = low.add_const(f"{node.name}::dequantized", np.ascontiguousarray(weight.T))
+    k = Kernel("MatMul", [node.inputs[0].name, w], [node.outputs[0].name])
+    bias = _name(node, 5)
+    if bias:
+        k.program.append(Instr("Add", 0, (0, k.operand(bias))))
+    return [k]
+
+
+def dequantize_nbits(node: NodeInfo, low: Lowering) -> np.ndarray:
+    """MatMulNBits' weight as float32 [N, K]: w[n, k] = (q[n, k] - zero[n, k // block]) *
+    scale[n, k // block]; q packed low bits first in `bits`-bit fields, block by block
+    ([N, blocks, block * bits / 8] bytes); zero points packed the same way per row (uint8), or
+    float, or absent (2^(bits - 1))."""
+    k_dim, n_dim = int(node.attr("K")), int(node.attr("N"))
+    bits, block = int(node.attr("bits", 4)), int(node.attr("block_size"))
+    if bits not in (2, 4, 8):
+        raise Unsupported(f"MatMulNBits with bits={bits}")
+    packed = low.need_const(node, 1, "MatMulNBits' weight")
+    scales = low.need_const(node, 2, "MatMulNBits' scales")
+    zeros = low.need_const(node, 3, "MatMulNBits' zero points")
+    blocks = -(-k_dim // block)
+    q = _unpack(np.asarray(packed, dtype=np.uint8).reshape(n_dim, -1), bits)
+    q = q[:, :blocks * block].reshape(n_dim, blocks, block).astype(np.float32)
+    scale = np.asarray(scales, dtype=np.float32).reshape(n_dim, blocks)
+    if zeros is None:
+        zero = np.full((n_dim, blocks), 2.0 ** (bits - 1), dtype=np.float32)
+    elif zeros.dtype == np.uint8:
+        zero = _unpack(zeros.reshape(n_dim, -1), bits)[:, :blocks].astype(np.float32)
+    else:
+        zero = np.asarray(zeros, dtype=np.float32).reshape(n_dim, blocks)
+    w = (q - zero[:, :, None]) * scale[:, :, None]
+    return w.reshape(n_dim, blocks * block)[:, :k_dim]
+
+
+def _unpack(data: np.ndarray, bits: int) -> np.ndarray:
+    """Each byte's `bits`-bit fields, lowest first, along the last axis."""
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)
+    fields = (data[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return fields.reshape(*data.shape[:-1], -1)
+
+
+def integer_sum(node: NodeInfo, low: Lowering, axes: list[int]) -> list[Kernel]:
+    """ReduceSum of int32 / int64 over one axis: CumSum, then a Copy of the last element."""
+    x, y = node.inputs[0].name, node.outputs[0].name
+    if len(axes) != 1:
+        raise Unsupported("ReduceSum of integers over more than one axis")
+    shape, axis = low.shape(x), axes[0]
+    if shape[axis] == 0:
+        raise Unsupported("ReduceSum of integers over an empty axis")
+    scan = f"{y}::cumsum"
+    low.twins[scan] = TensorInfo(scan, node.inputs[0].elem_type, shape)
+    strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+    keep = bool(node.attr("keepdims", 1))
+    out_strides = [s for d, s in enumerate(strides) if keep or d != axis]
+    last = (shape[axis] - 1) * strides[axis]
+    return [Kernel("CumSum", [x], [scan], {"axis": [axis], "exclusive": [0], "reverse": [0]}),
+            Kernel("Copy", [scan], [y], {"strides": out_strides, "offset": [last]})]
+
+
+def is_integer(t: TensorInfo) -> bool:
+    return t.elem_type in (onnx.TensorProto.INT32, onnx.TensorProto.INT64)

@@ -1,0 +1,239 @@
+// GroupQueryAttention (ONNX Runtime's contrib op, as onnxruntime-genai's decoders use it): the
+// new tokens' queries, keys and values (packed in one tensor, or three), rotary embedding on
+// the queries and new keys, the KV cache extended (present = past + new), causal attention
+// with one KV head per group of num_heads / kv_num_heads query heads.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernel.h"
+
+namespace onnxlens {
+
+namespace {
+
+// Eight independent sums: a dot product of a head (32 to 256 values) that the compiler keeps
+// in flight without reassociating one chain.
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Inputs: query, key, value (key and value -1 when the query packs all three), past_key,
+// past_value (-1 with no cache), seqlens_k (int32, per batch: total length - 1), cos_cache,
+// sin_cache (-1 without rotary). Outputs: output, present_key, present_value.
+class GroupQueryAttentionKernel : public Kernel {
+ public:
+  explicit GroupQueryAttentionKernel(const KernelContext& ctx)
+      : simd_(ctx.simd), heads_(ctx.attr("num_heads", 0)), kv_heads_(ctx.attr("kv_num_heads", 0)),
+        rotary_(ctx.attr("do_rotary", 0) != 0), interleaved_(ctx.attr("rotary_interleaved", 0) != 0),
+        softcap_(static_cast<float>(ctx.attr_f("softcap", 0.0))) {
+    require(ctx.inputs() == 8 && ctx.spec.outputs.size() == 3 && ctx.has_input(0) &&
+                ctx.has_input(5),
+            "GroupQueryAttention: 8 inputs (query and seqlens_k given) and 3 outputs");
+    for (int i = 0; i < 8; ++i) {
+      const DType want = i == 5 ? DType::i32 : DType::f32;
+      require(!ctx.has_input(i) || ctx.input(i).dtype == want, "GroupQueryAttention: input ", i,
+              " is ", ctx.has_input(i) ? dtype_name(ctx.input(i).dtype) : "", ", expected ",
+              dtype_name(want));
+    }
+    for (int i = 0; i < 3; ++i) {
+      require(ctx.output(i).dtype == DType::f32, "GroupQueryAttention: output ", i,
+              " must be float32");
+    }
+    require(ctx.has_input(3) == ctx.has_input(4) && ctx.has_input(1) == ctx.has_input(2) &&
+                ctx.has_input(6) == rotary_ && ctx.has_input(7) == rotary_,
+            "GroupQueryAttention: key with value, past_key with past_value, cos/sin caches "
+            "exactly when do_rotary");
+    const Tensor& q = ctx.input(0);
+    require(heads_ > 0 && kv_heads_ > 0 && heads_ % kv_heads_ == 0, "GroupQueryAttention: ",
+            heads_, " heads over ", kv_heads_, " KV heads");
+    out_ = &ctx.output(0);
+    present_k_ = &ctx.output(1);
+    present_v_ = &ctx.output(2);
+    require(present_k_->rank() == 4 && present_k_->shape == present_v_->shape,
+            "GroupQueryAttention: present ", show(present_k_->shape), " and ",
+            show(present_v_->shape));
+    batch_ = present_k_->dim(0);
+    total_ = present_k_->dim(2);
+    head_ = present_k_->dim(3);
+    require(present_k_->dim(1) == kv_heads_ && q.rank() == 3 && q.dim(0) == batch_,
+            "GroupQueryAttention: query ", show(q.shape), " for present ",
+            show(present_k_->shape));
+    seq_ = q.dim(1);
+    const bool packed = !ctx.has_input(1);
+    const int64_t q_width = heads_ * head_, kv_width = kv_heads_ * head_;
+    q_ = q.f32();
+    q_stride_ = packed ? q_width + 2 * kv_width : q_width;
+    require(q.dim(2) == q_stride_, "GroupQueryAttention: query ", show(q.shape), " for ",
+            heads_, " + ", packed ? 2 * kv_heads_ : 0, " heads of ", head_);
+    if (packed) {
+      k_ = q_ + q_width;
+      v_ = k_ + kv_width;
+      kv_stride_ = q_stride_;
+    } else {
+      require(ctx.has_input(2) && ctx.input(1).shape == std::vector<int64_t>{batch_, seq_, kv_width}
+                  && ctx.input(2).shape == ctx.input(1).shape,
+              "GroupQueryAttention: key and value must be [", batch_, ", ", seq_, ", ",
+              kv_width, "]");
+      k_ = ctx.input(1).f32();
+      v_ = ctx.input(2).f32();
+      kv_stride_ = kv_width;
+    }
+    require(out_->shape == std::vector<int64_t>{batch_, seq_, q_width},
+            "GroupQueryAttention: output ", show(out_->shape));
+    if (ctx.has_input(3)) {
+      past_k_ = &ctx.input(3);
+      past_v_ = &ctx.input(4);
+      require(past_k_->rank() == 4 && past_k_->shape == past_v_->shape &&
+                  past_k_->dim(0) == batch_ && past_k_->dim(1) == kv_heads_ &&
+                  past_k_->dim(3) == head_ && past_k_->dim(2) <= total_,
+              "GroupQueryAttention: past ", show(past_k_->shape), " for present ",
+              show(present_k_->shape));
+    }
+    seqlens_ = &ctx.input(5);
+    require(seqlens_->numel == batch_, "GroupQueryAttention: seqlens_k ", show(seqlens_->shape),
+            " for batch ", batch_);
+    if (rotary_) {
+      const Tensor& cos = ctx.input(6);
+      require(cos.rank() == 2 && cos.shape == ctx.input(7).shape && 2 * cos.dim(1) <= head_,
+              "GroupQueryAttention: cos/sin caches ", show(cos.shape), " for heads of ", head_);
+      cos_ = cos.f32();
+      sin_ = ctx.input(7).f32();
+      half_ = cos.dim(1);
+      positions_ = cos.dim(0);
+    }
+    const double scale = ctx.attr_f("scale", 0.0);
+    scale_ = static_cast<float>(scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_)));
+  }
+
+  // A query head after rotary, the scores of one row, the weighted sum.
+  int64_t workspace_floats() const override { return 2 * head_ + total_; }
+
+  void run(ThreadPool& pool, const Workspace& ws) override {
+    past_lengths();
+    const int64_t kv_rows = batch_ * kv_heads_;
+    pool.for_range(kv_rows, 1, [&](int, int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) extend_cache(r / kv_heads_, r % kv_heads_);
+    }, present_k_->nbytes * 2);
+    const int64_t rows = batch_ * heads_ * seq_;
+    pool.for_range(rows, pool.chunk_for(rows), [&](int tid, int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        attend(r / (heads_ * seq_), (r / seq_) % heads_, r % seq_, ws.get(tid));
+      }
+    }, rows * total_ * head_ * 8);
+  }
+
+ private:
+  // Each batch's cached length: its total (seqlens_k + 1) less the new tokens, which must fit.
+  void past_lengths() {
+    past_len_.assign(static_cast<size_t>(batch_), 0);
+    const int64_t cached = past_k_ ? past_k_->dim(2) : 0;
+    for (int64_t b = 0; b < batch_; ++b) {
+      const int64_t total = static_cast<int64_t>(seqlens_->as<int32_t>()[b]) + 1;
+      const int64_t past = std::max<int64_t>(total - seq_, 0);
+      if (past > cached || past + seq_ > total_ || (rotary_ && past + seq_ > positions_)) {
+        throw RunError(cat("GroupQueryAttention: seqlens_k[", b, "] = ", total - 1, " for ",
+                           seq_, " new tokens, a cache of ", cached, ", present ", total_,
+                           rotary_ ? ", positions " : "", rotary_ ? positions_ : 0));
+      }
+      past_len_[static_cast<size_t>(b)] = past;
+    }
+  }
+
+  // Rotates a head of the token at `pos` (ONNX Runtime's rotary: halves, or interleaved pairs;
+  // dims past the rotary ones copied).
+  void rotate(const float* x, float* y, int64_t pos) const {
+    std::memcpy(y, x, static_cast<size_t>(head_) * sizeof(float));
+    if (!rotary_) return;
+    const float* c = cos_ + pos * half_;
+    const float* s = sin_ + pos * half_;
+    for (int64_t i = 0; i < half_; ++i) {
+      const int64_t a = interleaved_ ? 2 * i : i, b = interleaved_ ? 2 * i + 1 : i + half_;
+      y[a] = x[a] * c[i] - x[b] * s[i];
+      y[b] = x[b] * c[i] + x[a] * s[i];
+    }
+  }
+
+  // present[b, kvh] = past[b, kvh, :past] + the new keys (rotated) and values; rows past the
+  // batch's total are zero.
+  void extend_cache(int64_t b, int64_t kvh) const {
+    const int64_t past = past_len_[static_cast<size_t>(b)];
+    const size_t row = static_cast<size_t>(head_) * sizeof(float);
+    float* pk = present_k_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
+    float* pv = present_v_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
+    if (past > 0) {
+      const int64_t from = (b * kv_heads_ + kvh) * past_k_->dim(2) * head_;
+      std::memcpy(pk, past_k_->f32() + from, static_cast<size_t>(past) * row);
+      std::memcpy(pv, past_v_->f32() + from, static_cast<size_t>(past) * row);
+    }
+    for (int64_t s = 0; s < seq_; ++s) {
+      const int64_t at = (b * seq_ + s) * kv_stride_ + kvh * head_;
+      rotate(k_ + at, pk + (past + s) * head_, past + s);
+      std::memcpy(pv + (past + s) * head_, v_ + at, row);
+    }
+    const int64_t rest = total_ - past - seq_;
+    std::memset(pk + (past + seq_) * head_, 0, static_cast<size_t>(rest) * row);
+    std::memset(pv + (past + seq_) * head_, 0, static_cast<size_t>(rest) * row);
+  }
+
+  // One query row: scores over the keys up to its own position, softmax, the weighted values.
+  void attend(int64_t b, int64_t h, int64_t s, float* buf) const {
+    const int64_t past = past_len_[static_cast<size_t>(b)], kvh = h / (heads_ / kv_heads_);
+    const int64_t keys = past + s + 1;
+    float* q = buf;
+    float* acc = buf + head_;
+    float* scores = buf + 2 * head_;
+    rotate(q_ + (b * seq_ + s) * q_stride_ + h * head_, q, past + s);
+    const float* pk = present_k_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
+    const float* pv = present_v_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
+    for (int64_t j = 0; j < keys; ++j) {
+      float x = scale_ * dot(q, pk + j * head_, head_);
+      if (softcap_ > 0.0f) x = softcap_ * std::tanh(x / softcap_);
+      scores[j] = x;
+    }
+    const float m = simd_.max(scores, keys);
+    const float inv = 1.0f / simd_.exp_shift_sum(scores, scores, m, keys);
+    std::fill(acc, acc + head_, 0.0f);
+    for (int64_t j = 0; j < keys; ++j) {
+      const float p = scores[j] * inv;
+      const float* v = pv + j * head_;
+      for (int64_t d = 0; d < head_; ++d) acc[d] += p * v[d];
+    }
+    std::memcpy(out_->f32() + (b * seq_ + s) * heads_ * head_ + h * head_, acc,
+                static_cast<size_t>(head_) * sizeof(float));
+  }
+
+  const SimdKernels& simd_;
+  int64_t heads_, kv_heads_;
+  bool rotary_, interleaved_;
+  float softcap_, scale_ = 1.0f;
+  int64_t batch_ = 0, seq_ = 0, total_ = 0, head_ = 0, q_stride_ = 0, kv_stride_ = 0;
+  int64_t half_ = 0, positions_ = 0;
+  const float* q_ = nullptr;
+  const float* k_ = nullptr;
+  const float* v_ = nullptr;
+  const float* cos_ = nullptr;
+  const float* sin_ = nullptr;
+  const Tensor* past_k_ = nullptr;
+  const Tensor* past_v_ = nullptr;
+  const Tensor* seqlens_ = nullptr;
+  const Tensor* out_ = nullptr;
+  const Tensor* present_k_ = nullptr;
+  const Tensor* present_v_ = nullptr;
+  std::vector<int64_t> past_len_;
+};
+
+}  // namespace
+
+void register_attention(KernelRegistry& r) {
+  add_kernel(r, "GroupQueryAttention", make_kernel<GroupQueryAttentionKernel>());
+}
+
+}  // namespace onnxlens

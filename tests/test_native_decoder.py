@@ -1,0 +1,203 @@
+"""native-cpu on the ops of onnxruntime-genai's decoders, against ONNX Runtime: one hand-built
+node each (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, GroupQueryAttention
+at prefill and decode, MatMulNBits, ReduceSum of int64) on every instruction set, and the
+builder's tiny decoder (tests/data/genai) at prefill and at a decode step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("onnxlens.backends._native")
+ort = pytest.importorskip("onnxruntime")
+
+from onnxlens.backends import _native  # noqa: E402
+from onnxlens.backends.native_cpu import NativeCpuBackend  # noqa: E402
+
+ISAS = _native.available_isas()
+DATA = Path(__file__).parent / "data" / "genai"
+_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+          np.dtype(np.int64): TensorProto.INT64}
+
+
+def _model(node: onnx.NodeProto, inputs: dict[str, np.ndarray], weights: dict[str, np.ndarray],
+           outputs: dict[str, tuple[int, tuple[int, ...]]]) -> onnx.ModelProto:
+    """One node; outputs typed by hand (onnx's shape inference does not know contrib ops)."""
+    graph = helper.make_graph(
+        [node], "t",
+        [helper.make_tensor_value_info(n, _TYPES[v.dtype], v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in outputs.items()],
+        [numpy_helper.from_array(v, n) for n, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=8)
+
+
+def _check(model: onnx.ModelProto, inputs: dict[str, np.ndarray], rtol: float = 1e-4,
+           atol: float = 1e-5) -> None:
+    """native-cpu on every instruction set equals ONNX Runtime's CPU kernels."""
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in model.graph.output]
+    want = dict(zip(names, session.run(None, inputs), strict=True))
+    for isa in ISAS:
+        backend = NativeCpuBackend(1, isa)
+        backend.prepare(model)
+        got = backend.run(inputs)
+        for name in names:
+            scale = max(1.0, float(np.abs(want[name]).max()))
+            np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol * scale,
+                                       err_msg=f"{name} on {isa}")
+
+
+def _rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_simplified_layer_norm() -> None:
+    rng = np.random.default_rng(0)
+    x, gamma = _rand(rng, 2, 3, 40), _rand(rng, 40)
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], axis=-1,
+                            epsilon=1e-6)
+    _check(_model(node, {"x": x}, {"g": gamma}, {"y": (TensorProto.FLOAT, x.shape)}), {"x": x})
+
+
+@pytest.mark.parametrize("skip_rows", [6, 3])  # as x, or broadcast over the batch
+@pytest.mark.parametrize("bias", [False, True])
+def test_skip_simplified_layer_norm_and_its_sum(skip_rows: int, bias: bool) -> None:
+    """Output 0 the normalized x + skip (+ bias), output 3 that sum; 1 and 2 left unnamed."""
+    rng = np.random.default_rng(1)
+    x = _rand(rng, 2, 3, 40)
+    skip = _rand(rng, 2, 3, 40) if skip_rows == 6 else _rand(rng, 3, 40)
+    weights = {"g": _rand(rng, 40), **({"b": _rand(rng, 40)} if bias else {})}
+    node = helper.make_node("SkipSimplifiedLayerNormalization",
+                            ["x", "skip", "g", "b" if bias else ""], ["y", "", "", "sum"],
+                            domain="com.microsoft", epsilon=1e-6)
+    outs = {"y": (TensorProto.FLOAT, x.shape), "sum": (TensorProto.FLOAT, x.shape)}
+    _check(_model(node, {"x": x, "skip": skip}, weights, outs), {"x": x, "skip": skip})
+
+
+def _gqa(batch: int, seq: int, past: int, packed: bool, interleaved: int = 0,
+         scale: float | None = None) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A GroupQueryAttention of 4 query heads over 2 KV heads of 16 with rotary, `past` cached
+    tokens and `seq` new ones per batch (all valid: seqlens_k = past + seq - 1)."""
+    heads, kv_heads, head = 4, 2, 16
+    total = past + seq
+    rng = np.random.default_rng(batch * 100 + seq * 10 + past)
+    inputs = {"past_key": _rand(rng, batch, kv_heads, past, head),
+              "past_value": _rand(rng, batch, kv_heads, past, head),
+              "seqlens_k": np.full(batch, total - 1, np.int32),
+              "total_sequence_length": np.array(total, np.int32)}
+    if packed:
+        inputs["query"] = _rand(rng, batch, seq, (heads + 2 * kv_heads) * head)
+        qkv = ["query", "", ""]
+    else:
+        inputs.update(query=_rand(rng, batch, seq, heads * head),
+                      key=_rand(rng, batch, seq, kv_heads * head),
+                      value=_rand(rng, batch, seq, kv_heads * head))
+        qkv = ["query", "key", "value"]
+    angles = np.outer(np.arange(32), 1.0 / 10000 ** (np.arange(head // 2) * 2 / head))
+    weights = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
+    attrs = {"scale": scale} if scale is not None else {}
+    node = helper.make_node(
+        "GroupQueryAttention",
+        [*qkv, "past_key", "past_value", "seqlens_k", "total_sequence_length", "cos", "sin"],
+        ["out", "present_key", "present_value"], domain="com.microsoft", num_heads=heads,
+        kv_num_heads=kv_heads, do_rotary=1, rotary_interleaved=interleaved, **attrs)
+    present = (TensorProto.FLOAT, (batch, kv_heads, total, head))
+    outs = {"out": (TensorProto.FLOAT, (batch, seq, heads * head)), "present_key": present,
+            "present_value": present}
+    return _model(node, inputs, weights, outs), inputs
+
+
+@pytest.mark.parametrize(("batch", "seq", "past"), [(1, 8, 0), (2, 5, 0), (2, 1, 8), (1, 3, 4)])
+def test_group_query_attention_prefill_and_decode(batch: int, seq: int, past: int) -> None:
+    """Rotary on the queries and new keys, present = past + new, the causal mask, one KV head
+    per two query heads; prefill (no cache), a decode step, a chunk after a cache."""
+    _check(*_gqa(batch, seq, past, packed=True))
+
+
+def test_group_query_attention_separate_qkv_interleaved_rotary_and_scale() -> None:
+    _check(*_gqa(1, 4, 3, packed=False, interleaved=1, scale=0.3))
+
+
+def test_group_query_attention_past_the_rotary_positions_is_a_run_error() -> None:
+    from onnxlens.analyzer.errors import OnnxLensError
+
+    model, inputs = _gqa(1, 1, 8, packed=True)
+    backend = NativeCpuBackend(1)
+    backend.prepare(model)
+    inputs["seqlens_k"] = np.array([40], np.int32)  # past 40 > the 8 cached tokens
+    with pytest.raises(OnnxLensError, match="seqlens_k"):
+        backend.run(inputs)
+
+
+def _nbits(rng: np.random.Generator, n: int, k: int, block: int, zero_points: bool
+           ) -> dict[str, np.ndarray]:
+    blocks = -(-k // block)
+    weights = {"w": rng.integers(0, 256, (n, blocks, block // 2), dtype=np.uint8),
+               "scales": (rng.random(n * blocks, dtype=np.float32) * 0.1 + 0.01)}
+    if zero_points:
+        weights["zp"] = rng.integers(0, 256, n * -(-blocks // 2), dtype=np.uint8)
+    return weights
+
+
+@pytest.mark.parametrize("zero_points", [False, True])
+@pytest.mark.parametrize("k", [64, 80])  # whole blocks, and a last block cut short
+def test_matmul_nbits_int4(zero_points: bool, k: int) -> None:
+    """Block-quantized int4 weights (and packed zero points, 8 when absent), a bias; ORT at
+    accuracy level 0 computes in float32 too, so the two agree to rounding."""
+    rng = np.random.default_rng(k)
+    n, block = 24, 32
+    weights = _nbits(rng, n, k, block, zero_points)
+    weights["bias"] = _rand(rng, n)
+    a = _rand(rng, 2, 3, k)
+    node = helper.make_node("MatMulNBits", ["a", "w", "scales", "zp" if zero_points else "",
+                                            "", "bias"], ["y"], domain="com.microsoft",
+                            K=k, N=n, bits=4, block_size=block, accuracy_level=0)
+    _check(_model(node, {"a": a}, weights, {"y": (TensorProto.FLOAT, (2, 3, n))}), {"a": a})
+
+
+def test_reduce_sum_of_int64_over_the_mask() -> None:
+    mask = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], np.int64)
+    for keepdims in (0, 1):
+        node = helper.make_node("ReduceSum", ["m", "axes"], ["s"], keepdims=keepdims)
+        shape = (2, 1) if keepdims else (2,)
+        model = _model(node, {"m": mask}, {"axes": np.array([1], np.int64)},
+                       {"s": (TensorProto.INT64, shape)})
+        _check(model, {"m": mask})
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize(("batch", "seq", "past"), [(1, 8, 0), (2, 1, 8)])
+def test_the_genai_decoder_agrees_with_ort(precision: str, batch: int, seq: int, past: int
+                                           ) -> None:
+    """The builder's tiny Llama: logits and every present K/V at cosine >= 0.9999 with ORT.
+    int4 is not exact: ORT's MatMulNBits at the builder's accuracy level 4 quantizes the
+    activations to int8, where native-cpu multiplies the dequantized weights in float32."""
+    path = DATA / precision / "model.onnx"
+    rng = np.random.default_rng(0)
+    model = onnx.load(path, load_external_data=False)
+    kv = {i.name: (batch, 1, past, 16) for i in model.graph.input if "past" in i.name}
+    inputs = {"input_ids": rng.integers(0, 64, (batch, seq)).astype(np.int64),
+              "attention_mask": np.ones((batch, past + seq), np.int64),
+              **{name: _rand(rng, *shape) for name, shape in kv.items()}}
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    want = dict(zip(names, session.run(None, inputs), strict=True))
+    backend = NativeCpuBackend(1)
+    backend.prepare(path)
+    got = backend.run(inputs)
+    for name in names:
+        assert got[name].shape == want[name].shape
+        assert _cosine(got[name], want[name]) >= 0.9999, name
+        if precision == "fp32":
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
