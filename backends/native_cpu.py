@@ -159,6 +159,12 @@ class _Prepared:
         self.result = result
         self.backend = backend
         self.plan = build_plan(result, backend)
+        # A kernel this build lacks (the CUDA executor's GroupQueryAttention; an extension
+        # built before a kernel was added) is named here, before the core reads the plan.
+        lacking = {k.op for s in self.plan.steps for k in s.kernels} - set(native.kernel_ops())
+        if lacking:
+            raise BackendError(f"no kernel for {', '.join(sorted(lacking))} in this build",
+                               backend)
         self.executor = make_executor(native, self.plan.native_args(), threads, isa, backend)
         self._run_error = native.RunError
         self._producers = self.executor.producer_steps()

@@ -581,8 +581,8 @@ def test_a_kernel_without_a_cuda_version_fails_prepare_with_its_name():
 
     model = _model([helper.make_node("ReduceSum", ["x"], ["out"], keepdims=1)],
                    {"x": np.zeros((2, 3), np.float32)}, {}, ["out"])
-    with pytest.raises(BackendError, match=r"^native-cuda: invalid plan: .*no CUDA kernel for "
-                                           r"ReduceSum") as info:
+    with pytest.raises(BackendError, match=r"^native-cuda: no kernel for ReduceSum in this "
+                                           r"build") as info:
         emulated_backend().prepare(model)
     assert info.value.backend == "native-cuda"
 

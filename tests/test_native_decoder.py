@@ -201,3 +201,17 @@ def test_the_genai_decoder_agrees_with_ort(precision: str, batch: int, seq: int,
         assert _cosine(got[name], want[name]) >= 0.9999, name
         if precision == "fp32":
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+def test_the_cuda_executor_names_the_kernels_it_lacks() -> None:
+    """native-cuda (its CPU emulator here) has no GroupQueryAttention or RMSNormalization: the
+    refusal names them, before the plan reaches the CUDA core."""
+    from onnxlens.analyzer.errors import OnnxLensError
+    from onnxlens.backends.native_cuda import NativeCudaBackend
+
+    emu = pytest.importorskip("onnxlens.backends._native_cuda_emu")
+    model, inputs = _gqa(1, 4, 0, packed=True)
+    backend = NativeCudaBackend(module=emu)
+    with pytest.raises(OnnxLensError, match="no kernel for GroupQueryAttention in this build"):
+        backend.prepare(model)
+        backend.run(inputs)
