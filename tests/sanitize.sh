@@ -5,7 +5,8 @@
 # (its own folder: the installed module is never replaced), then runs the kernel tests of
 # tests/test_native.py (the hypothesis fuzz of conv, pool, gemm and matmul on every
 # instruction set, the element-wise, reduce, data-movement kernels and the malformed plans; not
-# the whole models), ONNX's node tests (tests/test_native_node.py) and the fuzz of mutated
+# the whole models), ONNX's node tests (tests/test_native_node.py), the genai decoder's ops and
+# tiny decoder (tests/test_native_decoder.py) and the fuzz of mutated
 # plans (tests/fuzz/test_fuzz.py -k plan: refused, or run with no bad access), with
 # ONNXLENS_NATIVE_MODULE naming the sanitized module (backends/__init__.py) and the sanitizer
 # runtimes preloaded into Python. Any memory error or undefined behavior aborts the run.
@@ -65,7 +66,7 @@ assert _native.__file__ == os.environ["ONNXLENS_NATIVE_MODULE"], _native.__file_
 EOF
 python -m pytest -q -p no:cacheprovider -m "not slow" \
   -k "not resnet18 and not mobilenet and not transformer and not profile_is_per_group" \
-  tests/test_native.py tests/test_native_node.py || failed
+  tests/test_native.py tests/test_native_node.py tests/test_native_decoder.py || failed
 # The mutated plans (and the plan regressions): refused, or run with no bad access.
 ONNXLENS_FUZZ_EXAMPLES=${ONNXLENS_SANITIZE_PLANS:-500} \
   python -m pytest -q -p no:cacheprovider -k "plan" \

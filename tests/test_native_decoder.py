@@ -146,19 +146,20 @@ def _nbits(rng: np.random.Generator, n: int, k: int, block: int, zero_points: bo
 
 
 @pytest.mark.parametrize("zero_points", [False, True])
-@pytest.mark.parametrize("k", [64, 80])  # whole blocks, and a last block cut short
-def test_matmul_nbits_int4(zero_points: bool, k: int) -> None:
+@pytest.mark.parametrize(("k", "n"), [(64, 24), (80, 200)])  # a last block cut short, 2 tiles
+@pytest.mark.parametrize("rows", [(1, 1), (2, 3)])  # a decode step reads the bytes directly
+def test_matmul_nbits_int4(zero_points: bool, k: int, n: int, rows: tuple[int, int]) -> None:
     """Block-quantized int4 weights (and packed zero points, 8 when absent), a bias; ORT at
     accuracy level 0 computes in float32 too, so the two agree to rounding."""
     rng = np.random.default_rng(k)
-    n, block = 24, 32
+    block = 32
     weights = _nbits(rng, n, k, block, zero_points)
     weights["bias"] = _rand(rng, n)
-    a = _rand(rng, 2, 3, k)
+    a = _rand(rng, *rows, k)
     node = helper.make_node("MatMulNBits", ["a", "w", "scales", "zp" if zero_points else "",
                                             "", "bias"], ["y"], domain="com.microsoft",
                             K=k, N=n, bits=4, block_size=block, accuracy_level=0)
-    _check(_model(node, {"a": a}, weights, {"y": (TensorProto.FLOAT, (2, 3, n))}), {"a": a})
+    _check(_model(node, {"a": a}, weights, {"y": (TensorProto.FLOAT, (*rows, n))}), {"a": a})
 
 
 def test_reduce_sum_of_int64_over_the_mask() -> None:

@@ -4,10 +4,8 @@
   SkipSimplifiedLayerNormalization: one `RMSNormalization` kernel (k_rms_norm.cpp), the skip sum
   an output of its own when the graph reads it;
 - GroupQueryAttention: one kernel (k_attention.cpp), rotary, cache and attention together;
-- MatMulNBits: its block-quantized weight dequantized once, here, at plan time, into a float32
-  [K, N] constant that a MatMul kernel reads (the quantized bytes are not kept). The run is then
-  an fp32 GEMM: the same speed as the float model, at 8x the weight memory of int4 (4 bytes a
-  weight, not half a byte plus a scale per block);
+- MatMulNBits (4 bits): one kernel (k_nbits.cpp) on the packed weight (re-laid out here, still
+  half a byte a value), dequantized as it multiplies; each block's zero point an offset;
 - ReduceSum over integers (the attention mask's lengths): an inclusive CumSum along the one
   reduced axis, whose last element a strided Copy takes.
 """
@@ -18,7 +16,7 @@ import numpy as np
 import onnx
 
 from ...analyzer.ir import NodeInfo, TensorInfo
-from .lower import FLOAT, Instr, Kernel, Lowering, Unsupported
+from .lower import FLOAT, Kernel, Lowering, Unsupported
 
 # The contrib ops lowered here (their domain is com.microsoft).
 CONTRIB_OPS = frozenset({"SkipSimplifiedLayerNormalization", "GroupQueryAttention",
@@ -88,44 +86,39 @@ def group_query_attention(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 
 def matmul_nbits(node: NodeInfo, low: Lowering) -> list[Kernel]:
-    """A MatMul of A by the weight dequantized at plan time (`dequantize_nbits`), its bias (input
-    5) in the epilogue."""
+    """One MatMulNBits kernel (k_nbits.cpp) on the packed 4-bit weight, laid out by block and
+    byte with the columns inner, with each block's scale and offset = -zero point · scale
+    ([blocks, N]), so that w = q · scale + offset: zero points packed like the weight (uint8),
+    float, or absent (8)."""
     if _name(node, 4):
         raise Unsupported("MatMulNBits with g_idx")
+    bits = int(node.attr("bits", 4))
+    if bits != 4:
+        raise Unsupported(f"MatMulNBits with bits={bits} (only 4)")
     _require_float(node, range(1))
-    weight = dequantize_nbits(node, low)
-    w = low.add_const(f"{node.name}::dequantized", np.ascontiguousarray(weight.T))
-    k = Kernel("MatMul", [node.inputs[0].name, w], [node.outputs[0].name])
-    bias = _name(node, 5)
-    if bias:
-        k.program.append(Instr("Add", 0, (0, k.operand(bias))))
-    return [k]
-
-
-def dequantize_nbits(node: NodeInfo, low: Lowering) -> np.ndarray:
-    """MatMulNBits' weight as float32 [N, K]: w[n, k] = (q[n, k] - zero[n, k // block]) *
-    scale[n, k // block]; q packed low bits first in `bits`-bit fields, block by block
-    ([N, blocks, block * bits / 8] bytes); zero points packed the same way per row (uint8), or
-    float, or absent (2^(bits - 1))."""
-    k_dim, n_dim = int(node.attr("K")), int(node.attr("N"))
-    bits, block = int(node.attr("bits", 4)), int(node.attr("block_size"))
-    if bits not in (2, 4, 8):
-        raise Unsupported(f"MatMulNBits with bits={bits}")
+    k_dim, n_dim, block = int(node.attr("K")), int(node.attr("N")), int(node.attr("block_size"))
+    blocks = -(-k_dim // block)
     packed = low.need_const(node, 1, "MatMulNBits' weight")
     scales = low.need_const(node, 2, "MatMulNBits' scales")
     zeros = low.need_const(node, 3, "MatMulNBits' zero points")
-    blocks = -(-k_dim // block)
-    q = _unpack(np.asarray(packed, dtype=np.uint8).reshape(n_dim, -1), bits)
-    q = q[:, :blocks * block].reshape(n_dim, blocks, block).astype(np.float32)
+    if packed is None or packed.dtype != np.uint8:
+        raise Unsupported("MatMulNBits' weight is not uint8")
     scale = np.asarray(scales, dtype=np.float32).reshape(n_dim, blocks)
     if zeros is None:
-        zero = np.full((n_dim, blocks), 2.0 ** (bits - 1), dtype=np.float32)
+        zero = np.full((n_dim, blocks), 8.0, dtype=np.float32)
     elif zeros.dtype == np.uint8:
         zero = _unpack(zeros.reshape(n_dim, -1), bits)[:, :blocks].astype(np.float32)
     else:
         zero = np.asarray(zeros, dtype=np.float32).reshape(n_dim, blocks)
-    w = (q - zero[:, :, None]) * scale[:, :, None]
-    return w.reshape(n_dim, blocks * block)[:, :k_dim]
+    # By block and byte, columns inner (k_nbits.cpp): [N, blocks, block / 2] -> [blocks, .., N].
+    by_block = packed.reshape(n_dim, blocks, block // 2).transpose(1, 2, 0)
+    ins = [node.inputs[0].name,
+           low.add_const(f"{node.name}::packed", np.ascontiguousarray(by_block)),
+           low.add_const(f"{node.name}::scales", np.ascontiguousarray(scale.T)),
+           low.add_const(f"{node.name}::offsets", np.ascontiguousarray((-zero * scale).T)),
+           _name(node, 5)]
+    return [Kernel("MatMulNBits", ins, [node.outputs[0].name],
+                   {"K": [k_dim], "N": [n_dim], "block_size": [block]})]
 
 
 def _unpack(data: np.ndarray, bits: int) -> np.ndarray:

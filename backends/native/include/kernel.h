@@ -100,6 +100,7 @@ void register_pool(KernelRegistry& r);
 void register_norm(KernelRegistry& r);
 void register_rms_norm(KernelRegistry& r);
 void register_attention(KernelRegistry& r);
+void register_nbits(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
 void register_data(KernelRegistry& r);
 void register_misc(KernelRegistry& r);

@@ -103,6 +103,7 @@ const KernelRegistry& kernel_registry() {
     register_norm(r);
     register_rms_norm(r);
     register_attention(r);
+    register_nbits(r);
     register_reduce(r);
     register_data(r);
     register_misc(r);

@@ -1,0 +1,186 @@
+// MatMulNBits (ONNX Runtime's contrib op) with 4-bit weights: y = A · Wᵀ (+ bias), the weight
+// kept at half a byte a value. The planner lays it out by block and byte, columns inner
+// ([blocks, block / 2, N] bytes: byte t of a block holds values 2t (low nibble) and 2t + 1 of
+// every column), and each block's scale and offset (-zero point · scale) as [blocks, N]: every
+// loop here runs along contiguous columns, so the compiler vectorizes the dequantization
+// (w = q · scale + offset) and the products. Compiled for each instruction set as the SIMD
+// table is (the one ONNXLENS_NATIVE_ISA picks is used).
+#include <algorithm>
+#include <cstring>
+
+#include "kernel.h"
+
+namespace onnxlens {
+
+namespace {
+
+constexpr int64_t kCols = 128;  // columns a task owns at a time
+constexpr int64_t kGroup = 16;  // values of K taken together (8 bytes of a block)
+// Up to this many rows of A read the bytes themselves (kernel_model.py NBITS_DIRECT_ROWS).
+constexpr int64_t kDirectRows = 2;
+
+struct Chunk {
+  const float* a;        // A, rows x k
+  const uint8_t* q;      // the packed weight at column n0, row stride n
+  const float* scales;   // [blocks, n] at column n0
+  const float* offsets;
+  float* y;              // y at column n0, row stride n
+  int64_t rows, k, n, cols, block;
+};
+
+// A row's kGroup values of A (zeros past the block's end) and their sum.
+inline float group_of(const float* a, int64_t here, float* x) {
+  float sum = 0.0f;
+  for (int64_t r = 0; r < kGroup; ++r) {
+    x[r] = r < here ? a[r] : 0.0f;
+    sum += x[r];
+  }
+  return sum;
+}
+
+// y[m, c] += Σ_k a[m, k] · w(k, c), w = q · scale + offset, kGroup values of K (one block's)
+// at a time: y += scale · Σ x · q + offset · Σ x. With a few rows (a decode step) each row
+// reads the bytes itself; with more, the group's q are converted to floats once, into `w`,
+// and each row's pass reads those.
+__attribute__((always_inline)) inline void accumulate(const Chunk& c) {
+  const int64_t blocks = (c.k + c.block - 1) / c.block, blob = c.block / 2;
+  const bool direct = c.rows <= kDirectRows;
+  alignas(64) float w[kGroup][kCols];
+  alignas(64) float acc[kCols];
+  for (int64_t j = 0; j < blocks; ++j) {
+    const int64_t len = std::min(c.block, c.k - j * c.block);
+    const float* sc = c.scales + j * c.n;
+    const float* of = c.offsets + j * c.n;
+    for (int64_t g = 0; g < len; g += kGroup) {
+      const int64_t here = std::min(kGroup, len - g), bytes = (here + 1) / 2;
+      const uint8_t* q = c.q + (j * blob + g / 2) * c.n;  // byte t of the group at q + t * n
+      if (!direct) {
+        for (int64_t t = 0; t < kGroup / 2; ++t) {
+          for (int64_t i = 0; i < c.cols; ++i) {
+            const uint8_t b = t < bytes ? q[t * c.n + i] : 0;
+            w[2 * t][i] = static_cast<float>(b & 15);
+            w[2 * t + 1][i] = static_cast<float>(b >> 4);
+          }
+        }
+      }
+      for (int64_t m = 0; m < c.rows; ++m) {
+        float x[kGroup];
+        const float sum = group_of(c.a + m * c.k + j * c.block + g, here, x);
+        float* y = c.y + m * c.n;
+        if (direct) {
+          std::fill(acc, acc + c.cols, 0.0f);
+          for (int64_t t = 0; t < bytes; ++t) {
+            const uint8_t* b = q + t * c.n;
+            const float lo = x[2 * t], hi = x[2 * t + 1];
+            for (int64_t i = 0; i < c.cols; ++i) {
+              acc[i] += lo * static_cast<float>(b[i] & 15) + hi * static_cast<float>(b[i] >> 4);
+            }
+          }
+          for (int64_t i = 0; i < c.cols; ++i) y[i] += sc[i] * acc[i] + of[i] * sum;
+          continue;
+        }
+        for (int64_t i = 0; i < c.cols; ++i) {
+          float acc = 0.0f;
+          for (int64_t r = 0; r < kGroup; ++r) acc += x[r] * w[r][i];
+          y[i] += sc[i] * acc + of[i] * sum;
+        }
+      }
+    }
+  }
+}
+
+using AccumulateFn = void (*)(const Chunk&);
+
+void accumulate_generic(const Chunk& c) { accumulate(c); }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma"))) void accumulate_avx2(const Chunk& c) { accumulate(c); }
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+void accumulate_avx512(const Chunk& c) { accumulate(c); }
+#endif
+
+// The copy compiled for the SIMD table's instruction set.
+AccumulateFn accumulate_for(const SimdKernels& simd) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (&simd == simd_named("avx512")) return accumulate_avx512;
+  if (&simd == simd_named("avx2")) return accumulate_avx2;
+#endif
+  (void)simd;
+  return accumulate_generic;
+}
+
+// Inputs: A (float32 [..., K]), B (uint8 [blocks, block / 2, N]), scales and offsets (float32
+// [blocks, N]), bias (float32 [N], or -1). Ints: K, N, block_size.
+class MatMulNBitsKernel : public Kernel {
+ public:
+  explicit MatMulNBitsKernel(const KernelContext& ctx)
+      : accumulate_(accumulate_for(ctx.simd)), a_(ctx.input(0)), y_(ctx.output(0)),
+        k_(ctx.attr("K", 0)), n_(ctx.attr("N", 0)), block_(ctx.attr("block_size", 0)) {
+    ctx.expect_arity(4, 5, 1);
+    require(k_ > 0 && n_ > 0 && block_ >= 2 && block_ % 2 == 0, "MatMulNBits: K ", k_, ", N ",
+            n_, ", block_size ", block_);
+    blocks_ = (k_ + block_ - 1) / block_;
+    require(a_.dtype == DType::f32 && y_.dtype == DType::f32 && a_.rank() >= 1 &&
+                a_.dim(a_.rank() - 1) == k_,
+            "MatMulNBits: A ", show(a_.shape), " for K ", k_);
+    rows_ = a_.numel / k_;
+    require(y_.numel == rows_ * n_ && y_.rank() >= 1 && y_.dim(y_.rank() - 1) == n_,
+            "MatMulNBits: output ", show(y_.shape), " for ", rows_, " rows of ", n_);
+    const Tensor& b = ctx.input(1);
+    require(b.dtype == DType::u8 && b.numel == blocks_ * (block_ / 2) * n_,
+            "MatMulNBits: weight ", show(b.shape), " ", dtype_name(b.dtype), " for ", blocks_,
+            " blocks of ", block_, " 4-bit values by ", n_, " columns");
+    packed_ = b.as<uint8_t>();
+    scales_ = per_block(ctx, 2, "scales");
+    offsets_ = per_block(ctx, 3, "offsets");
+    if (ctx.has_input(4)) {
+      require(ctx.input(4).dtype == DType::f32 && ctx.input(4).numel == n_,
+              "MatMulNBits: bias ", show(ctx.input(4).shape), " for N ", n_);
+      bias_ = ctx.input(4).f32();
+    }
+  }
+
+  void run(ThreadPool& pool, const Workspace&) override {
+    const int64_t tasks = (n_ + kCols - 1) / kCols;
+    pool.for_range(tasks, pool.chunk_for(tasks), [&](int, int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t n0 = t * kCols, cols = std::min(kCols, n_ - n0);
+        for (int64_t m = 0; m < rows_; ++m) {
+          float* y = y_.f32() + m * n_ + n0;
+          if (bias_) {
+            std::memcpy(y, bias_ + n0, static_cast<size_t>(cols) * sizeof(float));
+          } else {
+            std::fill(y, y + cols, 0.0f);
+          }
+        }
+        accumulate_({a_.f32(), packed_ + n0, scales_ + n0, offsets_ + n0, y_.f32() + n0, rows_,
+                     k_, n_, cols, block_});
+      }
+    }, rows_ * k_ * n_ * 2);
+  }
+
+ private:
+  const float* per_block(const KernelContext& ctx, int i, const char* what) const {
+    const Tensor& t = ctx.input(i);
+    require(t.dtype == DType::f32 && t.numel == blocks_ * n_, "MatMulNBits: ", what, " ",
+            show(t.shape), " for ", blocks_, " blocks by ", n_, " columns");
+    return t.f32();
+  }
+
+  AccumulateFn accumulate_;
+  const Tensor& a_;
+  const Tensor& y_;
+  int64_t k_, n_, block_, blocks_ = 0, rows_ = 0;
+  const uint8_t* packed_ = nullptr;
+  const float* scales_ = nullptr;
+  const float* offsets_ = nullptr;
+  const float* bias_ = nullptr;
+};
+
+}  // namespace
+
+void register_nbits(KernelRegistry& r) {
+  add_kernel(r, "MatMulNBits", make_kernel<MatMulNBitsKernel>());
+}
+
+}  // namespace onnxlens
