@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -825,6 +826,50 @@ def test_ort_runs_a_channels_last_layer_norm_and_a_softmax_row_by_row(gpu) -> No
                   ("y", [8, 49, 49]), {})
     [kernel] = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
     assert (kernel.cls, kernel.rows) == ("softmax", 8 * 49)  # MLAS's: a class of its own
+
+
+def _rms_norm_chain(form: str) -> list:
+    """x / sqrt(mean(x², -1) + eps) · γ over [1, 32, 64], its 1/sqrt as ORT's fusion wants it
+    ("div": x / s; "one_over": (1 / s) · x) or as torch dynamo writes it ("reciprocal")."""
+    head = [helper.make_node("Pow", ["x", "two"], ["p"]),
+            helper.make_node("ReduceMean", ["p"], ["m"], axes=[-1], keepdims=1),
+            helper.make_node("Add", ["m", "eps"], ["a"]), helper.make_node("Sqrt", ["a"], ["s"])]
+    scaled = {"div": [helper.make_node("Div", ["x", "s"], ["d"])],
+              "one_over": [helper.make_node("Div", ["one", "s"], ["r"]),
+                           helper.make_node("Mul", ["x", "r"], ["d"])],
+              "reciprocal": [helper.make_node("Reciprocal", ["s"], ["r"]),
+                             helper.make_node("Mul", ["x", "r"], ["d"])]}[form]
+    return head + scaled + [helper.make_node("Mul", ["d", "g"], ["y"])]
+
+
+@pytest.mark.parametrize("form", ["div", "one_over", "reciprocal"])
+def test_an_rms_norm_is_one_kernel_where_ort_fuses_it(tmp_path, form: str) -> None:
+    """ORT runs a spelled-out RMSNorm as one SimplifiedLayerNormalization when its 1/sqrt is a
+    Div (one normalization kernel of 32 rows, `normalized_rows`), node by node when it is a
+    Reciprocal (its elementwise runs, as any others: `_node_runs`), as ORT's optimized graph
+    says."""
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n)
+             for n, v in (("two", 2.0), ("eps", 1e-6), ("one", 1.0))]
+    inits.append(numpy_helper.from_array(np.full(64, 0.5, np.float32), "g"))
+    graph = helper.make_graph(_rms_norm_chain(form), "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    r = onnxlens.analyze(model)
+    assert [g.pattern for g in r.groups] == ["RMSNorm"]
+    kernels = ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    fused = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+    if form == "reciprocal":
+        assert len(fused) == 7 and len(kernels) > 1
+        assert "normalization" not in {k.cls for k in kernels}
+    else:
+        assert fused == ["SimplifiedLayerNormalization"]
+        assert [(k.cls, k.rows) for k in kernels] == [("normalization", 32)]
 
 
 @pytest.mark.parametrize(("w", "group", "x", "padded"), [

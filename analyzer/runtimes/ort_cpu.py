@@ -73,6 +73,21 @@ _QUANT_EDGES = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantize
 # Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block's
 # products are costed as one, as the calibration measured them (`in_attention_block`).
 _WHOLE = frozenset({LAYER_NORM, ATTENTION})
+# An RMSNorm is one kernel when ORT's SimplifiedLayerNormFusion takes it: a Div for 1/sqrt
+# (x / s, or 1 / s then Mul), not a Reciprocal (torch dynamo's rsqrt, as HF Llama exports
+# it), which ORT leaves node by node. Checked (ORT 1.31's optimized graphs): hand-built chains
+# of each form; HF T5 and a TorchScript Llama, one SimplifiedLayerNormalization per norm; a
+# dynamo Llama, Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul.
+_NORMS_ONE_KERNEL = frozenset({LAYER_NORM, RMS_NORM})
+
+
+def runs_whole(mg: ModelGraph, group: Group) -> bool:
+    """Whether ORT runs a (float) group as one kernel: `_WHOLE`, and an RMSNorm it fuses."""
+    if group.pattern == RMS_NORM:
+        return not any(mg.info(k).op_type == "Reciprocal" for k in group.nodes)
+    return group.pattern in _WHOLE
+
+
 # A residual Add joined to the norm after it, where ORT does not run it as a SkipLayerNorm
 # (below): costed as the Add's kernel, then the norm's, the kernels the two groups had before
 # the join (ORT's SkipSimplifiedLayerNormalization on CPU is not measured here; a quantized
@@ -455,10 +470,11 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
         split = adds[0] + 1
         return (ort_kernels(mg, Group(group.id, "Add", group.nodes[:split]), costs, block)
                 + ort_kernels(mg, Group(group.id, norm, group.nodes[split:]), costs, block))
-    if group.pattern in _WHOLE and not quantized:  # QDQ attention: QLinearMatMul, QLinearSoftmax
-        cls = op_class(mg, group, costs)
+    if runs_whole(mg, group) and not quantized:  # QDQ attention: QLinearMatMul, QLinearSoftmax
+        norm = group.pattern in _NORMS_ONE_KERNEL
+        cls = "normalization" if norm else op_class(mg, group, costs)
         matmul = next((i for k in group.nodes if (i := mg.info(k)).op_type == "MatMul"), None)
-        rows = normalized_rows(map(mg.info, group.nodes)) if group.pattern == LAYER_NORM else 0
+        rows = normalized_rows(map(mg.info, group.nodes)) if norm else 0
         whole = replace(kernel_of(mg, list(group.nodes), costs, cls, NCHW, NCHW,
                                   calls=matmul_calls(matmul) if matmul else 1), rows=rows)
         apart = [k for k in group.nodes  # Softmax, the mask's (Add, IsNaN, Where), Expand
