@@ -141,7 +141,9 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
     if k.op in _PICKING and k.outputs[0] in model.tensors:
         picked = model.tensors[k.outputs[0]].nbytes + sum(
             model.tensors[n].nbytes for n in k.inputs[1:] if n in model.tensors)
-        cost = dataclasses.replace(cost, bytes_read=min(cost.bytes_read, picked))
+        # An embedding table is a weight the Gather reads only the picked rows of.
+        cost = dataclasses.replace(cost, bytes_read=min(cost.bytes_read, picked),
+                                   param_bytes=min(cost.param_bytes, picked))
     return dataclasses.replace(kernel, cost=cost, elements=elements,
                                rows=row_passes(k, dims))
 
