@@ -120,6 +120,14 @@ def test_group_query_attention_prefill_and_decode(batch: int, seq: int, past: in
     _check(*_gqa(batch, seq, past, packed=True))
 
 
+def test_group_query_attention_right_padded_prompts() -> None:
+    """A batch of prompts of 6 and 4 tokens padded to 6 (seqlens_k 5 and 3): the pad rows
+    attend to their prompt's tokens only."""
+    model, inputs = _gqa(2, 6, 0, packed=True)
+    inputs["seqlens_k"] = np.array([5, 3], np.int32)
+    _check(model, inputs)
+
+
 def test_group_query_attention_separate_qkv_interleaved_rotary_and_scale() -> None:
     _check(*_gqa(1, 4, 3, packed=False, interleaved=1, scale=0.3))
 

@@ -134,16 +134,19 @@ class GroupQueryAttentionKernel : public Kernel {
   // Each batch's cached length: its total (seqlens_k + 1) less the new tokens, which must fit.
   void past_lengths() {
     past_len_.assign(static_cast<size_t>(batch_), 0);
+    lengths_.assign(static_cast<size_t>(batch_), 0);
     const int64_t cached = past_k_ ? past_k_->dim(2) : 0;
     for (int64_t b = 0; b < batch_; ++b) {
       const int64_t total = static_cast<int64_t>(seqlens_->as<int32_t>()[b]) + 1;
       const int64_t past = std::max<int64_t>(total - seq_, 0);
-      if (past > cached || past + seq_ > total_ || (rotary_ && past + seq_ > positions_)) {
+      if (total < 1 || past > cached || past + seq_ > total_ ||
+          (rotary_ && past + seq_ > positions_)) {
         throw RunError(cat("GroupQueryAttention: seqlens_k[", b, "] = ", total - 1, " for ",
                            seq_, " new tokens, a cache of ", cached, ", present ", total_,
                            rotary_ ? ", positions " : "", rotary_ ? positions_ : 0));
       }
       past_len_[static_cast<size_t>(b)] = past;
+      lengths_[static_cast<size_t>(b)] = total;
     }
   }
 
@@ -186,7 +189,9 @@ class GroupQueryAttentionKernel : public Kernel {
   // One query row: scores over the keys up to its own position, softmax, the weighted values.
   void attend(int64_t b, int64_t h, int64_t s, float* buf) const {
     const int64_t past = past_len_[static_cast<size_t>(b)], kvh = h / (heads_ / kv_heads_);
-    const int64_t keys = past + s + 1;
+    // Causal, and never past the batch's own length: a right-padded prompt's pad rows attend to
+    // its tokens only, as ONNX Runtime's do.
+    const int64_t keys = std::min(past + s + 1, lengths_[static_cast<size_t>(b)]);
     float* q = buf;
     float* acc = buf + head_;
     float* scores = buf + 2 * head_;
@@ -227,7 +232,7 @@ class GroupQueryAttentionKernel : public Kernel {
   const Tensor* out_ = nullptr;
   const Tensor* present_k_ = nullptr;
   const Tensor* present_v_ = nullptr;
-  std::vector<int64_t> past_len_;
+  std::vector<int64_t> past_len_, lengths_;  // per batch: cached tokens, seqlens_k + 1
 };
 
 }  // namespace
