@@ -116,6 +116,7 @@ from .errors import OnnxLensError, UsageError
 from .hardware import (
     CONV_UNPACKED,
     GPU_RUNTIMES,
+    GQA_DECODE,
     HOST_RUNTIMES,
     INT8_CLASSES,
     OP_CLASSES,
@@ -132,7 +133,7 @@ from .host import detect_cpu, host_profile, replace_measured
 SCHEMA = "onnxlens-calibration/2"  # 2: level factors scale i_half; grouped_conv; backend
 # Op classes with multiply-accumulates get a curve of their own; the others use `elementwise`.
 MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "grouped_conv_nchwc", "gemm", "attention",
-               CONV_UNPACKED, *INT8_CLASSES)
+               CONV_UNPACKED, GQA_DECODE, *INT8_CLASSES)
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
 OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "skip_rms_normalization",

@@ -93,6 +93,7 @@ SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8"
                "gemm_int8": "gemm", "conv_integer": "conv", "gemm_s8s8": "gemm",
                "grouped_conv_integer": "conv",
                "gemm_nbits": "gemm", "conv_int8_im2col": "conv", "conv_unpacked": "conv",
+               "gqa_decode": "gemm",
                "skip_normalization": "normalization", "skip_rms_normalization": "normalization",
                "softmax": "normalization",
                "softmax_int8": "normalization",
@@ -125,6 +126,12 @@ GEMM_S8S8 = "gemm_s8s8"
 # int8 VNNI dot products on 4-bit weights unpacked per block, with per-block scale work):
 # measured (ORT 1.31, Zen 5) at 0.25 of the int8 GEMMs' peak, a class of its own.
 GEMM_NBITS = "gemm_nbits"
+# ORT's GroupQueryAttention at one new token (a decode step): per query head it copies its KV
+# head's past into the present and runs one score at a time, a dot product of the head size
+# for Q·Kᵀ and an axpy for P·V, in SSE loops outside MLAS's AVX-512 kernels (`ort_attention.
+# decode_kernel`): measured (ORT 1.31, Zen 5) 8.3 ns a score at head size 32, 0.06 of the fp32
+# peak, where the gemm curve's per-call term read each head's products as 1.4 us calls.
+GQA_DECODE = "gqa_decode"
 # A grouped or depthwise ConvInteger: ORT runs an im2col and an unpacked MlasGemm per image and
 # group (conv_integer.cc), read per call (`ort_cpu.group_gemms`). Measured (ORT 1.31, 1 thread,
 # Zen 5) ~20 us per 3x3 channel at 48x48 or 56x56, 2 GOPS: MobileNetV2's 17 depthwise

@@ -331,6 +331,28 @@ def test_a_grouped_conv_benchmark_is_read_at_its_path(bench: catalogue.Bench, cl
     assert cal.curve(cls) is cal.curves["conv"]
 
 
+def test_a_gqa_decode_benchmark_is_one_kernel_of_its_class() -> None:
+    """One decode step of GroupQueryAttention, 4 query / 2 KV heads of 16 (ORT's rotary needs
+    a multiple of 16) over a past of 7 (T = 8): ORT runs one kernel; its point is the
+    `gqa_decode` kernel's, a call per query head, 4·8·(16 + 16) = 1024 MACs, 4·16 FLOPs a
+    score (its reuse: a dot product and an axpy of the head size), its bytes each
+    tensor once: the packed QKV (8·16 floats), the past K and V (2·2·7·16), the rotary caches'
+    row at position 7 (2·8) read; the output (4·16) and the present K and V (2·2·8·16)
+    written. A calibration without the class reads it at `gemm`'s curve."""
+    bench = catalogue.gqa_decode(4, 2, 16, 7)
+    model = bench.build()
+    assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [
+        "GroupQueryAttention"]
+    point = measure._point(bench.name, model, 1e-4, 0.0, 0.0,
+                           measure._kernels_of(ORT_CPU, host_profile(1)))
+    assert point is not None
+    assert (point.op_class, point.calls, point.macs, point.reuse, point.bytes) == (
+        "gqa_decode", 4, 1024, 4 * 16,
+        4 * (8 * 16 + 2 * 2 * 7 * 16 + 2 * 8) + 4 * (4 * 16 + 2 * 2 * 8 * 16))
+    cal = _calibration()
+    assert cal.curve("gqa_decode") is cal.curves["gemm"]
+
+
 R, C = 32, 64  # a residual norm's rows and columns, floats
 
 

@@ -155,20 +155,31 @@ def _gqa(past: int, new: int = 1) -> onnxlens.AnalysisResult:
         helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]))
 
 
-def test_group_query_attention_copies_the_cache_once_per_query_head() -> None:
-    """ORT's GQA at decode (past 7 + 1 new = 8 tokens of 8 floats: one head's present K is
-    c = 256 bytes): memset of both present buffers 2·2·c = 1024 bytes, each of the 4 query
-    heads copies its KV head's K and V, 2·4·c = 2048 bytes read and written; then 2 GEMM
-    calls per query head reading the packed QKV (64 floats), the present K and V per query
-    head (2048 bytes), writing the output (32 floats)."""
+def test_group_query_attention_decode_is_one_kernel_of_loops_over_its_scores() -> None:
+    """ORT 1.31's GQA at decode (past 7 + 1 new = T 8 tokens, 4 query heads over 2 KV heads
+    of 8 floats) is one `gqa_decode` kernel, a call per query head (its job: copy its KV
+    head's cache, then a dot product and an axpy a score), with the node's MACs, 4·8·(8 + 8)
+    = 512, and its boundary traffic, each tensor once: read the packed QKV (1·(4 + 2·2)·8
+    floats, 256 bytes) and the past K and V (2·2·7·8 floats, 896 bytes); write the output
+    (4·8 floats, 128 bytes) and the present K and V (2·2·8·8 floats, 1024 bytes). The
+    estimator asks its curve at one job's 2·512 / 4 = 256 FLOPs and at I = 4·D = 32, the
+    FLOPs of one score's dot product and axpy: the curve's I / (I + i_half) is its cost per
+    score."""
     r = _gqa(7)
     costs = {k: nc.cost for k, nc in r.node_costs.items()}
-    cache, products = ort_kernels(r.graph, r.groups[0], costs, 16)
-    assert (cache.cls, cache.launches) == ("data_movement", 0)
-    assert (cache.cost.bytes_read, cache.cost.bytes_written) == (2048, 1024 + 2048)
-    assert products.cls == "gemm" and products.calls == 8  # one query row a call: GEMVs
-    assert (products.cost.bytes_read, products.cost.bytes_written) == (256 + 2048, 128)
-    assert products.cost.macs == costs["gqa"].macs == 4 * 8 * (8 + 8)  # query rows x L x (D + Dv)
+    [decode] = ort_kernels(r.graph, r.groups[0], costs, 16)
+    assert (decode.cls, decode.calls, decode.launches) == ("gqa_decode", 4, 1)
+    assert decode.cost.macs == costs["gqa"].macs == 4 * 8 * (8 + 8)
+    assert (decode.cost.bytes_read, decode.cost.bytes_written) == (256 + 896, 128 + 1024)
+    asked = []
+
+    def efficiency(cls: str, flops: float, intensity: float) -> float:
+        asked.append((cls, flops, intensity))
+        return 0.1
+
+    estimate_kernel(decode, load_profile("xeon_8480"), stored("float32"), efficiency)
+    assert asked == [("gqa_decode", 2 * 512 / 4, 4 * 8)]
+    assert SUBCLASS_OF["gqa_decode"] == "gemm"  # a calibration without its benchmarks
 
 
 def test_group_query_attention_prefill_softmaxes_row_by_row_beside_its_products() -> None:

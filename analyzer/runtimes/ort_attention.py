@@ -31,16 +31,18 @@ from ..cost.activation import softmax_rows
 from ..cost.base import Cost
 from ..cost.ops import VIEWS
 from ..graph import ModelGraph
+from ..hardware import GQA_DECODE
 from ..ir import NodeInfo, dtype_bytes
 from . import Kernel, constant_input
 
 
 def gqa_kernels(info: NodeInfo, k: Kernel, lanes: int) -> list[Kernel]:
-    """`k` (the node as one `attention` kernel) as ORT runs it: the KV-cache copy, a
+    """`k` (the node as one `attention` kernel) as ORT runs it: with one new token, the node
+    as one `gqa_decode` kernel (`decode_kernel`); with more, the KV-cache copy, a
     `data_movement` pass inside the same kernel (no launch of its own), then the per-head
-    products at the attention curve (the gemm curve for a single new token), 2 GEMM calls per
-    query head, and with more than one new token the B·N·S score rows' softmax and mask loop
-    (`row_softmax`; `lanes`: the profile's fp32 SIMD width in floats, its NCHWc block).
+    products at the attention curve, 2 GEMM calls per query head, and the B·N·S score rows'
+    softmax and mask loop (`row_softmax`; `lanes`: the profile's fp32 SIMD width in floats,
+    its NCHWc block).
 
     Derivation, with B the batch, N the query heads, Nkv the KV heads, D the head size, P the
     past and S the new tokens, T the present length (P + S), e the element bytes, and
@@ -68,28 +70,53 @@ def gqa_kernels(info: NodeInfo, k: Kernel, lanes: int) -> list[Kernel]:
     e = dtype_bytes(present.elem_type)
     chunk = total * head * e
     memset = 2 * batch * kv_heads * chunk
-    copied = 2 * batch * heads * total * head * e
-    cache = Kernel("data_movement", Cost(bytes_read=copied, bytes_written=memset + copied),
-                   k.nodes, k.reads, k.writes, launches=0)
     new_kv = sum(t.nbytes for i in (1, 2) if (t := info.input(i)) is not None and t.known)
     cos = info.input(7)
     rotary = (2 * batch * seq * cos.dims[-1] * dtype_bytes(cos.elem_type)
               if info.attr("do_rotary", 0) and cos is not None and cos.known else 0)
-    products = replace(k.cost, bytes_read=q.nbytes + new_kv + 2 * batch * heads * chunk + rotary,
-                       bytes_written=y.nbytes, param_bytes=rotary if 7 in info.const_inputs else 0)
+    weights = rotary if 7 in info.const_inputs else 0
     if seq == 1:
-        # One new token: each call is a GEMV (one query row), which the gemm curve measured
-        # (one-row MatMuls) and the calibration's attention blocks (36 rows and more) never
-        # did. Its softmax rows are the query heads alone (8-16 rows: a few us of the row
-        # loop), left in the GEMVs' epilogue: taken out, the curve's per-call term read the
-        # lighter calls slower (Qwen2's step, 8 heads at context 512: +21 us a layer).
-        return [cache, replace(k, cls="gemm", cost=products, calls=2 * batch * heads)]
+        past_kv = sum(t.nbytes for i in (3, 4) if (t := info.input(i)) is not None and t.known)
+        return [decode_kernel(k, batch * heads, head, q.nbytes + new_kv + rotary + past_kv,
+                              y.nbytes + memset, weights)]
+    copied = 2 * batch * heads * total * head * e
+    cache = Kernel("data_movement", Cost(bytes_read=copied, bytes_written=memset + copied),
+                   k.nodes, k.reads, k.writes, launches=0)
+    products = replace(k.cost, bytes_read=q.nbytes + new_kv + 2 * batch * heads * chunk + rotary,
+                       bytes_written=y.nbytes, param_bytes=weights)
     rows = batch * heads * seq
     softmax = softmax_rows(rows, total)  # in the node's cost; `row_softmax` runs it
     products = replace(products, other_flops=products.other_flops - softmax.other_flops,
                        transcendental=products.transcendental - softmax.transcendental)
     return [cache, replace(k, cost=products, calls=2 * batch * heads),
             row_softmax(rows, total, k, lanes)]
+
+
+def decode_kernel(k: Kernel, jobs: int, head: int, read: int, written: int, weights: int
+                  ) -> Kernel:
+    """A GQA node at one new token as ORT 1.31 runs it: one kernel of class `gqa_decode`, its
+    `jobs` (batch x query heads) each a call. Profiled (perf, ORT 1.31, Zen 5, 8 query / 2 KV
+    heads of 32 over 512 tokens, alone and in the small Qwen2's decode step), a job's time is
+    its scores, one at a time, in two SSE loops outside MLAS's AVX-512 kernels: Q·Kᵀ as a dot
+    product of the head size, a horizontal sum and a scaled store a score (29% of the node
+    alone), P·V as an axpy of the head size into the output row a score (35%); the present's
+    memset and the past's copies, 9%, hit L1 and L2 (each KV head's chunk is copied again
+    by its N/Nkv query heads, to the same place). The copies and both loops all grow as
+    T·D a job, so one curve fitted on decode nodes (`catalogue.gqa_decode`) prices the
+    three by the products' MACs, with a cost per job (its FLOPs, f_half) and per score: its
+    reuse is the 4·D FLOPs of one score's dot product and axpy (`head`: D), so the curve's
+    I / (I + i_half) is a cost per score whatever D, as a horizontal sum is. Measured alone
+    (the catalogue's four, 1 thread, Zen 5): 0.13 ns a MAC at D 32, 0.11 at 64, 0.095 at
+    128, 10 us at T 128 against 34 at 512 (D 32); fitted e_max 0.103, i_half 42, f_half 4217,
+    all four within 1.5%. Its traffic is the node's boundary, each tensor once: `read` Q and
+    the new K and V, the rotary rows (`weights` where constant) and the past K and V;
+    `written` the output and the present K and V; the in-cache copies and re-reads are in
+    the curve. Not modelled: one KV head per query head (no repeats to hit the cache: 8 / 8
+    heads of 32 over 512 tokens 54 us measured, 36 read), a past too big for the cache.
+    Before (the copies at the L3 rate over all their 2.4 MB, the products as 16 GEMM calls
+    at the gemm curve's 1.4 us a call) it read 57 us for the Qwen2's 34."""
+    cost = replace(k.cost, bytes_read=read, bytes_written=written, param_bytes=weights)
+    return replace(k, cls=GQA_DECODE, cost=cost, calls=jobs, reuse=4 * head)
 
 
 def row_softmax(rows: int, length: int, k: Kernel, lanes: int) -> Kernel:

@@ -348,6 +348,33 @@ def attention(heads: int, seq: int, dim: int, tier: int = 1) -> Bench:
                  _work(4 * heads * seq * seq * dim, 4 * heads * (4 * seq * dim + seq * seq)))
 
 
+def gqa_decode(heads: int, kv_heads: int, head: int, past: int, tier: int = 1) -> Bench:
+    """One decode step of GroupQueryAttention as onnxruntime-genai's model builder writes it:
+    packed QKV of one new token, rotary from cos / sin caches, a KV cache of `past` tokens in
+    and past + 1 out (present K and V, ORT's outputs 1 and 2, left unread). ORT runs it as
+    per-head SSE loops over the scores (`ort_attention.decode_kernel`): the estimator's
+    `gqa_decode` class."""
+    def build() -> onnx.ModelProto:
+        total = past + 1
+        # (the cache's names not past_* / present*, which would make it a decoder to analyze)
+        inputs = ["QKV", "", "", "K_cache", "V_cache", "seqlens_k", "total", "cos", "sin"]
+        node = helper.make_node("GroupQueryAttention", inputs, ["Y", "K_out", "V_out"],
+                                domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads,
+                                do_rotary=1)
+        consts = [numpy_helper.from_array(np.array([past], np.int32), "seqlens_k"),
+                  numpy_helper.from_array(np.array(total, np.int32), "total"),
+                  _const("cos", (total, head // 2), 1.0), _const("sin", (total, head // 2), 1.0)]
+        cache = (1, kv_heads, past, head)
+        model = _model([node], [("QKV", (1, 1, (heads + 2 * kv_heads) * head)),
+                                ("K_cache", cache), ("V_cache", cache)],
+                       ("Y", (1, 1, heads * head)), consts)
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        return model
+    return Bench(f"GroupQueryAttention decode {heads}/{kv_heads}x{head} past {past}", build,
+                 tier, _work(4 * heads * (past + 1) * head,
+                             4 * 8 * (heads + kv_heads) * (past + 1) * head))
+
+
 def chain(length: int) -> Bench:
     """`length` Relu kernels on 16 floats: almost nothing but per-kernel overhead."""
     return Bench(f"Relu chain {length}", lambda: _model(
@@ -505,6 +532,10 @@ def _movement_and_attention() -> list[Bench]:
             attention(16, 64, 64), attention(2, 512, 64), attention(32, 36, 32),
             attention(48, 49, 32), attention(12, 49, 32), attention(96, 49, 16),
             attention(8, 49, 64), attention(128, 16, 16), attention(24, 16, 32)]
+    # A decoder's attention at one new token (a decode step), query / KV heads x head size
+    # over a KV cache: the small Qwen2's at two lengths, a Llama's 16 / 4 x 64 and 32 / 8 x 128.
+    out += [gqa_decode(8, 2, 32, 511), gqa_decode(8, 2, 32, 127), gqa_decode(16, 4, 64, 511),
+            gqa_decode(32, 8, 128, 255)]
     return out
 
 
