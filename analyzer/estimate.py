@@ -218,7 +218,8 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
 
 
 def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
-                 precision: Precision, source: MemoryLevel | None = None) -> GroupEstimate:
+                 precision: Precision, source: MemoryLevel | None = None, cold: int = 0
+                 ) -> GroupEstimate:
     """A kernel whose weights were last read one run ago, where a calibration measured that
     fetch (`runtime.cold_weight_gbps`): W bytes from `source` (`weights_level`: main memory,
     or the last-level cache) serialize with its arithmetic but overlap its stalls, latency_s =
@@ -227,24 +228,27 @@ def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
     calibrated one for a compute-bound convolution (`backends.calibrate.measure`'s Conv
     chains), its bandwidth below its ridge point (a GEMV: a stream the prefetchers run ahead
     of; Zen 5, ORT 1.31: a decoder's 4-64 MB MatMuls at 36-41 GB/s, DRAM 41.7); from the
-    cache, its bandwidth."""
+    cache, its bandwidth. `cold` bytes of activations on lines the last run evicted
+    (`Kernel.cold_bytes`: the image input and the stem's output) come at the same rate, after
+    the rest: latency_s += cold / rate (ORT 1.31, Zen 5: GhostNet's stem Conv, 1.4 MB of
+    input and output, 66-69 us alone, 168 after a 32 MB pass, 138-228 in the network)."""
     gbps = hw.runtime.cold_weight_gbps
     weights = cost.param_bytes * precision.byte_scale
-    if gbps <= 0 or not weights:
+    if gbps <= 0 or not (weights or cold):
         return e
     best = hw.class_efficiency(cls if cost.macs or cls in VECTOR_CLASSES else "elementwise")
     work_s = peak_seconds(cost, hw, precision) / best
     source, dram = source or hw.main_memory, hw.main_memory
     if source != dram or e.intensity < hw.peak_flops(precision.peak) / (dram.bandwidth_gbps * 1e9):
         gbps = source.bandwidth_gbps
-    fetch_s = weights / (gbps * 1e9)
-    latency_s = max(e.latency_s, work_s + e.overhead_s + fetch_s)
+    fetch_s, cold_s = weights / (gbps * 1e9), cold / (gbps * 1e9)
+    latency_s = max(e.latency_s, work_s + e.overhead_s + fetch_s) + cold_s
     level = next(lv for lv in hw.memory if lv.name == e.level)
-    energy_j = e.energy_j + (hw.static_w * (latency_s - e.latency_s) + weights * (
+    energy_j = e.energy_j + (hw.static_w * (latency_s - e.latency_s) + (weights + cold) * (
         source.energy_pj_per_byte - level.energy_pj_per_byte) * 1e-12)
     bound = Bound("memory", source.name) if fetch_s > max(work_s, e.memory_s) else e.bound
     return dataclasses.replace(e, latency_s=latency_s, energy_j=energy_j, bound=bound,
-                               memory_s=max(e.memory_s, fetch_s))
+                               memory_s=max(e.memory_s, fetch_s) + cold_s)
 
 
 def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precision,
@@ -262,7 +266,7 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precisio
         costs.append(k.cost)
         at = precision if k.peak is None else dataclasses.replace(precision, peak=k.peak)
         parts.append(absorbed(k, hw, at, eff) if k.host else cold_weights(
-            estimate_kernel(k, hw, at, eff), k.cost, k.cls, hw, at, source))
+            estimate_kernel(k, hw, at, eff), k.cost, k.cls, hw, at, source, k.cold_bytes))
         if k.denormal_share:
             parts[-1] = denormal_slowed(parts[-1], k.denormal_share, factor, hw.static_w)
         if k.epilogue.other_flops:

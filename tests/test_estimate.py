@@ -130,6 +130,40 @@ def test_cold_weights_serialize_with_work_and_overlap_stalls(gpu) -> None:
     assert cold_weights(hot, gemm, "gemm", gpu, what_if("fp32")) == hot
 
 
+def test_cold_activations_add_their_fetch_after_the_work(gpu) -> None:
+    """1 MB of activations on evicted lines at a cold rate of 10 GB/s: 100 us on top of a
+    compute-bound GEMM's 47.6 + 3 us, whatever overlapped before; on a kernel streaming below
+    the ridge point (1 FLOP per 8 bytes) they come at the source's bandwidth, HBM's 3,000 GB/s
+    (0.33 us); without the measured rate, nothing."""
+    cold = dataclasses.replace(gpu, runtime=Runtime(cold_weight_gbps=10.0))
+    eff = constant_efficiency(gpu)
+    gemm = Cost(macs=10**9, bytes_read=4 * 10**6, bytes_written=4000)
+    hot = estimate_group(gemm, "gemm", cold, what_if("fp32"), eff)
+    e = cold_weights(hot, gemm, "gemm", cold, what_if("fp32"), cold=10**6)
+    assert e.latency_s == pytest.approx(2e9 / (60e12 * 0.7) + 3e-6 + 1e-4)
+    assert e.memory_s == pytest.approx(hot.memory_s + 1e-4) and e.energy_j > hot.energy_j
+    stream = Cost(other_flops=10**6, bytes_read=8 * 10**6)
+    hot = estimate_group(stream, "elementwise", cold, what_if("fp32"), eff)
+    e = cold_weights(hot, stream, "elementwise", cold, what_if("fp32"), cold=10**6)
+    assert e.latency_s == pytest.approx(hot.latency_s + 1e6 / 3000e9)
+    assert cold_weights(hot, stream, "elementwise", gpu, what_if("fp32"), cold=10**6) == hot
+
+
+def test_the_first_kernel_reading_the_input_fetches_it_and_its_output_cold(gpu) -> None:
+    """A stem Conv 3 -> 16, 3x3/2 over [1, 3, 32, 32], then a 1x1 Conv: the stem reads the
+    input (3 x 32 x 32 x 4 = 12,288 bytes) and writes [1, 16, 16, 16] (16,384) on evicted
+    lines; the second Conv reads what the stem just wrote: nothing cold."""
+    r = _analyzed([helper.make_node("Conv", ["x", "w"], ["s"], strides=[2, 2], pads=[1] * 4),
+                   helper.make_node("Relu", ["s"], ["a"]),
+                   helper.make_node("Conv", ["a", "v"], ["y"])], [1, 3, 32, 32],
+                  ("y", [1, 16, 16, 16]), {"w": [16, 3, 3, 3], "v": [16, 16, 1, 1]})
+    hw = dataclasses.replace(gpu, simd_bits=512, runtime=Runtime(name=ORT_CPU))
+    kernels = [k for run in OrtCpu().kernels(r.graph, r.groups, _node_costs(r), {}, hw).values()
+               for k in run or ()]
+    assert [k.cold_bytes for k in kernels if k.nodes] == [12288 + 16384, 0]
+    assert all(k.cold_bytes == 0 for k in kernels if not k.nodes)
+
+
 def test_big_elementwise_is_memory_bound_in_main_memory(gpu) -> None:
     n = 100_000_000  # Add of two 400 MB tensors: 1 FLOP per 12 bytes
     cost = Cost(other_flops=n, bytes_read=8 * n, bytes_written=4 * n)

@@ -67,6 +67,7 @@ _CLASS_OF_OP = {
     "Reshape": "data_movement", "Flatten": "data_movement", "Squeeze": "data_movement",
     "Unsqueeze": "data_movement", "Transpose": "data_movement", "Concat": "data_movement",
     "Split": "data_movement", "Slice": "data_movement", "Gather": "data_movement",
+    "GatherBlockQuantized": "data_movement",
     "Expand": "data_movement", "Tile": "data_movement", "Pad": "data_movement",
     "Identity": "data_movement", "Shape": "data_movement", "Resize": "data_movement",
     "ReorderInput": REORDER, "ReorderOutput": REORDER,  # ORT's NCHWc layout changes
@@ -152,6 +153,9 @@ class Kernel:
     # The share of its operands that are float32 denormals (the estimator slows it by the
     # profile's measured factor: `denormal_slowed`).
     denormal_share: float = 0.0
+    # Activation bytes it reads or writes on lines the last run evicted (the image input and
+    # the stem's output), fetched like cold weights, after its work (`estimate.cold_weights`).
+    cold_bytes: int = 0
     # The peak its MACs run at where not its group's precision's (an int8 group that ORT runs
     # as DequantizeLinear, a float32 Conv and QuantizeLinear: `ort_cpu._unfused_kernels`).
     peak: str | None = None
