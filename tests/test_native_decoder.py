@@ -224,3 +224,24 @@ def test_the_cuda_executor_names_the_kernels_it_lacks() -> None:
     with pytest.raises(OnnxLensError, match="no kernel for GroupQueryAttention in this build"):
         backend.prepare(model)
         backend.run(inputs)
+
+
+def test_the_kernel_model_charges_the_cache_copy() -> None:
+    """native-cpu's estimate of a GroupQueryAttention adds the copy of past K and V into
+    present: 2 tensors x [1, 2, 8, 16] float32 = 2048 bytes read and written again, one memcpy
+    per batch, KV head and tensor (4)."""
+    import onnxlens
+    from onnxlens.backends.native.kernel_model import _cache_copies
+    from onnxlens.backends.native.plan import lower_groups
+
+    model, _ = _gqa(1, 1, 8, packed=True)
+    for value in [*model.graph.input, *model.graph.output]:  # fixed lengths: no LLM view
+        value.name = value.name.replace("past_", "cache_").replace("present_", "new_")
+    node = model.graph.node[0]
+    for names in (node.input, node.output):
+        names[:] = [n.replace("past_", "cache_").replace("present_", "new_") for n in names]
+    result = onnxlens.analyze(model)
+    lowered = lower_groups(result.model, result.graph, result.groups)
+    [copy] = [c for step in lowered.steps for c in _cache_copies(step.kernels, result.model)]
+    assert (copy.cls, copy.cost.bytes_read, copy.cost.bytes_written, copy.runs) == (
+        "data_movement", 2048, 2048, 4)

@@ -13,16 +13,82 @@ namespace onnxlens {
 
 namespace {
 
-// Eight independent sums: a dot product of a head (32 to 256 values) that the compiler keeps
-// in flight without reassociating one chain.
-float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {};
+// Sixteen independent sums (one vector of AVX-512, two of AVX2): a dot product of a head (32 to
+// 256 values) that the compiler keeps in flight without reassociating one chain.
+__attribute__((always_inline)) inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
   }
   for (; i < n; ++i) acc[0] += a[i] * b[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return acc[0];
+}
+
+// scores[j] = scale · q · k_j for `keys` rows of `head` values.
+__attribute__((always_inline)) inline void key_scores(const float* q, const float* k,
+                                                      int64_t keys, int64_t head, float scale,
+                                                      float* scores) {
+  for (int64_t j = 0; j < keys; ++j) scores[j] = scale * dot(q, k + j * head, head);
+}
+
+// acc = Σ_j p_j · scale · v_j.
+__attribute__((always_inline)) inline void weighted_values(const float* p, const float* v,
+                                                           int64_t keys, int64_t head,
+                                                           float scale, float* acc) {
+  std::fill(acc, acc + head, 0.0f);
+  for (int64_t j = 0; j < keys; ++j) {
+    const float w = p[j] * scale;
+    for (int64_t d = 0; d < head; ++d) acc[d] += w * v[j * head + d];
+  }
+}
+
+// The two products, compiled for each instruction set as the SIMD table is (the one
+// ONNXLENS_NATIVE_ISA picks is used).
+struct Products {
+  void (*scores)(const float*, const float*, int64_t, int64_t, float, float*);
+  void (*values)(const float*, const float*, int64_t, int64_t, float, float*);
+};
+
+void scores_generic(const float* q, const float* k, int64_t keys, int64_t head, float scale,
+                    float* out) {
+  key_scores(q, k, keys, head, scale, out);
+}
+void values_generic(const float* p, const float* v, int64_t keys, int64_t head, float scale,
+                    float* acc) {
+  weighted_values(p, v, keys, head, scale, acc);
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma"))) void scores_avx2(const float* q, const float* k,
+                                                     int64_t keys, int64_t head, float scale,
+                                                     float* out) {
+  key_scores(q, k, keys, head, scale, out);
+}
+__attribute__((target("avx2,fma"))) void values_avx2(const float* p, const float* v,
+                                                     int64_t keys, int64_t head, float scale,
+                                                     float* acc) {
+  weighted_values(p, v, keys, head, scale, acc);
+}
+__attribute__((target("avx512f,avx512vl,fma"))) void scores_avx512(
+    const float* q, const float* k, int64_t keys, int64_t head, float scale, float* out) {
+  key_scores(q, k, keys, head, scale, out);
+}
+__attribute__((target("avx512f,avx512vl,fma"))) void values_avx512(
+    const float* p, const float* v, int64_t keys, int64_t head, float scale, float* acc) {
+  weighted_values(p, v, keys, head, scale, acc);
+}
+#endif
+
+Products products_for(const SimdKernels& simd) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (&simd == simd_named("avx512")) return {scores_avx512, values_avx512};
+  if (&simd == simd_named("avx2")) return {scores_avx2, values_avx2};
+#endif
+  (void)simd;
+  return {scores_generic, values_generic};
 }
 
 // Inputs: query, key, value (key and value -1 when the query packs all three), past_key,
@@ -31,7 +97,7 @@ float dot(const float* a, const float* b, int64_t n) {
 class GroupQueryAttentionKernel : public Kernel {
  public:
   explicit GroupQueryAttentionKernel(const KernelContext& ctx)
-      : simd_(ctx.simd), heads_(ctx.attr("num_heads", 0)), kv_heads_(ctx.attr("kv_num_heads", 0)),
+      : simd_(ctx.simd), products_(products_for(ctx.simd)), heads_(ctx.attr("num_heads", 0)), kv_heads_(ctx.attr("kv_num_heads", 0)),
         rotary_(ctx.attr("do_rotary", 0) != 0), interleaved_(ctx.attr("rotary_interleaved", 0) != 0),
         softcap_(static_cast<float>(ctx.attr_f("softcap", 0.0))) {
     require(ctx.inputs() == 8 && ctx.spec.outputs.size() == 3 && ctx.has_input(0) &&
@@ -198,24 +264,19 @@ class GroupQueryAttentionKernel : public Kernel {
     rotate(q_ + (b * seq_ + s) * q_stride_ + h * head_, q, past + s);
     const float* pk = present_k_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
     const float* pv = present_v_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
-    for (int64_t j = 0; j < keys; ++j) {
-      float x = scale_ * dot(q, pk + j * head_, head_);
-      if (softcap_ > 0.0f) x = softcap_ * std::tanh(x / softcap_);
-      scores[j] = x;
+    products_.scores(q, pk, keys, head_, scale_, scores);
+    if (softcap_ > 0.0f) {
+      for (int64_t j = 0; j < keys; ++j) scores[j] = softcap_ * std::tanh(scores[j] / softcap_);
     }
     const float m = simd_.max(scores, keys);
     const float inv = 1.0f / simd_.exp_shift_sum(scores, scores, m, keys);
-    std::fill(acc, acc + head_, 0.0f);
-    for (int64_t j = 0; j < keys; ++j) {
-      const float p = scores[j] * inv;
-      const float* v = pv + j * head_;
-      for (int64_t d = 0; d < head_; ++d) acc[d] += p * v[d];
-    }
+    products_.values(scores, pv, keys, head_, inv, acc);
     std::memcpy(out_->f32() + (b * seq_ + s) * heads_ * head_ + h * head_, acc,
                 static_cast<size_t>(head_) * sizeof(float));
   }
 
   const SimdKernels& simd_;
+  Products products_;
   int64_t heads_, kv_heads_;
   bool rotary_, interleaved_;
   float softcap_, scale_ = 1.0f;
