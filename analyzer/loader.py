@@ -1076,6 +1076,23 @@ def _global_pool_shape(engine: Any, node: onnx.NodeProto) -> None:
         onnx.helper.make_tensor_value_info(node.output[0], elem_type, dims))
 
 
+def _gather_block_quantized_shape(engine: Any, node: onnx.NodeProto) -> None:
+    """GatherBlockQuantized's output in ORT's symbolic inference: data's shape with the
+    `gather_axis` replaced by the indices' shape, in the scales' type, the last axis unpacked
+    (8 / bits values a byte) when data is uint8, MatMulNBits' packing. ORT's own rule (its
+    Gather's) reads `axis` and leaves the bytes packed: an onnxruntime-genai int4 decoder with
+    tied embeddings got [B, S, hidden / 2] and its inference stopped at the first MatMulNBits."""
+    attrs = {a.name: a.i for a in node.attribute}
+    data, indices = engine._get_shape(node, 0), engine._get_shape(node, 1)
+    axis = attrs.get("gather_axis", 0) % len(data)
+    dims = [*data[:axis], *indices, *data[axis + 1:]]
+    if engine.known_vi_[node.input[0]].type.tensor_type.elem_type == onnx.TensorProto.UINT8:
+        dims[-1] = dims[-1] * (8 // attrs.get("bits", 4))
+    elem_type = engine.known_vi_[node.input[2]].type.tensor_type.elem_type
+    engine.known_vi_[node.output[0]].CopyFrom(
+        onnx.helper.make_tensor_value_info(node.output[0], elem_type, dims))
+
+
 def _gqa_present_shape(engine: Any, infer: Callable[[onnx.NodeProto], None],
                        node: onnx.NodeProto) -> None:
     """GroupQueryAttention in ORT's symbolic inference (`infer`), with its present K / V
@@ -1131,6 +1148,8 @@ def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
     engine.dispatcher_.setdefault("QLinearGlobalAveragePool", functools.partial(
         _global_pool_shape, engine))
     engine.dispatcher_.setdefault("QGemm", functools.partial(_qgemm_shape, engine))
+    engine.dispatcher_["GatherBlockQuantized"] = functools.partial(
+        _gather_block_quantized_shape, engine)
     if "GroupQueryAttention" in engine.dispatcher_:
         engine.dispatcher_["GroupQueryAttention"] = functools.partial(
             _gqa_present_shape, engine, engine.dispatcher_["GroupQueryAttention"])

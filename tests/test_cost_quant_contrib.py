@@ -390,3 +390,54 @@ def test_attended_length_is_ort_s_present_length() -> None:
     projection = 2 * 8 * 32 * 96
     c = cost("Attention", shapes, [(2, 8, 32)], num_heads=4, unidirectional=1)
     assert (c[0] - projection) // (2 * 4 * 8 * 2 * 8) == 14
+
+
+def test_gather_block_quantized_of_a_tied_int4_table_on_disk(tmp_path: Path) -> None:
+    """An onnxruntime-genai int4 decoder with tied embeddings: one uint8 table [N = 96 rows,
+    K = 128 / 32 = 4 blocks, 16 bytes] stays in its file (6,144 values: more than the loader
+    reads for folding), read by MatMulNBits (the lm_head) and, reshaped to [96, 64], by
+    GatherBlockQuantized (the embedding lookup). Its output has
+    the unpacked K = 128 values a row, as ORT's session returns (ORT's symbolic inference
+    said 64, its Gather's rule, and gave up at the MatMulNBits after it); each of the
+    2 x 3 x 128 values gathered is dequantized with the uint8 default zero point (3 FLOPs, as
+    DequantizeLinear with a zero point); the table's 96 x 128 int4 weights are counted once;
+    ORT's gather reads only its 6 rows of 64 bytes."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("sympy")
+    ort = pytest.importorskip("onnxruntime")
+    from onnxlens.analyzer.runtimes.ort_cpu import gathered
+
+    h, rng = onnx.helper, np.random.default_rng(0)
+    table = rng.integers(0, 256, (96, 4, 16), dtype=np.uint8)
+    scales = rng.random((96, 4), dtype=np.float32)
+    inits = [onnx.numpy_helper.from_array(table, "table"),
+             onnx.numpy_helper.from_array(scales, "scales"),
+             onnx.numpy_helper.from_array(np.array([96, 64], np.int64), "rows")]
+    nodes = [h.make_node("Reshape", ["table", "rows"], ["flat"]),
+             h.make_node("GatherBlockQuantized", ["flat", "ids", "scales"], ["emb"],
+                         domain=MS, name="embed", bits=4, block_size=32, gather_axis=0,
+                         quantize_axis=1),
+             h.make_node("MatMulNBits", ["emb", "table", "scales"], ["logits"], domain=MS,
+                         K=128, N=96, bits=4, block_size=32)]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("ids", onnx.TensorProto.INT64,
+                                                               [2, 3])],
+                         [h.make_tensor_value_info(name, F32, [2, 3, dim])
+                          for name, dim in (("emb", "k"), ("logits", "n"))], inits)
+    model = h.make_model(graph, ir_version=10, opset_imports=[h.make_opsetid("", 17),
+                                                              h.make_opsetid(MS, 1)])
+    onnx.save(model, tmp_path / "tied.onnx", save_as_external_data=True, size_threshold=1024,
+              location="tied.onnx.data")
+    session = ort.InferenceSession(str(tmp_path / "tied.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    ran = session.run(None, {"ids": np.array([[0, 5, 95], [7, 7, 1]], np.int64)})
+    result = analyze(tmp_path / "tied.onnx")
+    assert not [w for w in result.warnings if "symbolic" in w and "gave up" in w]
+    assert [t.shape for t in result.model.graph_outputs] == [r.shape for r in ran] == [
+        (2, 3, 128), (2, 3, 96)]
+    embed = next(k for k in result.node_costs if result.graph.info(k).op_type
+                 == "GatherBlockQuantized")
+    assert result.node_costs[embed].cost.other_flops == 3 * 2 * 3 * 128
+    assert result.totals["params"] == 96 * 128 + 96 * 4 + 2  # and the Reshape's 2 dims
+    info = result.graph.info(embed)
+    assert gathered(info, result.node_costs[embed].cost).bytes_read == (
+        result.node_costs[embed].cost.bytes_read - 96 * 64 + 6 * 64)

@@ -67,6 +67,24 @@ def dynamic_quantize(n: int) -> int:
     return 2 * n + 2 + 5 + quantize(True) * n
 
 
+def _table_values(node: NodeInfo) -> dict[int, int]:
+    # data (0): uint8 bytes pack 8 / bits values each (MatMulNBits' layout); an int4, uint4 or
+    # int8 table holds one per element.
+    data = node.inputs[0]
+    per_byte = 8 // node.attr("bits", 4) if data.elem_type == onnx.TensorProto.UINT8 else 1
+    return {0: data.size * per_byte}
+
+
+@register("GatherBlockQuantized", family="quant", domain=MS, packed=_table_values)
+def gather_block_quantized(node: NodeInfo) -> Cost:
+    """Rows of a block-quantized table (an int4 decoder's embeddings) gathered and
+    dequantized: each output value is (q - zero point) * its block's scale. A uint8 table
+    always has a zero point (2^(bits - 1) by default, MatMulNBits' convention); another only
+    when zero_points (3) is given."""
+    zero_point = _given(node, 3) or node.inputs[0].elem_type == onnx.TensorProto.UINT8
+    return Cost(other_flops=dequantize(zero_point) * node.outputs[0].size)
+
+
 @register("DynamicQuantizeLinear", family="quant")
 def dynamic_quantize_linear(node: NodeInfo) -> Cost:
     return Cost(other_flops=dynamic_quantize(node.inputs[0].size))
