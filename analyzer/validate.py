@@ -1294,9 +1294,28 @@ def _n_bits_shapes(v: NodeView) -> None:
                f"values, one per block of {block} of each of N = {n} columns")
 
 
+def _gather_block_shapes(v: NodeView) -> None:
+    """GatherBlockQuantized: `bits` 4 or 8 (ORT's kernel), `block_size` a power of 2 from 16,
+    `gather_axis` and `quantize_axis` within the table's rank (the shape rule and the cost
+    formula read them)."""
+    bits, block = v.int("bits", 4), v.int("block_size", 128)
+    if bits not in (4, 8):
+        v.fail(InvalidModelError, f"attribute bits = {bits}: must be 4 or 8")
+    if block < 16 or block & (block - 1) or block > v.limits.max_window_value:
+        v.fail(InvalidModelError, f"attribute block_size = {block}: must be a power of 2, at "
+               "least 16")
+    data = v.dims(0)
+    for name, default in (("gather_axis", 0), ("quantize_axis", 1)):
+        axis = v.int(name, default)
+        if data is not None and not -len(data) <= axis < len(data):
+            v.fail(InvalidModelError, f"attribute {name} = {axis}: out of range for the "
+                   f"{len(data)}-D table {v.input_name(0)!r}")
+
+
 CONTRIB_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib ops
 _CONTRIB_SHAPE_CHECKS: dict[str, Check] = {
     "MatMulNBits": _n_bits_shapes,
+    "GatherBlockQuantized": _gather_block_shapes,
     "QuantizeLinear": _quant_shapes,
     "DequantizeLinear": _quant_shapes,
 }

@@ -383,6 +383,18 @@ def _n_bits(b_shape: tuple[int, ...] = (16, 2, 16), a_k: int = 64, **attrs: Any)
                                    (("", 17), ("com.microsoft", 1))))
 
 
+def _gather_block(**attrs: Any) -> Build:
+    """com.microsoft GatherBlockQuantized 'emb': rows [2, 3] of an int4 table [96, 64] uint8
+    (K 128, blocks of 32: scales [96, 4])."""
+    table = numpy_helper.from_array(np.zeros((96, 64), np.uint8), "t")
+    scales = numpy_helper.from_array(np.ones((96, 4), np.float32), "s")
+    node = helper.make_node("GatherBlockQuantized", ["t", "ids", "s"], ["y"], name="emb",
+                            domain="com.microsoft", **{"bits": 4, "block_size": 32, **attrs})
+    return lambda f: f.save(_model([node], [vi("ids", TensorProto.INT64, [2, 3])],
+                                   [vi("y", TensorProto.FLOAT, [2, 3, 128])], [table, scales],
+                                   (("", 17), ("com.microsoft", 1))))
+
+
 def _gather(indices: list[int]) -> Build:
     return _one_op("Gather", [("x", [5, 3])], [_const("i", indices)], 2)
 
@@ -841,6 +853,11 @@ CASES = [
          "node 'mm' (MatMulNBits): input 'a' [1, 3, 60] has K = 60, but attribute K = 64"),
     Case("MatMulNBits block size not a power of 2", _n_bits(block_size=24), InvalidModelError,
          "node 'mm' (MatMulNBits): attribute block_size = 24: must be a power of 2, at least 16"),
+    Case("GatherBlockQuantized of 3 bits", _gather_block(bits=3), InvalidModelError,
+         "node 'emb' (GatherBlockQuantized): attribute bits = 3: must be 4 or 8"),
+    Case("GatherBlockQuantized gather axis past the table", _gather_block(gather_axis=2),
+         InvalidModelError, "node 'emb' (GatherBlockQuantized): attribute gather_axis = 2: out "
+         "of range for the 2-D table 't'"),
     Case("int4 initializer with packed bytes too few", _int4_weight(b"\x11" * 5),
          InvalidModelError, "initializer 'w' (int4, 15 values): 5 bytes of packed data, "
          "expected 8"),
