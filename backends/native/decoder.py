@@ -5,7 +5,7 @@
   an output of its own when the graph reads it;
 - GroupQueryAttention: one kernel (k_attention.cpp), rotary, cache and attention together;
 - MatMulNBits (4 bits): one kernel (k_nbits.cpp) on the packed weight (re-laid out here, still
-  half a byte a value), dequantized as it multiplies; each block's zero point an offset;
+  half a byte a value), dequantized as it multiplies (A in int8 at accuracy level 4);
 - ReduceSum over integers (the attention mask's lengths): an inclusive CumSum along the one
   reduced axis, whose last element a strided Copy takes.
 """
@@ -87,9 +87,9 @@ def group_query_attention(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 def matmul_nbits(node: NodeInfo, low: Lowering) -> list[Kernel]:
     """One MatMulNBits kernel (k_nbits.cpp) on the packed 4-bit weight, laid out by block and
-    byte with the columns inner, with each block's scale and offset = -zero point · scale
-    ([blocks, N]), so that w = q · scale + offset: zero points packed like the weight (uint8),
-    float, or absent (8)."""
+    byte with the columns inner, with each block's scale and zero point ([blocks, N]; zero
+    points packed like the weight (uint8), float, or absent: 8), w = (q - zero) · scale. At
+    accuracy level 4 it quantizes A to int8 as ONNX Runtime does."""
     if _name(node, 4):
         raise Unsupported("MatMulNBits with g_idx")
     bits = int(node.attr("bits", 4))
@@ -104,6 +104,7 @@ def matmul_nbits(node: NodeInfo, low: Lowering) -> list[Kernel]:
     if packed is None or packed.dtype != np.uint8:
         raise Unsupported("MatMulNBits' weight is not uint8")
     scale = np.asarray(scales, dtype=np.float32).reshape(n_dim, blocks)
+    integral = zeros is None or zeros.dtype == np.uint8  # ORT's int8 path needs whole zeros
     if zeros is None:
         zero = np.full((n_dim, blocks), 8.0, dtype=np.float32)
     elif zeros.dtype == np.uint8:
@@ -115,10 +116,11 @@ def matmul_nbits(node: NodeInfo, low: Lowering) -> list[Kernel]:
     ins = [node.inputs[0].name,
            low.add_const(f"{node.name}::packed", np.ascontiguousarray(by_block)),
            low.add_const(f"{node.name}::scales", np.ascontiguousarray(scale.T)),
-           low.add_const(f"{node.name}::offsets", np.ascontiguousarray((-zero * scale).T)),
+           low.add_const(f"{node.name}::zeros", np.ascontiguousarray(zero.T)),
            _name(node, 5)]
     return [Kernel("MatMulNBits", ins, [node.outputs[0].name],
-                   {"K": [k_dim], "N": [n_dim], "block_size": [block]})]
+                   {"K": [k_dim], "N": [n_dim], "block_size": [block],
+                    "accuracy_level": [int(node.attr("accuracy_level", 0)) if integral else 0]})]
 
 
 def _unpack(data: np.ndarray, bits: int) -> np.ndarray:

@@ -1,12 +1,19 @@
 // MatMulNBits (ONNX Runtime's contrib op) with 4-bit weights: y = A · Wᵀ (+ bias), the weight
 // kept at half a byte a value. The planner lays it out by block and byte, columns inner
 // ([blocks, block / 2, N] bytes: byte t of a block holds values 2t (low nibble) and 2t + 1 of
-// every column), and each block's scale and offset (-zero point · scale) as [blocks, N]: every
-// loop here runs along contiguous columns, so the compiler vectorizes the dequantization
-// (w = q · scale + offset) and the products. Compiled for each instruction set as the SIMD
-// table is (the one ONNXLENS_NATIVE_ISA picks is used).
+// every column), and each block's scale and zero point as [blocks, N]: every loop here runs
+// along contiguous columns, so the compiler vectorizes the dequantization (w = (q - zero) ·
+// scale) and the products. Compiled for each instruction set as the SIMD table is (the one
+// ONNXLENS_NATIVE_ISA picks is used).
+//
+// At accuracy level 4 the activations are quantized as ONNX Runtime's CompInt8 (MLAS) does
+// them: per row and block of A, scale = max |a| / 127 and a_q = round(a · 127 / max |a|) in
+// int8. The kernel multiplies a_q · scale (the int8 value it stands for) in float32: the same
+// products up to rounding, on the float path.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernel.h"
 
@@ -18,12 +25,13 @@ constexpr int64_t kCols = 128;  // columns a task owns at a time
 constexpr int64_t kGroup = 16;  // values of K taken together (8 bytes of a block)
 // Up to this many rows of A read the bytes themselves (kernel_model.py NBITS_DIRECT_ROWS).
 constexpr int64_t kDirectRows = 2;
+constexpr float kRound = 12582912.0f;  // 1.5 · 2^23
 
 struct Chunk {
   const float* a;        // A, rows x k
   const uint8_t* q;      // the packed weight at column n0, row stride n
   const float* scales;   // [blocks, n] at column n0
-  const float* offsets;
+  const float* zeros;
   float* y;              // y at column n0, row stride n
   int64_t rows, k, n, cols, block;
 };
@@ -38,8 +46,8 @@ inline float group_of(const float* a, int64_t here, float* x) {
   return sum;
 }
 
-// y[m, c] += Σ_k a[m, k] · w(k, c), w = q · scale + offset, kGroup values of K (one block's)
-// at a time: y += scale · Σ x · q + offset · Σ x. With a few rows (a decode step) each row
+// y[m, c] += Σ_k a[m, k] · w(k, c), w = (q - zero) · scale, kGroup values of K (one block's)
+// at a time: y += scale · (Σ x · q - zero · Σ x). With a few rows (a decode step) each row
 // reads the bytes itself; with more, the group's q are converted to floats once, into `w`,
 // and each row's pass reads those.
 __attribute__((always_inline)) inline void accumulate(const Chunk& c) {
@@ -50,7 +58,7 @@ __attribute__((always_inline)) inline void accumulate(const Chunk& c) {
   for (int64_t j = 0; j < blocks; ++j) {
     const int64_t len = std::min(c.block, c.k - j * c.block);
     const float* sc = c.scales + j * c.n;
-    const float* of = c.offsets + j * c.n;
+    const float* zp = c.zeros + j * c.n;
     for (int64_t g = 0; g < len; g += kGroup) {
       const int64_t here = std::min(kGroup, len - g), bytes = (here + 1) / 2;
       const uint8_t* q = c.q + (j * blob + g / 2) * c.n;  // byte t of the group at q + t * n
@@ -76,13 +84,13 @@ __attribute__((always_inline)) inline void accumulate(const Chunk& c) {
               acc[i] += lo * static_cast<float>(b[i] & 15) + hi * static_cast<float>(b[i] >> 4);
             }
           }
-          for (int64_t i = 0; i < c.cols; ++i) y[i] += sc[i] * acc[i] + of[i] * sum;
+          for (int64_t i = 0; i < c.cols; ++i) y[i] += sc[i] * (acc[i] - zp[i] * sum);
           continue;
         }
         for (int64_t i = 0; i < c.cols; ++i) {
           float acc = 0.0f;
           for (int64_t r = 0; r < kGroup; ++r) acc += x[r] * w[r][i];
-          y[i] += sc[i] * acc + of[i] * sum;
+          y[i] += sc[i] * (acc - zp[i] * sum);
         }
       }
     }
@@ -109,8 +117,8 @@ AccumulateFn accumulate_for(const SimdKernels& simd) {
   return accumulate_generic;
 }
 
-// Inputs: A (float32 [..., K]), B (uint8 [blocks, block / 2, N]), scales and offsets (float32
-// [blocks, N]), bias (float32 [N], or -1). Ints: K, N, block_size.
+// Inputs: A (float32 [..., K]), B (uint8 [blocks, block / 2, N]), scales and zero points
+// (float32 [blocks, N]), bias (float32 [N], or -1). Ints: K, N, block_size, accuracy_level.
 class MatMulNBitsKernel : public Kernel {
  public:
   explicit MatMulNBitsKernel(const KernelContext& ctx)
@@ -132,7 +140,8 @@ class MatMulNBitsKernel : public Kernel {
             " blocks of ", block_, " 4-bit values by ", n_, " columns");
     packed_ = b.as<uint8_t>();
     scales_ = per_block(ctx, 2, "scales");
-    offsets_ = per_block(ctx, 3, "offsets");
+    zeros_ = per_block(ctx, 3, "zero points");
+    if (ctx.attr("accuracy_level", 0) == 4) int8_a_.resize(static_cast<size_t>(rows_ * k_));
     if (ctx.has_input(4)) {
       require(ctx.input(4).dtype == DType::f32 && ctx.input(4).numel == n_,
               "MatMulNBits: bias ", show(ctx.input(4).shape), " for N ", n_);
@@ -141,6 +150,8 @@ class MatMulNBitsKernel : public Kernel {
   }
 
   void run(ThreadPool& pool, const Workspace&) override {
+    if (!int8_a_.empty()) quantize_a();
+    const float* a = int8_a_.empty() ? a_.f32() : int8_a_.data();
     const int64_t tasks = (n_ + kCols - 1) / kCols;
     pool.for_range(tasks, pool.chunk_for(tasks), [&](int, int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
@@ -153,13 +164,33 @@ class MatMulNBitsKernel : public Kernel {
             std::fill(y, y + cols, 0.0f);
           }
         }
-        accumulate_({a_.f32(), packed_ + n0, scales_ + n0, offsets_ + n0, y_.f32() + n0, rows_,
-                     k_, n_, cols, block_});
+        accumulate_({a, packed_ + n0, scales_ + n0, zeros_ + n0, y_.f32() + n0, rows_, k_, n_,
+                     cols, block_});
       }
     }, rows_ * k_ * n_ * 2);
   }
 
  private:
+  // Each row's blocks of A in int8 as MLAS's QuantizeARow_CompInt8 (scale max|a| / 127, values
+  // a · (127 / max|a|) rounded to nearest even), stored as the floats they stand for.
+  void quantize_a() {
+    for (int64_t m = 0; m < rows_; ++m) {
+      for (int64_t j = 0; j < blocks_; ++j) {
+        const int64_t begin = m * k_ + j * block_, len = std::min(block_, k_ - j * block_);
+        const float* a = a_.f32() + begin;
+        float amax = 0.0f;
+        for (int64_t r = 0; r < len; ++r) amax = std::max(amax, std::fabs(a[r]));
+        const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int64_t r = 0; r < len; ++r) {
+          // Round to nearest even by the float adder (|x| <= 127 < 2^22): nearbyint is a libm
+          // call at the baseline ISA.
+          const float v = (a[r] * inverse + kRound) - kRound;
+          int8_a_[static_cast<size_t>(begin + r)] = v * (amax / 127.0f);
+        }
+      }
+    }
+  }
+
   const float* per_block(const KernelContext& ctx, int i, const char* what) const {
     const Tensor& t = ctx.input(i);
     require(t.dtype == DType::f32 && t.numel == blocks_ * n_, "MatMulNBits: ", what, " ",
@@ -173,8 +204,9 @@ class MatMulNBitsKernel : public Kernel {
   int64_t k_, n_, block_, blocks_ = 0, rows_ = 0;
   const uint8_t* packed_ = nullptr;
   const float* scales_ = nullptr;
-  const float* offsets_ = nullptr;
+  const float* zeros_ = nullptr;
   const float* bias_ = nullptr;
+  std::vector<float> int8_a_;  // accuracy level 4: A as its int8 values (quantize_a)
 };
 
 }  // namespace
