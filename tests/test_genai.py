@@ -65,8 +65,8 @@ def test_the_llm_view_reads_the_builders_cache_layout() -> None:
 def test_compare_runs_a_kv_cache_step_on_ort_and_native() -> None:
     """Inputs from the pinned dims and an all-ones mask (a random one makes ORT's
     GroupQueryAttention refuse: 'seqlens_k ... is out of range'); every ORT kernel maps to one
-    of our groups; native-cpu runs the step too (GroupQueryAttention, MatMulNBits on its 4-bit
-    weights in float32), near ORT's int8-activation MatMulNBits but not within its tolerance."""
+    of our groups; native-cpu runs the step too (GroupQueryAttention, MatMulNBits with int8
+    activations as ORT's), near ORT's outputs but not within its tolerance."""
     from onnxlens.backends.compare import compare
 
     result = compare(DATA / "int4" / "model.onnx", ["ort-cpu", "native-cpu"], runs=2, warmup=1,
