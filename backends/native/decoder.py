@@ -61,8 +61,8 @@ def rms_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 
 def group_query_attention(node: NodeInfo, low: Lowering) -> list[Kernel]:
-    """One kernel; what it does not implement (a sliding window, a softcap-free spec's extra
-    inputs: position ids, an attention bias, head sinks) is refused by name."""
+    """One kernel; what it does not implement (a sliding window; the inputs position_ids,
+    attention_bias, head_sink; output_qk) is refused by name."""
     if int(node.attr("local_window_size", -1)) != -1:
         raise Unsupported("GroupQueryAttention with a local_window_size")
     extra = [i for i in range(9, len(node.inputs)) if _name(node, i)]
@@ -101,10 +101,14 @@ def matmul_nbits(node: NodeInfo, low: Lowering) -> list[Kernel]:
     packed = low.need_const(node, 1, "MatMulNBits' weight")
     scales = low.need_const(node, 2, "MatMulNBits' scales")
     zeros = low.need_const(node, 3, "MatMulNBits' zero points")
-    if packed is None or packed.dtype != np.uint8:
-        raise Unsupported("MatMulNBits' weight is not uint8")
+    if packed is None or packed.dtype != np.uint8 or packed.size != n_dim * blocks * (block // 2):
+        raise Unsupported(f"MatMulNBits' weight is not uint8 [{n_dim}, {blocks}, {block // 2}]")
+    if scales is None or scales.size != n_dim * blocks:
+        raise Unsupported(f"MatMulNBits' scales are not {n_dim} x {blocks}")
     scale = np.asarray(scales, dtype=np.float32).reshape(n_dim, blocks)
     integral = zeros is None or zeros.dtype == np.uint8  # ORT's int8 path needs whole zeros
+    if zeros is not None and zeros.size != n_dim * (-(-blocks // 2) if integral else blocks):
+        raise Unsupported(f"MatMulNBits' zero points {list(zeros.shape)} for {n_dim} x {blocks}")
     if zeros is None:
         zero = np.full((n_dim, blocks), 8.0, dtype=np.float32)
     elif zeros.dtype == np.uint8:
