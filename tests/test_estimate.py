@@ -164,6 +164,31 @@ def test_the_first_kernel_reading_the_input_fetches_it_and_its_output_cold(gpu) 
     assert all(k.cold_bytes == 0 for k in kernels if not k.nodes)
 
 
+def test_a_gemm_with_a_bias_broadcasts_it_into_its_output_first(gpu, tmp_path: Path) -> None:
+    """MatMul [1, 64, 16] x [16, 32] + a [32] bias: ORT runs one Gemm (MatMulAddFusion, in its
+    optimized graph), which writes the bias into every row of Y (64 x 32 x 4 = 8,192 bytes,
+    reading the 128-byte bias), a pass with no launch of its own, then reads Y back as C:
+    the GEMM's bytes read grow by 8,192. Without the Add, one GEMM kernel and no pass."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["y"])]
+    r = _analyzed(nodes, [1, 64, 16], ("y", [1, 64, 32]), {"w": [16, 32], "b": [32]})
+    model = r.model.proto
+    model.ir_version = 8  # what ORT 1.18+ reads
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    assert "Gemm" in {n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node}
+    hw = dataclasses.replace(gpu, simd_bits=512, runtime=Runtime(name=ORT_CPU))
+    plain = _analyzed(nodes[:1], [1, 64, 16], ("m", [1, 64, 32]), {"w": [16, 32]})
+    (gemm,), = [run for run in OrtCpu().kernels(plain.graph, plain.groups, _node_costs(plain),
+                                                {}, hw).values()]
+    copy, fused = [k for run in OrtCpu().kernels(r.graph, r.groups, _node_costs(r), {},
+                                                 hw).values() for k in run or ()]
+    assert (copy.cls, copy.launches, copy.cost.bytes_read, copy.cost.bytes_written) == (
+        "data_movement", 0, 128, 8192)
+    assert fused.cls == "gemm" and fused.cost.bytes_read == gemm.cost.bytes_read + 128 + 8192
+
+
 def test_big_elementwise_is_memory_bound_in_main_memory(gpu) -> None:
     n = 100_000_000  # Add of two 400 MB tensors: 1 FLOP per 12 bytes
     cost = Cost(other_flops=n, bytes_read=8 * n, bytes_written=4 * n)
