@@ -92,6 +92,23 @@ KernelFactory make_kernel(Args... args) {
 }
 using KernelRegistry = std::map<std::string, KernelFactory>;
 
+// A kernel's own hot loop compiled for an instruction set (x86-64 with GCC or Clang; elsewhere
+// the attribute is empty and every build is the generic one).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ONNXLENS_TARGET(isa) __attribute__((target(isa)))
+#else
+#define ONNXLENS_TARGET(isa)
+#endif
+
+// Of a loop's three builds (ONNXLENS_TARGET), the one for the SIMD table's instruction set:
+// the choice ONNXLENS_NATIVE_ISA makes for simd_kernels.inc.
+template <class Fn>
+Fn isa_variant(const SimdKernels& simd, Fn avx512, Fn avx2, Fn generic) {
+  if (&simd == simd_named("avx512")) return avx512;
+  if (&simd == simd_named("avx2")) return avx2;
+  return generic;
+}
+
 // Each kernel family adds its ops; registering an op twice is an error.
 void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f);
 void register_conv(KernelRegistry& r);

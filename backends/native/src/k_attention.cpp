@@ -46,49 +46,34 @@ __attribute__((always_inline)) inline void weighted_values(const float* p, const
   }
 }
 
-// The two products, compiled for each instruction set as the SIMD table is (the one
-// ONNXLENS_NATIVE_ISA picks is used).
-struct Products {
-  void (*scores)(const float*, const float*, int64_t, int64_t, float, float*);
-  void (*values)(const float*, const float*, int64_t, int64_t, float, float*);
-};
+// The two products, compiled for each instruction set (isa_variant picks).
+using ProductFn = void (*)(const float*, const float*, int64_t, int64_t, float, float*);
 
 void scores_generic(const float* q, const float* k, int64_t keys, int64_t head, float scale,
                     float* out) {
+  key_scores(q, k, keys, head, scale, out);
+}
+ONNXLENS_TARGET("avx2,fma") void scores_avx2(const float* q, const float* k, int64_t keys,
+                                             int64_t head, float scale, float* out) {
+  key_scores(q, k, keys, head, scale, out);
+}
+ONNXLENS_TARGET("avx512f,avx512vl,fma") void scores_avx512(const float* q, const float* k,
+                                                           int64_t keys, int64_t head,
+                                                           float scale, float* out) {
   key_scores(q, k, keys, head, scale, out);
 }
 void values_generic(const float* p, const float* v, int64_t keys, int64_t head, float scale,
                     float* acc) {
   weighted_values(p, v, keys, head, scale, acc);
 }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,fma"))) void scores_avx2(const float* q, const float* k,
-                                                     int64_t keys, int64_t head, float scale,
-                                                     float* out) {
-  key_scores(q, k, keys, head, scale, out);
-}
-__attribute__((target("avx2,fma"))) void values_avx2(const float* p, const float* v,
-                                                     int64_t keys, int64_t head, float scale,
-                                                     float* acc) {
+ONNXLENS_TARGET("avx2,fma") void values_avx2(const float* p, const float* v, int64_t keys,
+                                             int64_t head, float scale, float* acc) {
   weighted_values(p, v, keys, head, scale, acc);
 }
-__attribute__((target("avx512f,avx512vl,fma"))) void scores_avx512(
-    const float* q, const float* k, int64_t keys, int64_t head, float scale, float* out) {
-  key_scores(q, k, keys, head, scale, out);
-}
-__attribute__((target("avx512f,avx512vl,fma"))) void values_avx512(
-    const float* p, const float* v, int64_t keys, int64_t head, float scale, float* acc) {
+ONNXLENS_TARGET("avx512f,avx512vl,fma") void values_avx512(const float* p, const float* v,
+                                                           int64_t keys, int64_t head,
+                                                           float scale, float* acc) {
   weighted_values(p, v, keys, head, scale, acc);
-}
-#endif
-
-Products products_for(const SimdKernels& simd) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (&simd == simd_named("avx512")) return {scores_avx512, values_avx512};
-  if (&simd == simd_named("avx2")) return {scores_avx2, values_avx2};
-#endif
-  (void)simd;
-  return {scores_generic, values_generic};
 }
 
 // Inputs: query, key, value (key and value -1 when the query packs all three), past_key,
@@ -97,8 +82,12 @@ Products products_for(const SimdKernels& simd) {
 class GroupQueryAttentionKernel : public Kernel {
  public:
   explicit GroupQueryAttentionKernel(const KernelContext& ctx)
-      : simd_(ctx.simd), products_(products_for(ctx.simd)), heads_(ctx.attr("num_heads", 0)), kv_heads_(ctx.attr("kv_num_heads", 0)),
-        rotary_(ctx.attr("do_rotary", 0) != 0), interleaved_(ctx.attr("rotary_interleaved", 0) != 0),
+      : simd_(ctx.simd),
+        scores_(isa_variant<ProductFn>(ctx.simd, scores_avx512, scores_avx2, scores_generic)),
+        values_(isa_variant<ProductFn>(ctx.simd, values_avx512, values_avx2, values_generic)),
+        heads_(ctx.attr("num_heads", 0)), kv_heads_(ctx.attr("kv_num_heads", 0)),
+        rotary_(ctx.attr("do_rotary", 0) != 0),
+        interleaved_(ctx.attr("rotary_interleaved", 0) != 0),
         softcap_(static_cast<float>(ctx.attr_f("softcap", 0.0))) {
     require(ctx.inputs() == 8 && ctx.spec.outputs.size() == 3 && ctx.has_input(0) &&
                 ctx.has_input(5),
@@ -264,19 +253,19 @@ class GroupQueryAttentionKernel : public Kernel {
     rotate(q_ + (b * seq_ + s) * q_stride_ + h * head_, q, past + s);
     const float* pk = present_k_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
     const float* pv = present_v_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
-    products_.scores(q, pk, keys, head_, scale_, scores);
+    scores_(q, pk, keys, head_, scale_, scores);
     if (softcap_ > 0.0f) {
       for (int64_t j = 0; j < keys; ++j) scores[j] = softcap_ * std::tanh(scores[j] / softcap_);
     }
     const float m = simd_.max(scores, keys);
     const float inv = 1.0f / simd_.exp_shift_sum(scores, scores, m, keys);
-    products_.values(scores, pv, keys, head_, inv, acc);
+    values_(scores, pv, keys, head_, inv, acc);
     std::memcpy(out_->f32() + (b * seq_ + s) * heads_ * head_ + h * head_, acc,
                 static_cast<size_t>(head_) * sizeof(float));
   }
 
   const SimdKernels& simd_;
-  Products products_;
+  ProductFn scores_, values_;  // the products' builds for the table's instruction set
   int64_t heads_, kv_heads_;
   bool rotary_, interleaved_;
   float softcap_, scale_ = 1.0f;
