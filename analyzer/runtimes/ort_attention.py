@@ -56,8 +56,9 @@ def gqa_kernels(info: NodeInfo, k: Kernel, lanes: int) -> list[Kernel]:
     Measured (ORT 1.31, 1 thread, Zen 5), one node at decode: 16 query / 4 KV heads of 64,
     past 255, 511, 1023: 80, 144, 274 us (linear in T, 0.26 us per token: 26.6 KB per token
     over the three terms, 102 GB/s); 16 / 16 heads 240 us, 4 / 4 heads 70 us; estimated at
-    past 511 168 us (copies 116, products 52). A shape this function cannot read is left as
-    `k`."""
+    past 511 168 us as a copy and GEMM calls (copies 116, products 52), 111 as `gqa_decode`
+    (its curve fitted on the catalogue's four decode nodes). A shape this function cannot
+    read is left as `k`."""
     q, y, past = info.input(0), info.outputs[0], info.input(3)
     present = info.outputs[1] if len(info.outputs) > 1 else None
     heads = info.attr("num_heads")
