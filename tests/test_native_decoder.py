@@ -1,7 +1,8 @@
 """native-cpu on the ops of onnxruntime-genai's decoders, against ONNX Runtime: one hand-built
 node each (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, GroupQueryAttention
-at prefill and decode, MatMulNBits, ReduceSum of int64) on every instruction set, and the
-builder's tiny decoder (tests/data/genai) at prefill and at a decode step."""
+at prefill and decode, MatMulNBits, GatherBlockQuantized, ReduceSum of int64) on every
+instruction set, and the builder's tiny decoder (tests/data/genai) at prefill and at a decode
+step."""
 
 from __future__ import annotations
 
@@ -171,6 +172,32 @@ def test_matmul_nbits_int4(zero_points: bool, k: int, n: int, rows: tuple[int, i
                                             "", "bias"], ["y"], domain="com.microsoft",
                             K=k, N=n, bits=4, block_size=block, accuracy_level=level)
     _check(_model(node, {"a": a}, weights, {"y": (TensorProto.FLOAT, (*rows, n))}), {"a": a})
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("zero_points", [False, True])
+@pytest.mark.parametrize(("lines", "k"), [((), 64), ((3,), 40)])
+def test_gather_block_quantized(bits: int, zero_points: bool, lines: tuple[int, ...], k: int
+                                ) -> None:
+    """A tied embedding's int4 (or int8) table, uint8 with 8 / bits values a byte, blocks of 16
+    along the last axis (40 values: a short last block, and zero points packed in an odd
+    count), zero points packed like the data (absent: 2^(bits - 1)); int32 indices, one
+    negative."""
+    rng = np.random.default_rng(bits + k)
+    rows, block, per_byte = 10, 16, 8 // bits
+    blocks = -(-k // block)
+    data = rng.integers(0, 256, (rows, *lines, -(-k // per_byte)), dtype=np.uint8)
+    weights = {"data": data, "scales": _rand(rng, rows, *lines, blocks)}
+    if zero_points:
+        weights["zp"] = rng.integers(0, 256, (rows, *lines, -(-blocks // per_byte)),
+                                     dtype=np.uint8)
+    ids = np.array([[3, 0], [-1, 9], [3, 5]], np.int32)
+    node = helper.make_node("GatherBlockQuantized",
+                            ["data", "ids", "scales", "zp" if zero_points else ""], ["y"],
+                            domain="com.microsoft", bits=bits, block_size=block,
+                            gather_axis=0, quantize_axis=len(lines) + 1)
+    out = (TensorProto.FLOAT, (*ids.shape, *lines, k))
+    _check(_model(node, {"ids": ids}, weights, {"y": out}), {"ids": ids}, rtol=0, atol=0)
 
 
 def test_reduce_sum_of_int64_over_the_mask() -> None:

@@ -6,6 +6,9 @@
 - GroupQueryAttention: one kernel (k_attention.cpp), rotary, cache and attention together;
 - MatMulNBits (4 bits): one kernel (k_nbits.cpp) on the packed weight (re-laid out here, still
   half a byte a value), dequantized as it multiplies (A in int8 at accuracy level 4);
+- GatherBlockQuantized (uint8 data): one kernel (k_nbits.cpp) reading the packed table as the
+  model lays it out (a tied embedding reads lm_head's weight, which MatMulNBits re-lays in a
+  copy of its own) and dequantizing the picked rows;
 - ReduceSum over integers (the attention mask's lengths): an inclusive CumSum along the one
   reduced axis, whose last element a strided Copy takes.
 """
@@ -20,7 +23,7 @@ from .lower import FLOAT, Kernel, Lowering, Unsupported
 
 # The contrib ops lowered here (their domain is com.microsoft).
 CONTRIB_OPS = frozenset({"SkipSimplifiedLayerNormalization", "GroupQueryAttention",
-                         "MatMulNBits"})
+                         "MatMulNBits", "GatherBlockQuantized"})
 
 
 def _name(node: NodeInfo, i: int) -> str | None:
@@ -125,6 +128,38 @@ def matmul_nbits(node: NodeInfo, low: Lowering) -> list[Kernel]:
     return [Kernel("MatMulNBits", ins, [node.outputs[0].name],
                    {"K": [k_dim], "N": [n_dim], "block_size": [block],
                     "accuracy_level": [int(node.attr("accuracy_level", 0)) if integral else 0]})]
+
+
+def gather_block_quantized(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    """One GatherBlockQuantized kernel on a constant uint8 table, gathered along axis 0 and
+    quantized in blocks along its last axis (ORT's only layout for uint8 data), float32 scales;
+    zero points (packed like the data) become floats of the scales' shape, absent: 2^(bits - 1)."""
+    data = low.need_const(node, 0, "GatherBlockQuantized's data")
+    scales = low.need_const(node, 2, "GatherBlockQuantized's scales")
+    zeros = low.need_const(node, 3, "GatherBlockQuantized's zero points")
+    bits = int(node.attr("bits", 4))
+    if data is None or data.dtype != np.uint8:
+        raise Unsupported("GatherBlockQuantized's data is not uint8")
+    rank = data.ndim
+    gather_axis, quantize_axis = (int(node.attr(a, d)) for a, d in (("gather_axis", 0),
+                                                                      ("quantize_axis", 1)))
+    if gather_axis % rank != 0 or quantize_axis % rank != rank - 1:
+        raise Unsupported("GatherBlockQuantized on uint8 data gathers along axis 0 and "
+                          "quantizes along the last")
+    if scales is None or scales.dtype != np.float32 or scales.ndim != rank:
+        raise Unsupported("GatherBlockQuantized's scales are not float32 of the data's rank")
+    ins = [low.add_const(f"{node.name}::data", np.ascontiguousarray(data)),
+           node.inputs[1].name,
+           low.add_const(f"{node.name}::scales", np.ascontiguousarray(scales))]
+    if zeros is not None:
+        blocks = scales.shape[-1]
+        if zeros.dtype != np.uint8 or zeros.shape[-1] != -(-blocks * bits // 8):
+            raise Unsupported(f"GatherBlockQuantized's zero points {list(zeros.shape)} for "
+                              f"{blocks} blocks of {bits} bits")
+        zero = _unpack(zeros, bits)[..., :blocks].astype(np.float32)
+        ins.append(low.add_const(f"{node.name}::zeros", np.ascontiguousarray(zero)))
+    return [Kernel("GatherBlockQuantized", ins, [node.outputs[0].name],
+                   {"bits": [bits], "block_size": [int(node.attr("block_size", 128))]})]
 
 
 def _unpack(data: np.ndarray, bits: int) -> np.ndarray:

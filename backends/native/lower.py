@@ -741,10 +741,11 @@ def _resize(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 
 @lowering("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
-          "GroupQueryAttention", "MatMulNBits")
+          "GroupQueryAttention", "MatMulNBits", "GatherBlockQuantized")
 def _decoder(node: NodeInfo, low: Lowering) -> list[Kernel]:
     from . import decoder
 
     lower_op = {"GroupQueryAttention": decoder.group_query_attention,
-                "MatMulNBits": decoder.matmul_nbits}.get(node.op_type, decoder.rms_norm)
-    return lower_op(node, low)
+                "MatMulNBits": decoder.matmul_nbits,
+                "GatherBlockQuantized": decoder.gather_block_quantized}
+    return lower_op.get(node.op_type, decoder.rms_norm)(node, low)

@@ -198,10 +198,88 @@ class MatMulNBitsKernel : public Kernel {
   std::vector<float> int8_a_;  // accuracy level 4: A as its int8 values (quantize_a)
 };
 
+// GatherBlockQuantized (ONNX Runtime's contrib op) with uint8 data: rows of a table quantized in
+// blocks along its last axis, the picked ones dequantized, y = (q - zero) · scale. Inputs: the
+// table as the model has it (uint8 [rows, ..., K · bits / 8], 8 / bits values a byte, lowest
+// first: gather axis 0, quantize axis last, as ORT requires of uint8 data), indices (int32 /
+// int64), scales (float32 [rows, ..., blocks]) and zero points (float32, that shape; absent:
+// 2^(bits - 1), MatMulNBits' convention). Ints: bits, block_size. An index outside [-rows,
+// rows) gives a row of zeros, as ORT's kernel does.
+class GatherBlockQuantizedKernel : public Kernel {
+ public:
+  explicit GatherBlockQuantizedKernel(const KernelContext& ctx)
+      : data_(ctx.input(0)), idx_(ctx.input(1)), y_(ctx.output(0)),
+        bits_(ctx.attr("bits", 4)), block_(ctx.attr("block_size", 0)) {
+    ctx.expect_arity(3, 4, 1);
+    require(bits_ == 2 || bits_ == 4 || bits_ == 8, "GatherBlockQuantized: bits ", bits_);
+    require(block_ > 0, "GatherBlockQuantized: block_size ", block_);
+    require(data_.dtype == DType::u8 && data_.rank() >= 2 && data_.dim(0) > 0,
+            "GatherBlockQuantized: data ", show(data_.shape), " ", dtype_name(data_.dtype));
+    require(idx_.dtype == DType::i64 || idx_.dtype == DType::i32,
+            "GatherBlockQuantized: indices must be int32 or int64");
+    require(y_.dtype == DType::f32 && y_.rank() >= 1, "GatherBlockQuantized: output must be f32");
+    rows_ = data_.dim(0);
+    k_ = y_.dim(y_.rank() - 1);
+    const int64_t per_byte = 8 / bits_, bytes = (k_ + per_byte - 1) / per_byte;
+    require(data_.dim(data_.rank() - 1) == bytes, "GatherBlockQuantized: data ",
+            show(data_.shape), " for ", k_, " values of ", bits_, " bits a row");
+    lines_ = data_.numel / (rows_ * bytes);  // quantized rows of K in one gathered row
+    blocks_ = (k_ + block_ - 1) / block_;
+    require(y_.numel == idx_.numel * lines_ * k_, "GatherBlockQuantized: output ",
+            show(y_.shape), " for ", idx_.numel, " indices of ", lines_, " x ", k_);
+    scales_ = per_block(ctx, 2, "scales");
+    if (ctx.has_input(3)) zeros_ = per_block(ctx, 3, "zero points");
+  }
+
+  void run(ThreadPool&, const Workspace&) override {
+    const int64_t per_byte = 8 / bits_, bytes = (k_ + per_byte - 1) / per_byte;
+    const int mask = (1 << bits_) - 1;
+    const float midpoint = static_cast<float>(1 << (bits_ - 1));
+    for (int64_t i = 0; i < idx_.numel; ++i) {
+      int64_t v = idx_.dtype == DType::i64 ? idx_.as<int64_t>()[i] : idx_.as<int32_t>()[i];
+      if (v < 0) v += rows_;
+      float* y = y_.f32() + i * lines_ * k_;
+      if (v < 0 || v >= rows_) {
+        std::fill(y, y + lines_ * k_, 0.0f);
+        continue;
+      }
+      for (int64_t l = 0; l < lines_; ++l, y += k_) {
+        const int64_t line = v * lines_ + l;
+        const uint8_t* q = data_.as<uint8_t>() + line * bytes;
+        const float* sc = scales_ + line * blocks_;
+        const float* zp = zeros_ ? zeros_ + line * blocks_ : nullptr;
+        for (int64_t k = 0; k < k_; ++k) {
+          const int shift = static_cast<int>((k % per_byte) * bits_);
+          const float value = static_cast<float>((q[k / per_byte] >> shift) & mask);
+          const int64_t j = k / block_;
+          y[k] = (value - (zp ? zp[j] : midpoint)) * sc[j];
+        }
+      }
+    }
+  }
+
+ private:
+  const float* per_block(const KernelContext& ctx, int i, const char* what) const {
+    const Tensor& t = ctx.input(i);
+    require(t.dtype == DType::f32 && t.numel == rows_ * lines_ * blocks_,
+            "GatherBlockQuantized: ", what, " ", show(t.shape), " for ", rows_ * lines_,
+            " rows of ", blocks_, " blocks");
+    return t.f32();
+  }
+
+  const Tensor& data_;
+  const Tensor& idx_;
+  const Tensor& y_;
+  int64_t bits_, block_, rows_ = 0, k_ = 0, lines_ = 0, blocks_ = 0;
+  const float* scales_ = nullptr;
+  const float* zeros_ = nullptr;
+};
+
 }  // namespace
 
 void register_nbits(KernelRegistry& r) {
   add_kernel(r, "MatMulNBits", make_kernel<MatMulNBitsKernel>());
+  add_kernel(r, "GatherBlockQuantized", make_kernel<GatherBlockQuantizedKernel>());
 }
 
 }  // namespace onnxlens
