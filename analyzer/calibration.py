@@ -119,6 +119,8 @@ from .hardware import (
     GQA_DECODE,
     HOST_RUNTIMES,
     INT8_CLASSES,
+    NATIVE_GQA,
+    NATIVE_NBITS,
     OP_CLASSES,
     ORT_CPU,
     RUNTIMES,
@@ -133,7 +135,8 @@ from .host import detect_cpu, host_profile, replace_measured
 SCHEMA = "onnxlens-calibration/2"  # 2: level factors scale i_half; grouped_conv; backend
 # Op classes with multiply-accumulates get a curve of their own; the others use `elementwise`.
 MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "grouped_conv_nchwc", "gemm", "attention",
-               CONV_UNPACKED, GQA_DECODE, *INT8_CLASSES)
+               CONV_UNPACKED, GQA_DECODE, *INT8_CLASSES,
+               NATIVE_NBITS, NATIVE_GQA)
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
 OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "skip_rms_normalization",

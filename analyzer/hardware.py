@@ -93,7 +93,7 @@ SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8"
                "gemm_int8": "gemm", "conv_integer": "conv", "gemm_s8s8": "gemm",
                "grouped_conv_integer": "conv",
                "gemm_nbits": "gemm", "conv_int8_im2col": "conv", "conv_unpacked": "conv",
-               "gqa_decode": "gemm",
+               "gqa_decode": "gemm", "native_nbits": "gemm", "native_gqa": "attention",
                "skip_normalization": "normalization", "skip_rms_normalization": "normalization",
                "softmax": "normalization",
                "softmax_int8": "normalization",
@@ -132,6 +132,13 @@ GEMM_NBITS = "gemm_nbits"
 # decode_kernel`): measured (ORT 1.31, Zen 5) 8.3 ns a score at head size 32, 0.06 of the fp32
 # peak, where the gemm curve's per-call term read each head's products as 1.4 us calls.
 GQA_DECODE = "gqa_decode"
+# The native executor's own decoder kernels (backends/native/kernel_model.py), each measured
+# on benchmarks of its own that only a native-cpu calibration times: MatMulNBits (k_nbits.cpp:
+# the 4-bit weights converted to floats as it multiplies, in C++ the compiler vectorizes) and
+# GroupQueryAttention (k_attention.cpp: one query row at a time, a dot product and an axpy of
+# the head size a score). Measured (1 thread, Zen 5) at 0.25-0.45x and 0.33x of the gemm and
+# attention curves' times they were read at.
+NATIVE_NBITS, NATIVE_GQA = "native_nbits", "native_gqa"
 # A grouped or depthwise ConvInteger: ORT runs an im2col and an unpacked MlasGemm per image and
 # group (conv_integer.cc), read per call (`ort_cpu.group_gemms`). Measured (ORT 1.31, 1 thread,
 # Zen 5) ~20 us per 3x3 channel at 48x48 or 56x56, 2 GOPS: MobileNetV2's 17 depthwise

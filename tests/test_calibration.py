@@ -200,7 +200,7 @@ def test_a_native_calibration_fetches_cold_weights_at_main_memory_rate(
     # the coarse tier and a Relu of 64 MB each way, so that main memory's rate is fitted
     benches = [*(b for b in catalogue.benchmarks() if b.tier == 0),
                catalogue.unary("Relu", 1 << 24, 0)]
-    monkeypatch.setattr(measure, "benchmarks", lambda: benches)
+    monkeypatch.setattr(measure, "benchmarks", lambda backend: benches)
     cal = measure.run_calibration(1, budget_s=5.0, progress=False, prepare=prepare,
                                   backend="native-cpu")
     assert cal.cold_weight_gbps == pytest.approx(20.0, rel=0.05)

@@ -6,6 +6,7 @@ step."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -273,6 +274,85 @@ def test_the_kernel_model_charges_the_cache_copy() -> None:
         names[:] = [n.replace("past_", "cache_").replace("present_", "new_") for n in names]
     result = onnxlens.analyze(model)
     lowered = lower_groups(result.model, result.graph, result.groups)
-    [copy] = [c for step in lowered.steps for c in _cache_copies(step.kernels, result.model)]
+    [copy] = [c for step in lowered.steps
+              for c in _cache_copies(step.kernels, result.model, False)]
     assert (copy.cls, copy.cost.bytes_read, copy.cost.bytes_written, copy.runs) == (
         "data_movement", 2048, 2048, 4)
+    assert not [c for step in lowered.steps for c in _cache_copies(step.kernels, result.model,
+                                                                    True)]
+
+
+def _native_point(bench):  # a catalogue Bench: its calibration Point through native-cpu
+    from onnxlens.analyzer.hardware import NATIVE_CPU
+    from onnxlens.analyzer.host import host_profile
+    from onnxlens.backends.calibrate import measure
+
+    return measure._point(bench.name, bench.build(), 1e-4, 0.0, 0.0,
+                          measure._kernels_of(NATIVE_CPU, host_profile(1)))
+
+
+@pytest.mark.parametrize(("m", "k", "n", "conversions"), [(1, 256, 4096, 1.0),
+                                                          (8, 256, 4096, 1 / 8)])
+def test_a_native_matmul_n_bits_benchmark_is_its_own_class(m: int, k: int, n: int,
+                                                           conversions: float) -> None:
+    """The native-cpu calibration reads a MatMulNBits benchmark as one `native_nbits` kernel
+    of M·K·N MACs plus a conversion per 4-bit value: by each row up to 2 rows (1 row: 2x),
+    once for 8 (1 + 1/8); traffic A, the packed weight (K·N / 2 bytes), a scale per block of
+    32 and Y."""
+    from onnxlens.backends.calibrate import catalogue
+
+    bench = catalogue.matmul_n_bits(m, k, n)
+    assert bench.name in {b.name for b in catalogue.benchmarks("native-cpu")}
+    assert bench.name not in {b.name for b in catalogue.benchmarks("ort-cpu")}
+    point = _native_point(bench)
+    assert (point.op_class, point.macs, point.calls, point.bytes) == (
+        "native_nbits", round(m * k * n * (1 + conversions)), 1,
+        4 * m * k + k * n // 2 + 4 * n * k // 32 + 4 * m * n)
+    # Its MACs are float32 multiplications, at the fp32 peak in a group the analysis calls int8.
+    import onnxlens
+    from onnxlens.analyzer.host import host_profile
+    from onnxlens.backends.native.kernel_model import NATIVE_CPU_MODEL
+
+    result = onnxlens.analyze(bench.build())
+    [[kernel]] = NATIVE_CPU_MODEL.kernels(
+        result.graph, result.groups, {n: c.cost for n, c in result.node_costs.items()},
+        {g: c.cost for g, c in result.group_costs.items()}, host_profile(1),
+        result.model).values()
+    assert (kernel.cls, kernel.peak) == ("native_nbits", "fp32")
+
+
+@pytest.mark.parametrize(("seq", "past"), [(8, 0), (1, 1000)])
+def test_a_native_group_query_attention_benchmark_is_its_own_class(seq: int, past: int
+                                                                   ) -> None:
+    """k_attention.cpp's GroupQueryAttention, 8 query / 2 KV heads of 32, read as one
+    `native_gqa` kernel: the causal scores only (new token s sees past + s + 1 keys: 36 of
+    64 a head at prefill 8), 2·32 MACs each; a call per query row (8 heads x seq); 4·32
+    FLOPs a score its reuse; bytes: packed QKV (seq x 384 floats), past K and V, the new
+    tokens' rotary rows (cos and sin, 16 each) and the seqlens_k and total scalars read, Y
+    and present K and V written, and the present read again by the rows (no cache-copy
+    kernel apart)."""
+    from onnxlens.backends.calibrate import catalogue
+
+    heads, kv_heads, head, total = 8, 2, 32, past + seq
+    point = _native_point(catalogue.gqa_decode(heads, kv_heads, head, past, seq=seq))
+    scores = heads * (seq * past + seq * (seq + 1) // 2)
+    present = 2 * kv_heads * total * head
+    read = seq * (heads + 2 * kv_heads) * head + 2 * kv_heads * past * head + 2 * seq * 16
+    written = seq * heads * head + present
+    assert (point.op_class, point.macs, point.calls, point.reuse, point.bytes) == (
+        "native_gqa", 2 * head * scores, heads * seq, 4 * head,
+        4 * (read + written + present) + 8)
+
+
+def test_a_calibration_before_the_native_classes_prices_as_before() -> None:
+    """A calibrated profile without `native_nbits` / `native_gqa` curves costs the kernels as
+    before the classes (the gemm and attention curves; the cache copy apart); an uncalibrated
+    one, and one with the curve, as the class."""
+    from onnxlens.analyzer.host import host_profile
+    from onnxlens.backends.native.kernel_model import own_class
+
+    hw = host_profile(1)
+    old = dataclasses.replace(hw, calibrated=True)
+    new = dataclasses.replace(old, efficiency={**hw.efficiency, "native_gqa": 0.1})
+    assert [own_class(p, "native_gqa") for p in (hw, old, new)] == [True, False, True]
+    assert not own_class(new, "native_nbits")

@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime import quantization
 
 from ...analyzer.cost.base import NCHWC_DOMAIN
+from ...analyzer.hardware import NATIVE_CPU, ORT_CPU
 from ...analyzer.host import host_profile
 from ...analyzer.runtimes.ort_cpu import nchwc_block
 
@@ -348,31 +349,34 @@ def attention(heads: int, seq: int, dim: int, tier: int = 1) -> Bench:
                  _work(4 * heads * seq * seq * dim, 4 * heads * (4 * seq * dim + seq * seq)))
 
 
-def gqa_decode(heads: int, kv_heads: int, head: int, past: int, tier: int = 1) -> Bench:
-    """One decode step of GroupQueryAttention as onnxruntime-genai's model builder writes it:
-    packed QKV of one new token, rotary from cos / sin caches, a KV cache of `past` tokens in
-    and past + 1 out (present K and V, ORT's outputs 1 and 2, left unread). ORT runs it as
-    per-head SSE loops over the scores (`ort_attention.decode_kernel`): the estimator's
-    `gqa_decode` class."""
+def gqa_decode(heads: int, kv_heads: int, head: int, past: int, tier: int = 1, seq: int = 1
+               ) -> Bench:
+    """`seq` new tokens (one: a decode step) of GroupQueryAttention as onnxruntime-genai's
+    model builder writes it: packed QKV, rotary from cos / sin caches, a KV cache of `past`
+    tokens in (empty at 0: a prefill) and past + seq out (present K and V, ORT's outputs 1 and
+    2, left unread). ORT runs a decode step as per-head SSE loops over the scores
+    (`ort_attention.decode_kernel`): the estimator's `gqa_decode` class."""
+    total = past + seq
+
     def build() -> onnx.ModelProto:
-        total = past + 1
         # (the cache's names not past_* / present*, which would make it a decoder to analyze)
         inputs = ["QKV", "", "", "K_cache", "V_cache", "seqlens_k", "total", "cos", "sin"]
         node = helper.make_node("GroupQueryAttention", inputs, ["Y", "K_out", "V_out"],
                                 domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads,
                                 do_rotary=1)
-        consts = [numpy_helper.from_array(np.array([past], np.int32), "seqlens_k"),
+        consts = [numpy_helper.from_array(np.array([total - 1], np.int32), "seqlens_k"),
                   numpy_helper.from_array(np.array(total, np.int32), "total"),
                   _const("cos", (total, head // 2), 1.0), _const("sin", (total, head // 2), 1.0)]
         cache = (1, kv_heads, past, head)
-        model = _model([node], [("QKV", (1, 1, (heads + 2 * kv_heads) * head)),
+        model = _model([node], [("QKV", (1, seq, (heads + 2 * kv_heads) * head)),
                                 ("K_cache", cache), ("V_cache", cache)],
-                       ("Y", (1, 1, heads * head)), consts)
+                       ("Y", (1, seq, heads * head)), consts)
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
         return model
-    return Bench(f"GroupQueryAttention decode {heads}/{kv_heads}x{head} past {past}", build,
-                 tier, _work(4 * heads * (past + 1) * head,
-                             4 * 8 * (heads + kv_heads) * (past + 1) * head))
+    step = f"past {past}" if seq == 1 else f"prefill {seq} past {past}"
+    return Bench(f"GroupQueryAttention decode {heads}/{kv_heads}x{head} {step}", build,
+                 tier, _work(4 * heads * seq * total * head,
+                             4 * 8 * (heads + kv_heads) * total * head))
 
 
 def chain(length: int) -> Bench:
@@ -679,12 +683,31 @@ def _quantized() -> list[Bench]:
             + [quantized(b, "qop-s8", 0 if i < 1 else 1) for i, b in enumerate(s8)])
 
 
-def benchmarks() -> list[Bench]:
-    """The whole set, coarse tier first; names are unique."""
+def _native_decoder() -> list[Bench]:
+    """The native executor's decoder kernels at the shapes a genai decoder gives them, which
+    only a native-cpu calibration times (through ORT they would move its `gemm` and
+    `gemm_nbits` curves): its MatMulNBits (NATIVE_NBITS) at 1 and 2 rows, where each row
+    converts the 4-bit values itself, and 8 and 16, where a panel of floats is shared (the
+    catalogue's others have 32-256), and its GroupQueryAttention (NATIVE_GQA) at prefills of 8
+    to 64 tokens and decode steps at a short and a long past (the catalogue's four decode
+    steps are measured too)."""
+    nbits = [matmul_n_bits(m, k, n) for m, k, n in (
+        (1, 256, 4096), (1, 1024, 1024), (1, 2048, 512), (2, 512, 2048), (8, 256, 4096),
+        (8, 1024, 1024), (16, 256, 1024))]
+    gqa = [gqa_decode(8, 2, 32, 0, seq=8), gqa_decode(8, 2, 32, 0, seq=64),
+           gqa_decode(16, 4, 64, 0, seq=16), gqa_decode(8, 2, 32, 8),
+           gqa_decode(8, 2, 32, 1000)]
+    return nbits + gqa
+
+
+def benchmarks(backend: str = ORT_CPU) -> list[Bench]:
+    """The whole set `backend` is calibrated on, coarse tier first; names are unique."""
     out = [chain(n) for n in CHAIN_LENGTHS]
     for family in (_gemms, _convolutions, _depthwise, _vector, _movement_and_attention,
                    _quantized):
         out += family()
+    if backend == NATIVE_CPU:
+        out += _native_decoder()
     return sorted(out, key=lambda b: b.tier)
 
 

@@ -212,7 +212,7 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     prepare = prepare or PREPARE[backend]
     start = time.perf_counter()
     hw = _base_profile(backend, profile, threads)
-    benches = benchmarks()
+    benches = benchmarks(backend)
     min_time_s = max(0.01, 0.15 * budget_s / len(benches))
     models: dict[str, onnx.ModelProto] = {}
     timers: dict[str, Timer] = {}

@@ -56,7 +56,13 @@ from ...analyzer.cost.base import Cost
 from ...analyzer.cost.ops import VIEWS
 from ...analyzer.fusion import Group
 from ...analyzer.graph import ModelGraph
-from ...analyzer.hardware import NATIVE_CPU, NATIVE_CUDA, HardwareProfile
+from ...analyzer.hardware import (
+    NATIVE_CPU,
+    NATIVE_CUDA,
+    NATIVE_GQA,
+    NATIVE_NBITS,
+    HardwareProfile,
+)
 from ...analyzer.loader import LoadedModel
 from ...analyzer.runtimes import (
     ANY,
@@ -101,19 +107,33 @@ class NativePlan:
             if group.id in refused or any(node_costs.get(k) is None for k in group.nodes):
                 out[group.id] = fallback.get(group.id)
                 continue
-            out[group.id] = [*_cache_copies(step.kernels, model)] + [
-                _kernel(mg, k, node_costs, model, self.runtime == NATIVE_CPU)
-                for k in step.kernels]
+            cpu = self.runtime == NATIVE_CPU
+            out[group.id] = [*_cache_copies(step.kernels, model, cpu and own_class(hw, NATIVE_GQA))
+                             ] + [_kernel(mg, k, node_costs, model, cpu, hw)
+                                  for k in step.kernels]
         return out
 
 
-def _cache_copies(kernels: list[lower.Kernel], model: LoadedModel) -> list[Kernel]:
+def own_class(hw: HardwareProfile, cls: str) -> bool:
+    """Whether `hw` prices native class `cls` (NATIVE_NBITS, NATIVE_GQA) as a class of its own:
+    uncalibrated (a calibration reads its benchmarks through it) or calibrated with its curve.
+    A calibration taken before the class costs the kernel as before it: MatMulNBits at the
+    gemm curve, GroupQueryAttention at the attention curve with its cache copy a
+    data-movement kernel apart."""
+    return not hw.calibrated or cls in hw.efficiency
+
+
+def _cache_copies(kernels: list[lower.Kernel], model: LoadedModel, inside: bool
+                  ) -> list[Kernel]:
     """GroupQueryAttention's copy of the past K and V into present (k_attention.cpp
     `extend_cache`, one memcpy per batch, KV head and tensor) before its arithmetic: past bytes
     read and written again, which the node's cost (each tensor once) leaves out. Measured (Qwen2
     genai decoder, 2 KV heads of 32, past 1000, 1 thread, Zen 5): 72 us a layer, 14 us estimated
-    without it; the copy is 512 KB each way."""
+    without it; the copy is 512 KB each way. None when the GroupQueryAttention kernel's own
+    class (`inside`: `row_attention`) has the copy in its cost."""
     out = []
+    if inside:
+        return out
     for k in kernels:
         past = [model.tensors[n] for n in k.inputs[3:5] if k.op == "GroupQueryAttention" and n]
         nbytes = sum(t.nbytes for t in past)
@@ -125,7 +145,7 @@ def _cache_copies(kernels: list[lower.Kernel], model: LoadedModel) -> list[Kerne
 
 
 def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
-            model: LoadedModel, cpu: bool) -> Kernel:
+            model: LoadedModel, cpu: bool, hw: HardwareProfile) -> Kernel:
     """Plan kernel `k` as the estimator costs it; `cpu`: as the C++ CPU core runs it (its GEMM
     tiles, its epilogue passes), which the CUDA executor's kernels do not share."""
     if not k.nodes:  # a folded tensor copied into the arena: read once, written once
@@ -153,6 +173,10 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
     if cpu and k.op == "MatMulNBits":
         rows = math.prod(dims.get(k.outputs[0], (1,))[:-1])
         cost = dataclasses.replace(cost, macs=round(cost.macs * nbits_work(rows)))
+        if own_class(hw, NATIVE_NBITS):  # it multiplies floats: at the fp32 peak, whatever
+            kernel = dataclasses.replace(kernel, cls=NATIVE_NBITS, peak="fp32")  # the group's
+    if cpu and k.op == "GroupQueryAttention" and own_class(hw, NATIVE_GQA):
+        return row_attention(kernel, k, dims)
     if cpu and cls == "depthwise":
         work = depthwise_work(k, dims.get(k.outputs[0], (1,)), dims.get(k.inputs[0], (1,)))
         cost = dataclasses.replace(cost, macs=round(cost.macs * work))
@@ -164,6 +188,42 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
                                    param_bytes=min(cost.param_bytes, picked))
     return dataclasses.replace(kernel, cost=cost, elements=elements,
                                rows=row_passes(k, dims))
+
+
+def row_attention(kernel: Kernel, k: lower.Kernel, dims: dict[str, tuple[int, ...]]
+                  ) -> Kernel:
+    """A GroupQueryAttention as k_attention.cpp runs it, one kernel of class NATIVE_GQA: it
+    copies each KV head's past into the present (`extend_cache`), then takes the query rows
+    (batch x heads x new tokens) one at a time (`attend`): rotary on the row, the scores over
+    its causal keys (past + s + 1 for new token s) as dot products of the head size D, a
+    softmax's max and exp-sum passes over them, and the weighted values as axpys of D.
+
+    - MACs: 2·D a score (a dot product and an axpy), causal scores only: the analysis counts
+      every row over all past + S keys (its attention cost: ORT computes the full product), so
+      prefill 8 with no past does 36 of its 64 scores a head;
+    - calls: the query rows, each a job with its own fixed cost (rotary, the softmax's passes
+      and their horizontal max and sum, a store), so the curve's f_half is a cost per row;
+    - reuse: 4·D FLOPs a score, so the curve's i_half is a cost per score whatever D (its
+      16-lane horizontal sum), as ORT's `gqa_decode`;
+    - bytes: the node's boundary (past read, present written), and the present K and V read
+      again by the rows (the copy's re-read, once: a KV head's query heads share it in cache);
+      of the rotary caches (the node's whole cos and sin) only the new tokens' rows.
+    """
+    q, y = dims.get(k.inputs[0] or "", ()), dims.get(k.outputs[0], ())
+    present = [dims.get(name, ()) for name in k.outputs[1:3]]
+    if len(q) != 3 or not y or any(len(p) != 4 for p in present):
+        return dataclasses.replace(kernel, cls=NATIVE_GQA)
+    batch, seq = q[0], q[1]
+    heads = k.ints["num_heads"][0]
+    past, head = present[0][2] - seq, present[0][3]
+    scores = batch * heads * (seq * past + seq * (seq + 1) // 2)
+    reread = 4 * sum(math.prod(p) for p in present)
+    unread = 4 * sum((c[0] - seq) * c[1] for name in k.inputs[6:8]
+                     if len(c := dims.get(name or "", ())) == 2)
+    cost = dataclasses.replace(kernel.cost, macs=2 * head * scores,
+                               bytes_read=kernel.cost.bytes_read + reread - unread)
+    return dataclasses.replace(kernel, cls=NATIVE_GQA, cost=cost, calls=batch * heads * seq,
+                               reuse=4 * head)
 
 
 # Copy kernels that read only the elements they write (a Slice, Transpose, Expand; a Gather,
