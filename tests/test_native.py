@@ -245,6 +245,30 @@ def test_matmul_fuzz(batch_a: list[int], batch_b: list[int], m: int, n: int, k: 
           feeds)
 
 
+@pytest.mark.parametrize("epilogue", ["Relu", "Sigmoid"])
+def test_matmul_constant_b_past_one_block(epilogue: str) -> None:
+    """A constant B wider than gemm.cpp's column block (256) and deeper than its K block (256)
+    times an A taller than its row block (128): each A block is packed once and runs against
+    every column (the tile epilogue's Add + Relu, or a Sigmoid run after the tile), at 1 and
+    2 threads (the first product split by rows, the second by columns) against
+    onnx.reference."""
+    rng = np.random.default_rng(3)
+    for m, k, n in ((600, 300, 520), (20, 520, 700)):
+        feeds = {"a": rand(rng, m, k)}
+        weights = {"b": rand(rng, k, n), "bias": rand(rng, n)}
+        nodes = [helper.make_node("MatMul", ["a", "b"], ["p"]),
+                 helper.make_node("Add", ["p", "bias"], ["s"]),
+                 helper.make_node(epilogue, ["s"], ["y"])]
+        model = model_of(nodes, feeds, weights, ["y"])
+        check(model, feeds)
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        for isa in ISAS:
+            backend = NativeCpuBackend(2, isa)
+            backend.prepare(model)
+            np.testing.assert_allclose(backend.run(feeds)["y"], want, rtol=1e-4,
+                                       atol=1e-5 * float(np.abs(want).max()), err_msg=isa)
+
+
 # ---- kernels, by family -----------------------------------------------------------------------
 
 UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Erf", "Abs", "Neg", "Floor", "Ceil", "Softplus",

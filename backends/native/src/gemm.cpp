@@ -150,10 +150,17 @@ GemmBlocking gemm_blocking(const SimdKernels& s) {
   return {round_up(128, s.mr), 256, round_up(256, s.nr)};
 }
 
-int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue) {
+int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue,
+                              int64_t a_once_floats) {
   const GemmBlocking bl = gemm_blocking(s);
-  return bl.mc * bl.kc + bl.kc * bl.nc + s.mr * s.nr +
+  return a_once_floats + bl.mc * bl.kc + bl.kc * bl.nc + s.mr * s.nr +
          (epilogue ? epilogue->scratch_floats() : 0);
+}
+
+int64_t gemm_a_once_floats(const SimdKernels& s, int64_t M, int64_t K, int64_t N) {
+  const GemmBlocking bl = gemm_blocking(s);
+  const int64_t floats = round_up(M, s.mr) * K;
+  return N > bl.nc && floats <= kMaxAOnceFloats ? floats : 0;
 }
 
 namespace {
@@ -197,11 +204,19 @@ PackedOperand pack_b_const(const SimdKernels& s, const float* b, int64_t rs, int
 void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
           const GemmB& b, const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
           float* workspace) {
-  (void)M;
   (void)N;
   if (m0 >= m1 || n0 >= n1) return;
   const GemmBlocking bl = gemm_blocking(s);
-  const Buffers buf = carve(s, workspace);
+  // A packed once, whole, at the start of the workspace: rows [m0, m1) K block by K block.
+  const bool once = a.pack_once && !a.packed && K > 0;
+  const int64_t once_rows = round_up(m1 - m0, s.mr);
+  const Buffers buf = carve(s, workspace + (a.pack_once ? round_up(M, s.mr) * K : 0));
+  if (once) {
+    for (int64_t pc = 0; pc < K; pc += bl.kc) {
+      s.pack_a(a.p + m0 * a.rs + pc * a.cs, a.rs, a.cs, m1 - m0, std::min(bl.kc, K - pc),
+               workspace + once_rows * pc);
+    }
+  }
   if (K == 0) {
     zero_fill(c, m0, m1, n0, n1);
     epilogue(s, c, m0, m1, n0, n1, buf.epilogue);
@@ -225,6 +240,8 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
         const float* ap = buf.a;
         if (a.packed) {
           ap = packed_block(*a.packed, pc, kc, ic, s.mr);
+        } else if (once) {
+          ap = workspace + once_rows * pc + (ic - m0) * kc;
         } else {
           s.pack_a(a.p + ic * a.rs + pc * a.cs, a.rs, a.cs, mc, kc, buf.a);
         }

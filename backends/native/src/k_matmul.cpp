@@ -38,6 +38,7 @@ class MatMulKernel : public Kernel {
       // Per-row values index rows of one matrix: only without batches.
       if (!fast_.row_scale.empty() && (a_off_.size() > 1 || M_ != m_rows)) fast_.ok = false;
     }
+    a_once_ = gemm_a_once_floats(simd_, M_, K_, N_);
     if (b.storage == Storage::constant) {
       for (int64_t off : distinct_b_offsets()) {
         packed_.emplace_back(off, pack_b_const(simd_, b_ + off, bm_.rs, bm_.cs, K_, N_));
@@ -46,7 +47,7 @@ class MatMulKernel : public Kernel {
   }
 
   int64_t workspace_floats() const override {
-    return gemm_workspace_floats(simd_, &epilogue_);
+    return gemm_workspace_floats(simd_, &epilogue_, a_once_);
   }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
@@ -164,6 +165,7 @@ class MatMulKernel : public Kernel {
     a.p = a_ + a_off_[item];
     a.rs = am_.rs;
     a.cs = am_.cs;
+    a.pack_once = a_once_ > 0;
     GemmB b;
     for (const auto& [off, p] : packed_) {
       if (off == b_off_[item]) b.packed = &p;
@@ -185,6 +187,7 @@ class MatMulKernel : public Kernel {
   const float* a_ = nullptr;
   const float* b_ = nullptr;
   int64_t M_ = 0, N_ = 0, K_ = 0;
+  int64_t a_once_ = 0;  // workspace floats of A packed once (gemm.h GemmA::pack_once)
   Operand2d am_{}, bm_{};
   std::vector<int64_t> batch_, a_off_, b_off_;
   std::vector<std::pair<int64_t, PackedOperand>> packed_;
