@@ -201,6 +201,35 @@ def test_gather_block_quantized(bits: int, zero_points: bool, lines: tuple[int, 
     _check(_model(node, {"ids": ids}, weights, {"y": out}), {"ids": ids}, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("zero_points", [False, True])
+def test_the_kernel_model_reads_the_picked_rows_of_a_quantized_table(zero_points: bool
+                                                                     ) -> None:
+    """native-cpu's estimate of a GatherBlockQuantized reads per index its row of the table
+    (64 int4 values: 32 bytes), its 4 scales (16 bytes) and, with zero points, their 4
+    floats (16 bytes), and the 6 int32 indices (24 bytes): 6 x 48 + 24 = 312 bytes, or
+    6 x 64 + 24 = 408, where the analysis charges the whole table of 10 rows."""
+    import onnxlens
+    from onnxlens.analyzer.host import host_profile
+    from onnxlens.backends.native.kernel_model import NATIVE_CPU_MODEL
+
+    rng = np.random.default_rng(0)
+    weights = {"data": rng.integers(0, 256, (10, 32), dtype=np.uint8),
+               "scales": _rand(rng, 10, 4)}
+    if zero_points:
+        weights["zp"] = rng.integers(0, 256, (10, 2), dtype=np.uint8)
+    ids = np.zeros((3, 2), np.int32)
+    node = helper.make_node("GatherBlockQuantized",
+                            ["data", "ids", "scales", "zp" if zero_points else ""], ["y"],
+                            domain="com.microsoft", bits=4, block_size=16)
+    result = onnxlens.analyze(_model(node, {"ids": ids}, weights,
+                                     {"y": (TensorProto.FLOAT, (3, 2, 64))}))
+    [[kernel]] = NATIVE_CPU_MODEL.kernels(
+        result.graph, result.groups, {n: c.cost for n, c in result.node_costs.items()},
+        {g: c.cost for g, c in result.group_costs.items()}, host_profile(1),
+        result.model).values()
+    assert kernel.cost.bytes_read == (408 if zero_points else 312)
+
+
 def test_reduce_sum_of_int64_over_the_mask() -> None:
     mask = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], np.int64)
     for keepdims in (0, 1):
