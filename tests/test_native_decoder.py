@@ -207,7 +207,8 @@ def test_the_kernel_model_reads_the_picked_rows_of_a_quantized_table(zero_points
     """native-cpu's estimate of a GatherBlockQuantized reads per index its row of the table
     (64 int4 values: 32 bytes), its 4 scales (16 bytes) and, with zero points, their 4
     floats (16 bytes), and the 6 int32 indices (24 bytes): 6 x 48 + 24 = 312 bytes, or
-    6 x 64 + 24 = 408, where the analysis charges the whole table of 10 rows."""
+    6 x 64 + 24 = 408, where the analysis charges the whole table of 10 rows; each of the
+    6 x 64 values it writes is computed alone (an element)."""
     import onnxlens
     from onnxlens.analyzer.host import host_profile
     from onnxlens.backends.native.kernel_model import NATIVE_CPU_MODEL
@@ -227,7 +228,7 @@ def test_the_kernel_model_reads_the_picked_rows_of_a_quantized_table(zero_points
         result.graph, result.groups, {n: c.cost for n, c in result.node_costs.items()},
         {g: c.cost for g, c in result.group_costs.items()}, host_profile(1),
         result.model).values()
-    assert kernel.cost.bytes_read == (408 if zero_points else 312)
+    assert (kernel.cost.bytes_read, kernel.elements) == (408 if zero_points else 312, 3 * 2 * 64)
 
 
 def test_reduce_sum_of_int64_over_the_mask() -> None:

@@ -189,6 +189,9 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
                                    param_bytes=min(cost.param_bytes, picked))
     if k.op == "GatherBlockQuantized":
         cost = _picked_blocks(mg.info(k.nodes[0]), cost)
+        # Its loop takes each value apart with a shift by a count of its own, one value at a
+        # time at the baseline ISA it is compiled for: every output value an element.
+        elements = math.prod(dims.get(k.outputs[0], ()))
     return dataclasses.replace(kernel, cost=cost, elements=elements,
                                rows=row_passes(k, dims))
 
