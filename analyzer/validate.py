@@ -1265,6 +1265,16 @@ _SHAPE_CHECKS: dict[str, Check] = {
     "Resize": _resize_shapes,
     "Upsample": _resize_shapes,
 }
+
+
+def _block_size(v: NodeView, block: int) -> None:
+    """A block-quantized contrib op's `block_size` (MatMulNBits', GatherBlockQuantized's): a
+    power of 2 from 16."""
+    if block < 16 or block & (block - 1) or block > v.limits.max_window_value:
+        v.fail(InvalidModelError, f"attribute block_size = {block}: must be a power of 2, at "
+               "least 16")
+
+
 def _n_bits_shapes(v: NodeView) -> None:
     """MatMulNBits: `bits` 2 to 8, `block_size` a power of 2 from 16, A's last dim K, and B the
     K x N weights packed as [N, ceil(K / block_size), block_size * bits / 8] bytes, with one
@@ -1273,9 +1283,7 @@ def _n_bits_shapes(v: NodeView) -> None:
     k, n = v.int("K", 0), v.int("N", 0)
     if not 2 <= bits <= 8:
         v.fail(InvalidModelError, f"attribute bits = {bits}: must be between 2 and 8")
-    if block < 16 or block & (block - 1) or block > v.limits.max_window_value:
-        v.fail(InvalidModelError, f"attribute block_size = {block}: must be a power of 2, at "
-               "least 16")
+    _block_size(v, block)
     if k < 1 or n < 1:
         v.fail(InvalidModelError, f"attributes K = {k}, N = {n}: both must be positive")
     a = v.dims(0)
@@ -1301,9 +1309,7 @@ def _gather_block_shapes(v: NodeView) -> None:
     bits, block = v.int("bits", 4), v.int("block_size", 128)
     if bits not in (4, 8):
         v.fail(InvalidModelError, f"attribute bits = {bits}: must be 4 or 8")
-    if block < 16 or block & (block - 1) or block > v.limits.max_window_value:
-        v.fail(InvalidModelError, f"attribute block_size = {block}: must be a power of 2, at "
-               "least 16")
+    _block_size(v, block)
     data = v.dims(0)
     for name, default in (("gather_axis", 0), ("quantize_axis", 1)):
         axis = v.int(name, default)
