@@ -1192,10 +1192,11 @@ def bias_broadcast(mg: ModelGraph, k: Kernel) -> list[Kernel]:
     back, fastest of 7 x 200 runs, load 5), the bias Adds' cost a Gemm: M, K, N = 3136, 64,
     256: 63 us (estimated 2 before, 27 now); 196, 160, 640: 11 (0.4, 3); 784, 128, 512: 5
     (1, 13)."""
-    head = mg.info(k.nodes[0]) if k.nodes else None
-    c = None if head is None or k.cls != "gemm" else gemm_bias(mg, head, k.nodes)
-    y = None if head is None else head.outputs[0]
-    if c is None or y is None or not c.known or not y.known:
+    if k.cls != "gemm" or not k.nodes:
+        return [k]
+    head = mg.info(k.nodes[0])
+    c, y = gemm_bias(mg, head, k.nodes), head.outputs[0]
+    if c is None or not c.known or not y.known:
         return [k]
     copy = Kernel("data_movement", Cost(bytes_read=c.nbytes, bytes_written=y.nbytes), k.nodes,
                   launches=0)
