@@ -103,15 +103,15 @@ class NativePlan:
             if ops is not None and any(k.op not in ops for k in step.kernels)}
         fallback = one_kernel_per_group.kernels(
             mg, [g for g in groups if g.id in refused], node_costs, group_costs, hw)
+        cpu = self.runtime == NATIVE_CPU
+        copies_inside = cpu and own_class(hw, NATIVE_GQA)
         out: GroupKernels = {}
         for group, step in zip(groups, lowered.steps, strict=True):
             if group.id in refused or any(node_costs.get(k) is None for k in group.nodes):
                 out[group.id] = fallback.get(group.id)
                 continue
-            cpu = self.runtime == NATIVE_CPU
-            out[group.id] = [*_cache_copies(step.kernels, model, cpu and own_class(hw, NATIVE_GQA))
-                             ] + [_kernel(mg, k, node_costs, model, cpu, hw)
-                                  for k in step.kernels]
+            out[group.id] = _cache_copies(step.kernels, model, copies_inside) + [
+                _kernel(mg, k, node_costs, model, cpu, hw) for k in step.kernels]
         return out
 
 
@@ -185,8 +185,7 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
         picked = model.tensors[k.outputs[0]].nbytes + sum(
             model.tensors[n].nbytes for n in k.inputs[1:] if n in model.tensors)
         # An embedding table is a weight the Gather reads only the picked rows of.
-        cost = dataclasses.replace(cost, bytes_read=min(cost.bytes_read, picked),
-                                   param_bytes=min(cost.param_bytes, picked))
+        cost = _reads_at_most(cost, picked)
     if k.op == "GatherBlockQuantized":
         cost = _picked_blocks(mg.info(k.nodes[0]), cost)
         # Its loop takes each value apart with a shift by a count of its own, one value at a
@@ -206,7 +205,11 @@ def _picked_blocks(info: NodeInfo, cost: Cost) -> Cost:
         return cost
     floats = 2 if info.input(3) is not None else 1
     row = data.nbytes // data.dims[0] + floats * scales.nbytes // data.dims[0]
-    picked = ids.size * row + ids.nbytes
+    return _reads_at_most(cost, ids.size * row + ids.nbytes)
+
+
+def _reads_at_most(cost: Cost, picked: int) -> Cost:
+    """`cost` reading at most `picked` bytes, weights among them."""
     return dataclasses.replace(cost, bytes_read=min(cost.bytes_read, picked),
                                param_bytes=min(cost.param_bytes, picked))
 
