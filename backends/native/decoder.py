@@ -8,18 +8,15 @@
   half a byte a value), dequantized as it multiplies (A in int8 at accuracy level 4);
 - GatherBlockQuantized (uint8 data): one kernel (k_nbits.cpp) reading the packed table as the
   model lays it out (a tied embedding reads lm_head's weight, which MatMulNBits re-lays in a
-  copy of its own) and dequantizing the picked rows;
-- ReduceSum over integers (the attention mask's lengths): an inclusive CumSum along the one
-  reduced axis, whose last element a strided Copy takes.
+  copy of its own) and dequantizing the picked rows.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
-from ...analyzer.ir import NodeInfo, TensorInfo
-from .lower import FLOAT, Kernel, Lowering, Unsupported
+from ...analyzer.ir import NodeInfo
+from .lower import FLOAT, Kernel, Lowering, Unsupported, _axis
 
 # The contrib ops lowered here (their domain is com.microsoft).
 CONTRIB_OPS = frozenset({"SkipSimplifiedLayerNormalization", "GroupQueryAttention",
@@ -38,12 +35,6 @@ def _require_float(node: NodeInfo, indices: range) -> None:
             raise Unsupported(f"{node.op_type}'s input {i} is not float32")
 
 
-def _axis(node: NodeInfo, low: Lowering) -> int:
-    rank = len(low.shape(node.inputs[0].name))
-    axis = int(node.attr("axis", -1))
-    return axis + rank if axis < 0 else axis
-
-
 def rms_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
     """y = x / sqrt(mean(x^2) + eps) * gamma (Skip: over x + skip (+ bias), that sum output 3)."""
     skip = node.op_type == "SkipSimplifiedLayerNormalization"
@@ -57,7 +48,7 @@ def rms_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
     if skip:
         ins, axis = [x, _name(node, 2), _name(node, 1), _name(node, 3)], len(low.shape(x)) - 1
     else:
-        ins, axis = [x, _name(node, 1)], _axis(node, low)
+        ins, axis = [x, _name(node, 1)], _axis(int(node.attr("axis", -1)), len(low.shape(x)))
     kept = [y, *sums]
     return [Kernel("RMSNormalization", ins, kept, {"axis": [axis]},
                    {"epsilon": [float(node.attr("epsilon", 1e-5))]})]
@@ -167,25 +158,3 @@ def _unpack(data: np.ndarray, bits: int) -> np.ndarray:
     shifts = np.arange(0, 8, bits, dtype=np.uint8)
     fields = (data[..., None] >> shifts) & np.uint8((1 << bits) - 1)
     return fields.reshape(*data.shape[:-1], -1)
-
-
-def integer_sum(node: NodeInfo, low: Lowering, axes: list[int]) -> list[Kernel]:
-    """ReduceSum of int32 / int64 over one axis: CumSum, then a Copy of the last element."""
-    x, y = node.inputs[0].name, node.outputs[0].name
-    if len(axes) != 1:
-        raise Unsupported("ReduceSum of integers over more than one axis")
-    shape, axis = low.shape(x), axes[0]
-    if shape[axis] == 0:
-        raise Unsupported("ReduceSum of integers over an empty axis")
-    scan = f"{y}::cumsum"
-    low.twins[scan] = TensorInfo(scan, node.inputs[0].elem_type, shape)
-    strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
-    keep = bool(node.attr("keepdims", 1))
-    out_strides = [s for d, s in enumerate(strides) if keep or d != axis]
-    last = (shape[axis] - 1) * strides[axis]
-    return [Kernel("CumSum", [x], [scan], {"axis": [axis], "exclusive": [0], "reverse": [0]}),
-            Kernel("Copy", [scan], [y], {"strides": out_strides, "offset": [last]})]
-
-
-def is_integer(t: TensorInfo) -> bool:
-    return t.elem_type in (onnx.TensorProto.INT32, onnx.TensorProto.INT64)

@@ -518,9 +518,7 @@ def _instance_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 @lowering(*REDUCE_OPS)
 def _reduce(node: NodeInfo, low: Lowering) -> list[Kernel]:
-    from .decoder import integer_sum, is_integer
-
-    integers = node.op_type == "ReduceSum" and is_integer(node.inputs[0])
+    integers = node.op_type == "ReduceSum" and node.inputs[0].elem_type in (_T.INT32, _T.INT64)
     if not integers:
         _require_float(node, node.inputs[0])
     x, y = _io(node)
@@ -532,8 +530,27 @@ def _reduce(node: NodeInfo, low: Lowering) -> list[Kernel]:
             return [Kernel("Copy", [x], [y])]
         axes = list(range(rank))
     axes = sorted(_axis(int(a), rank) for a in axes)
-    return integer_sum(node, low, axes) if integers else [Kernel(node.op_type, [x], [y],
-                                                                 {"axes": axes})]
+    return _integer_sum(node, low, axes) if integers else [Kernel(node.op_type, [x], [y],
+                                                                  {"axes": axes})]
+
+
+def _integer_sum(node: NodeInfo, low: Lowering, axes: list[int]) -> list[Kernel]:
+    """ReduceSum of int32 / int64 over one axis (a decoder's attention mask lengths): an
+    inclusive CumSum along it, whose last element a strided Copy takes."""
+    x, y = _io(node)
+    if len(axes) != 1:
+        raise Unsupported("ReduceSum of integers over more than one axis")
+    shape, axis = low.shape(x), axes[0]
+    if shape[axis] == 0:
+        raise Unsupported("ReduceSum of integers over an empty axis")
+    scan = f"{y}::cumsum"
+    low.twins[scan] = TensorInfo(scan, node.inputs[0].elem_type, shape)
+    strides = _strides(shape)
+    keep = bool(node.attr("keepdims", 1))
+    out_strides = [s for d, s in enumerate(strides) if keep or d != axis]
+    last = (shape[axis] - 1) * strides[axis]
+    return [Kernel("CumSum", [x], [scan], {"axis": [axis], "exclusive": [0], "reverse": [0]}),
+            Kernel("Copy", [scan], [y], {"strides": out_strides, "offset": [last]})]
 
 
 @lowering("ArgMax", "ArgMin")
@@ -737,7 +754,6 @@ def _resize(node: NodeInfo, low: Lowering) -> list[Kernel]:
     from .resize import resize_kernel
 
     return [resize_kernel(node, low)]
-
 
 
 @lowering("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
