@@ -100,13 +100,30 @@ using KernelRegistry = std::map<std::string, KernelFactory>;
 #define ONNXLENS_TARGET(isa)
 #endif
 
-// Of a loop's three builds (ONNXLENS_TARGET), the one for the SIMD table's instruction set:
-// the choice ONNXLENS_NATIVE_ISA makes for simd_kernels.inc.
+// A hot loop `Body` (an always_inline function) built three times, inlined into a function
+// compiled for each instruction set.
 template <class Fn>
-Fn isa_variant(const SimdKernels& simd, Fn avx512, Fn avx2, Fn generic) {
-  if (&simd == simd_named("avx512")) return avx512;
-  if (&simd == simd_named("avx2")) return avx2;
-  return generic;
+struct IsaBuilds;
+template <class R, class... A>
+struct IsaBuilds<R (*)(A...)> {
+  template <R (*Body)(A...)>
+  static R generic(A... a) { return Body(a...); }
+  template <R (*Body)(A...)>
+  ONNXLENS_TARGET("avx2,fma") static R avx2(A... a) { return Body(a...); }
+  template <R (*Body)(A...)>
+  ONNXLENS_TARGET("avx512f,avx512bw,avx512vl,avx512dq,fma") static R avx512(A... a) {
+    return Body(a...);
+  }
+};
+
+// Of `Body`'s three builds (IsaBuilds), the one for the SIMD table's instruction set: the
+// choice ONNXLENS_NATIVE_ISA makes for simd_kernels.inc.
+template <auto Body>
+decltype(Body) isa_build(const SimdKernels& simd) {
+  using Builds = IsaBuilds<decltype(Body)>;
+  if (&simd == simd_named("avx512")) return &Builds::template avx512<Body>;
+  if (&simd == simd_named("avx2")) return &Builds::template avx2<Body>;
+  return &Builds::template generic<Body>;
 }
 
 // Each kernel family adds its ops; registering an op twice is an error.

@@ -46,35 +46,8 @@ __attribute__((always_inline)) inline void weighted_values(const float* p, const
   }
 }
 
-// The two products, compiled for each instruction set (isa_variant picks).
+// The two products' signature: their builds for the table's instruction set (isa_build).
 using ProductFn = void (*)(const float*, const float*, int64_t, int64_t, float, float*);
-
-void scores_generic(const float* q, const float* k, int64_t keys, int64_t head, float scale,
-                    float* out) {
-  key_scores(q, k, keys, head, scale, out);
-}
-ONNXLENS_TARGET("avx2,fma") void scores_avx2(const float* q, const float* k, int64_t keys,
-                                             int64_t head, float scale, float* out) {
-  key_scores(q, k, keys, head, scale, out);
-}
-ONNXLENS_TARGET("avx512f,avx512vl,fma") void scores_avx512(const float* q, const float* k,
-                                                           int64_t keys, int64_t head,
-                                                           float scale, float* out) {
-  key_scores(q, k, keys, head, scale, out);
-}
-void values_generic(const float* p, const float* v, int64_t keys, int64_t head, float scale,
-                    float* acc) {
-  weighted_values(p, v, keys, head, scale, acc);
-}
-ONNXLENS_TARGET("avx2,fma") void values_avx2(const float* p, const float* v, int64_t keys,
-                                             int64_t head, float scale, float* acc) {
-  weighted_values(p, v, keys, head, scale, acc);
-}
-ONNXLENS_TARGET("avx512f,avx512vl,fma") void values_avx512(const float* p, const float* v,
-                                                           int64_t keys, int64_t head,
-                                                           float scale, float* acc) {
-  weighted_values(p, v, keys, head, scale, acc);
-}
 
 // Inputs: query, key, value (key and value -1 when the query packs all three), past_key,
 // past_value (-1 with no cache), seqlens_k (int32, per batch: total length - 1), cos_cache,
@@ -83,8 +56,8 @@ class GroupQueryAttentionKernel : public Kernel {
  public:
   explicit GroupQueryAttentionKernel(const KernelContext& ctx)
       : simd_(ctx.simd),
-        scores_(isa_variant<ProductFn>(ctx.simd, scores_avx512, scores_avx2, scores_generic)),
-        values_(isa_variant<ProductFn>(ctx.simd, values_avx512, values_avx2, values_generic)),
+        scores_(isa_build<&key_scores>(ctx.simd)),
+        values_(isa_build<&weighted_values>(ctx.simd)),
         heads_(ctx.attr("num_heads", 0)), kv_heads_(ctx.attr("kv_num_heads", 0)),
         rotary_(ctx.attr("do_rotary", 0) != 0),
         interleaved_(ctx.attr("rotary_interleaved", 0) != 0),

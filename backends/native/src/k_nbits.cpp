@@ -99,18 +99,12 @@ __attribute__((always_inline)) inline void accumulate(const Chunk& c) {
 
 using AccumulateFn = void (*)(const Chunk&);
 
-void accumulate_generic(const Chunk& c) { accumulate(c); }
-ONNXLENS_TARGET("avx2,fma") void accumulate_avx2(const Chunk& c) { accumulate(c); }
-ONNXLENS_TARGET("avx512f,avx512bw,avx512vl,avx512dq,fma")
-void accumulate_avx512(const Chunk& c) { accumulate(c); }
-
 // Inputs: A (float32 [..., K]), B (uint8 [blocks, block / 2, N]), scales and zero points
 // (float32 [blocks, N]), bias (float32 [N], or -1). Ints: K, N, block_size, accuracy_level.
 class MatMulNBitsKernel : public Kernel {
  public:
   explicit MatMulNBitsKernel(const KernelContext& ctx)
-      : accumulate_(isa_variant<AccumulateFn>(ctx.simd, accumulate_avx512, accumulate_avx2,
-                                               accumulate_generic)),
+      : accumulate_(isa_build<&accumulate>(ctx.simd)),
         a_(ctx.input(0)), y_(ctx.output(0)),
         k_(ctx.attr("K", 0)), n_(ctx.attr("N", 0)), block_(ctx.attr("block_size", 0)) {
     ctx.expect_arity(4, 5, 1);
