@@ -214,10 +214,11 @@ class GatherBlockQuantizedKernel : public Kernel {
     require(y_.dtype == DType::f32 && y_.rank() >= 1, "GatherBlockQuantized: output must be f32");
     rows_ = data_.dim(0);
     k_ = y_.dim(y_.rank() - 1);
-    const int64_t per_byte = 8 / bits_, bytes = (k_ + per_byte - 1) / per_byte;
-    require(data_.dim(data_.rank() - 1) == bytes, "GatherBlockQuantized: data ",
+    const int64_t per_byte = 8 / bits_;
+    bytes_ = (k_ + per_byte - 1) / per_byte;
+    require(data_.dim(data_.rank() - 1) == bytes_, "GatherBlockQuantized: data ",
             show(data_.shape), " for ", k_, " values of ", bits_, " bits a row");
-    lines_ = data_.numel / (rows_ * bytes);  // quantized rows of K in one gathered row
+    lines_ = data_.numel / (rows_ * bytes_);  // quantized rows of K in one gathered row
     blocks_ = (k_ + block_ - 1) / block_;
     require(y_.numel == idx_.numel * lines_ * k_, "GatherBlockQuantized: output ",
             show(y_.shape), " for ", idx_.numel, " indices of ", lines_, " x ", k_);
@@ -226,7 +227,7 @@ class GatherBlockQuantizedKernel : public Kernel {
   }
 
   void run(ThreadPool&, const Workspace&) override {
-    const int64_t per_byte = 8 / bits_, bytes = (k_ + per_byte - 1) / per_byte;
+    const int64_t per_byte = 8 / bits_;
     // per_byte is 1, 2 or 4: value k is byte k >> log2(per_byte), bits (k & (per_byte - 1))
     // x bits_ up (shifts, where a division by a run-time count took 4 ns a value).
     const int byte_shift = per_byte == 4 ? 2 : per_byte == 2 ? 1 : 0;
@@ -242,7 +243,7 @@ class GatherBlockQuantizedKernel : public Kernel {
       }
       for (int64_t l = 0; l < lines_; ++l, y += k_) {
         const int64_t line = v * lines_ + l;
-        const uint8_t* q = data_.as<uint8_t>() + line * bytes;
+        const uint8_t* q = data_.as<uint8_t>() + line * bytes_;
         const float* sc = scales_ + line * blocks_;
         const float* zp = zeros_ ? zeros_ + line * blocks_ : nullptr;
         for (int64_t j = 0; j < blocks_; ++j) {
@@ -269,6 +270,7 @@ class GatherBlockQuantizedKernel : public Kernel {
   const Tensor& idx_;
   const Tensor& y_;
   int64_t bits_, block_, rows_ = 0, k_ = 0, lines_ = 0, blocks_ = 0;
+  int64_t bytes_ = 0;  // a line's packed K values
   const float* scales_ = nullptr;
   const float* zeros_ = nullptr;
 };
