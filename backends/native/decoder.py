@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...analyzer.ir import NodeInfo
-from .lower import FLOAT, Kernel, Lowering, Unsupported, _axis
+from .lower import Kernel, Lowering, Unsupported, _axis, _require_float
 
 # The contrib ops lowered here (their domain is com.microsoft).
 CONTRIB_OPS = frozenset({"SkipSimplifiedLayerNormalization", "GroupQueryAttention",
@@ -28,17 +28,10 @@ def _name(node: NodeInfo, i: int) -> str | None:
     return t.name if t is not None and t.name else None
 
 
-def _require_float(node: NodeInfo, indices: range) -> None:
-    for i in indices:
-        t = node.input(i)
-        if t is not None and t.name and t.elem_type != FLOAT:
-            raise Unsupported(f"{node.op_type}'s input {i} is not float32")
-
-
 def rms_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
     """y = x / sqrt(mean(x^2) + eps) * gamma (Skip: over x + skip (+ bias), that sum output 3)."""
     skip = node.op_type == "SkipSimplifiedLayerNormalization"
-    _require_float(node, range(4 if skip else 2))
+    _require_float(node, *node.inputs[:4 if skip else 2])
     x = node.inputs[0].name
     y, *rest = [t.name for t in node.outputs]  # the graph keeps the named outputs only
     # Skip's outputs 1 and 2 (mean, inv_std_var) are [..., 1]; output 3, the sum, is x's shape.
@@ -66,7 +59,7 @@ def group_query_attention(node: NodeInfo, low: Lowering) -> list[Kernel]:
     outs = [t.name for t in node.outputs]  # the graph keeps the named outputs only
     if int(node.attr("qk_output", 0)) or len(outs) != 3:
         raise Unsupported("GroupQueryAttention without both present outputs, or with output_qk")
-    _require_float(node, range(5))
+    _require_float(node, *node.inputs[:5])
     ints = {"num_heads": [int(node.attr("num_heads"))],
             "kv_num_heads": [int(node.attr("kv_num_heads"))],
             "do_rotary": [int(node.attr("do_rotary", 0))],
@@ -89,7 +82,7 @@ def matmul_nbits(node: NodeInfo, low: Lowering) -> list[Kernel]:
     bits = int(node.attr("bits", 4))
     if bits != 4:
         raise Unsupported(f"MatMulNBits with bits={bits} (only 4)")
-    _require_float(node, range(1))
+    _require_float(node, node.inputs[0])
     k_dim, n_dim, block = int(node.attr("K")), int(node.attr("N")), int(node.attr("block_size"))
     blocks = -(-k_dim // block)
     packed = low.need_const(node, 1, "MatMulNBits' weight")
