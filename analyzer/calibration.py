@@ -64,6 +64,15 @@ What it holds:
   the chains, 17-19 MB of weights each, touch 21-26 MB a run with their activations, more
   than a one-thread run's 17.9 MB share here). A file without it reads 0 (not measured:
   nothing added).
+- `cold_line_ns`: what a depthwise NCHWc kernel pays per line of a filter the caches did not
+  keep since the last inference, beyond its time with the filter in cache
+  (`backends.calibrate.measure.cold_line_ns`: depthwise chains with a Relu over 32 MB between
+  runs, a filter per layer against one shared, profiled per kernel). MLAS walks a depthwise
+  filter a tap at a time, a line per tap and block of channels, and the fetch does not overlap
+  (Zen 5, ORT 1.31: EdgeNeXt's 9x9 168@7, 891 lines, 22 us with the filter in cache, 56 cold).
+  The calibrated profile carries it as `runtime.cold_line_ns`; `estimate_model` adds it per
+  line (`Kernel.cold_lines`) where the run's weights come from main memory. A file without it
+  reads 0 (nothing added).
 - `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, and a broadcasting
   elementwise op per span it makes a vector call for, beyond the bytes at the bandwidth
   (`backends.calibrate.fit.fit_copy_run`, from the calibration's transposes and per-channel
@@ -230,6 +239,7 @@ class Calibration:
     denormal_factor: float = 1.0  # MatMul time on denormal / normal operands; 1: not measured
     transcendental_flops: float = 1.0  # plain vector FLOPs per transcendental; 1: not fitted
     cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
+    cold_line_ns: float = 0.0  # per depthwise filter line fetched cold; 0: not measured
     copy_run_ns: float = 0.0  # per run a Transpose copies, span a broadcast calls; 0: not fitted
     norm_row_ns: float = 0.0  # a row-wise normalization's cost per row; 0: not fitted
     copy_element_ns: float = 0.0  # a Transpose's cost per element copied alone; 0: not fitted
@@ -375,6 +385,7 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
         source=f"measured: {where}")
     runtime = Runtime(name=cal.backend, transcendental_flops=cal.transcendental_flops,
                       copy_run_ns=cal.copy_run_ns, cold_weight_gbps=cal.cold_weight_gbps,
+                      cold_line_ns=cal.cold_line_ns,
                       denormal_factor=cal.denormal_factor, norm_row_ns=cal.norm_row_ns,
                       copy_element_ns=cal.copy_element_ns, copy_gbps=dict(cal.copy_gbps),
                       per_call_classes=frozenset(p.op_class for p in cal.points if p.calls > 1))

@@ -218,8 +218,8 @@ def denormal_slowed(e: GroupEstimate, share: float, factor: float,
 
 
 def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
-                 precision: Precision, source: MemoryLevel | None = None, cold: int = 0
-                 ) -> GroupEstimate:
+                 precision: Precision, source: MemoryLevel | None = None, cold: int = 0,
+                 lines: int = 0) -> GroupEstimate:
     """A kernel whose weights were last read one run ago, where a calibration measured that
     fetch (`runtime.cold_weight_gbps`): W bytes from `source` (`weights_level`: main memory,
     or the last-level cache) serialize with its arithmetic but overlap its stalls, latency_s =
@@ -231,24 +231,26 @@ def cold_weights(e: GroupEstimate, cost: Cost, cls: str, hw: HardwareProfile,
     cache, its bandwidth. `cold` bytes of activations on lines the last run evicted
     (`Kernel.cold_bytes`: the image input and the stem's output) come at the same rate, after
     the rest: latency_s += cold / rate (ORT 1.31, Zen 5: GhostNet's stem Conv, 1.4 MB of
-    input and output, 66-69 us alone, 168 after a 32 MB pass, 138-228 in the network)."""
+    input and output, 66-69 us alone, 168 after a 32 MB pass, 138-228 in the network). `lines`
+    fetched one by one from main memory (`Kernel.cold_lines`) add `runtime.cold_line_ns` each."""
     gbps = hw.runtime.cold_weight_gbps
-    weights = cost.param_bytes * precision.byte_scale
-    if gbps <= 0 or not (weights or cold):
+    weights, cold = (cost.param_bytes * precision.byte_scale, cold) if gbps > 0 else (0, 0)
+    source, dram = source or hw.main_memory, hw.main_memory
+    lines_s = lines * hw.runtime.cold_line_ns * 1e-9 if source == dram else 0.0
+    if not (weights or cold or lines_s):
         return e
     best = hw.class_efficiency(cls if cost.macs or cls in VECTOR_CLASSES else "elementwise")
     work_s = peak_seconds(cost, hw, precision) / best
-    source, dram = source or hw.main_memory, hw.main_memory
     if source != dram or e.intensity < hw.peak_flops(precision.peak) / (dram.bandwidth_gbps * 1e9):
         gbps = source.bandwidth_gbps
-    fetch_s, cold_s = weights / (gbps * 1e9), cold / (gbps * 1e9)
-    latency_s = max(e.latency_s, work_s + e.overhead_s + fetch_s) + cold_s
+    fetch_s, cold_s = (weights / (gbps * 1e9), cold / (gbps * 1e9)) if gbps > 0 else (0, 0)
+    latency_s = max(e.latency_s, work_s + e.overhead_s + fetch_s) + cold_s + lines_s
     level = next(lv for lv in hw.memory if lv.name == e.level)
     energy_j = e.energy_j + (hw.static_w * (latency_s - e.latency_s) + (weights + cold) * (
         source.energy_pj_per_byte - level.energy_pj_per_byte) * 1e-12)
     bound = Bound("memory", source.name) if fetch_s > max(work_s, e.memory_s) else e.bound
     return dataclasses.replace(e, latency_s=latency_s, energy_j=energy_j, bound=bound,
-                               memory_s=max(e.memory_s, fetch_s) + cold_s)
+                               memory_s=max(e.memory_s, fetch_s) + cold_s + lines_s)
 
 
 def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precision,
@@ -266,7 +268,8 @@ def cost_kernels(kernels: list[Kernel], hw: HardwareProfile, precision: Precisio
         costs.append(k.cost)
         at = precision if k.peak is None else dataclasses.replace(precision, peak=k.peak)
         parts.append(absorbed(k, hw, at, eff) if k.host else cold_weights(
-            estimate_kernel(k, hw, at, eff), k.cost, k.cls, hw, at, source, k.cold_bytes))
+            estimate_kernel(k, hw, at, eff), k.cost, k.cls, hw, at, source, k.cold_bytes,
+            k.cold_lines))
         if k.denormal_share:
             parts[-1] = denormal_slowed(parts[-1], k.denormal_share, factor, hw.static_w)
         if k.epilogue.other_flops:

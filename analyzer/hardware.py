@@ -43,6 +43,7 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     transcendental_flops = 5.0         # τ: plain vector FLOPs per exp / tanh / erf
     copy_run_ns = 9.8                  # per contiguous run a Transpose copies
     cold_weight_gbps = 16.0            # rate of a network's cold weight fetches; 0: not measured
+    cold_line_ns = 18.0                # per line fetched cold one at a time (a depthwise filter)
     denormal_factor = 1.0              # MatMul slowdown on float32 denormal operands
     norm_row_ns = 14.0                 # per row a row-wise norm (LayerNorm, Softmax) reduces
     copy_element_ns = 2.2              # per element a Transpose copies one at a time
@@ -239,6 +240,7 @@ class Runtime:
     transcendental_flops: float = 1.0  # τ: plain vector FLOPs one exp / tanh / erf costs
     copy_run_ns: float = 0.0  # per contiguous run a Transpose copies, beyond its bytes
     cold_weight_gbps: float = 0.0  # rate of a network's cold weight fetches; 0: not measured
+    cold_line_ns: float = 0.0  # per cache line fetched cold one at a time; 0: not measured
     denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
     norm_row_ns: float = 0.0  # per row a row-wise normalization reduces, beyond its FLOPs
     copy_element_ns: float = 0.0  # per element a Transpose copies one at a time
@@ -477,6 +479,7 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
         copy_run_ns=r.non_negative(table, "copy_run_ns", "runtime", default.copy_run_ns),
         cold_weight_gbps=r.non_negative(table, "cold_weight_gbps", "runtime",
                                         default.cold_weight_gbps),
+        cold_line_ns=r.non_negative(table, "cold_line_ns", "runtime", default.cold_line_ns),
         denormal_factor=r.positive(table, "denormal_factor", "runtime", default.denormal_factor),
         norm_row_ns=r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns),
         copy_element_ns=r.non_negative(table, "copy_element_ns", "runtime",

@@ -457,7 +457,8 @@ def calibrate_command(
         f"{hw.peak_tflops['fp32'] * 1e3:.1f} GFLOP/s, main memory "
         f"{hw.main_memory.bandwidth_gbps:.1f} GB/s, kernel overhead {hw.kernel_launch_us:.1f} µs, "
         f"a transcendental {cal.transcendental_flops:.1f} FLOPs, cold weights "
-        f"{cal.cold_weight_gbps:.1f} GB/s\n{describe_fit_check(cal)}")
+        f"{cal.cold_weight_gbps:.1f} GB/s, cold depthwise filter lines {cal.cold_line_ns:.1f} ns"
+        f"\n{describe_fit_check(cal)}")
 
 
 @app.command("hardware")

@@ -32,9 +32,9 @@ from onnxlens.analyzer.calibration import (
 from onnxlens.analyzer.errors import UsageError
 from onnxlens.analyzer.hardware import NATIVE_CUDA, OP_CLASSES, ORT_CPU, Runtime, load_profile
 from onnxlens.analyzer.host import detect_cpu, host_profile
-from onnxlens.analyzer.runtimes.ort_cpu import nchwc_block
+from onnxlens.analyzer.runtimes.ort_cpu import depthwise_filter_lines, nchwc_block
 from onnxlens.backends.calibrate import catalogue, fit, measure
-from onnxlens.backends.ort_timing import profile_model, time_model
+from onnxlens.backends.ort_timing import NodeTime, profile_model, time_model
 from onnxlens.backends.values import Timing
 
 
@@ -593,6 +593,28 @@ def test_the_cold_weight_rate_is_the_extra_time_of_distinct_weights(ns_per_byte:
     assert measure.cold_weight_gbps(1, prepare) == pytest.approx(gbps)
 
 
+@pytest.mark.parametrize("line_ns", [30.0, 0.0])
+def test_the_cold_line_cost_is_the_extra_time_of_distinct_filters(line_ns: float,
+                                                                  monkeypatch) -> None:
+    """A fake profiler where every depthwise Conv takes 5 us, plus `line_ns` per line of its
+    filter when the filter is its own, not the one the first Conv read (the flush evicted
+    it), and the flush's Relu 2 ms: the probe reads back exactly `line_ns` (0: not measured).
+    On AVX-512's block of 16 the lines are padded channels x taps: 960@3x3 60 x 9 = 540."""
+    def profile(model: onnx.ModelProto, threads: int, runs: int) -> list[list[NodeTime]]:
+        weights = model.graph.initializer
+        channels, _, kernel, _ = weights[0].dims
+        lines = depthwise_filter_lines(channels, kernel * kernel, nchwc_block(host_profile(1)))
+        shared = len(weights) == 1
+        convs = [NodeTime(n.output[0], n.op_type, 5e-6 + (i > 0 and not shared) * lines
+                          * line_ns * 1e-9, "CPU") for i, n in enumerate(model.graph.node)
+                 if n.op_type == "Conv"]
+        return [[*convs, NodeTime("FR", "Relu", 2e-3, "CPU")]] * runs
+
+    monkeypatch.setattr(measure, "profile_model", profile)
+    assert depthwise_filter_lines(960, 9, 16) == 540 and depthwise_filter_lines(20, 25, 8) == 38
+    assert measure.cold_line_ns(1) == pytest.approx(line_ns)
+
+
 @pytest.mark.parametrize(("per_core", "threads", "main", "rate"),
                          [(17.5, 1, 19.1, 17.5),   # one core: its own rate
                           (10.0, 2, 28.8, 20.0),   # two cores fetch their shares at once
@@ -686,13 +708,13 @@ def test_the_norm_row_cost_is_recovered_from_timings() -> None:
 def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
                         cold_weight_gbps=17.0, copy_run_ns=9.0, norm_row_ns=14.0,
-                        copy_element_ns=2.0).to_dict()
+                        copy_element_ns=2.0, cold_line_ns=18.0).to_dict()
     runtime = apply_calibration(host_profile(1), Calibration.from_dict(data)).runtime
     assert runtime == Runtime(ORT_CPU, transcendental_flops=3.0, copy_run_ns=9.0,
                               cold_weight_gbps=17.0, denormal_factor=120.0, norm_row_ns=14.0,
-                              copy_element_ns=2.0)
+                              copy_element_ns=2.0, cold_line_ns=18.0)
     for key in ("denormal_factor", "transcendental_flops", "cold_weight_gbps", "copy_run_ns",
-                "norm_row_ns", "copy_element_ns"):
+                "norm_row_ns", "copy_element_ns", "cold_line_ns"):
         del data[key]
     for point in data["points"]:
         del point["transcendental"], point["pass_flops"], point["pass_transcendental"]
@@ -700,7 +722,7 @@ def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     old = Calibration.from_dict(data)
     assert old.denormal_factor == old.transcendental_flops == 1.0
     assert old.cold_weight_gbps == old.copy_run_ns == old.norm_row_ns == 0.0  # nothing added
-    assert old.copy_element_ns == 0.0
+    assert old.copy_element_ns == old.cold_line_ns == 0.0
     assert all(p.runs == p.rows == p.elements == 0 for p in old.points)
     assert apply_calibration(host_profile(1), old).runtime == Runtime(ORT_CPU)
 

@@ -164,6 +164,33 @@ def test_the_first_kernel_reading_the_input_fetches_it_and_its_output_cold(gpu) 
     assert all(k.cold_bytes == 0 for k in kernels if not k.nodes)
 
 
+def test_a_depthwise_kernel_fetches_its_filter_a_line_at_a_time_from_main_memory(gpu) -> None:
+    """A depthwise 3x3 Conv over [1, 24, 8, 8], then a 1x1 Conv: with AVX-512's block of 16,
+    MLAS's filter is 32 padded channels x 9 taps x 4 bytes = 18 lines of 64 bytes (AVX2's
+    block of 8: 24 x 9 x 4 / 64 = 13.5, 14 lines); the dense Conv has none. At 20 ns a line
+    (`runtime.cold_line_ns`) the depthwise group costs 360 ns more when the run's weights
+    come from main memory, nothing more when they stay in the last-level cache (this tiny
+    graph, analyzed: a run touches a few KB) or without the calibrated figure."""
+    r = _analyzed([helper.make_node("Conv", ["x", "w"], ["d"], group=24, pads=[1] * 4),
+                   helper.make_node("Conv", ["d", "v"], ["y"])], [1, 24, 8, 8],
+                  ("y", [1, 16, 8, 8]), {"w": [24, 1, 3, 3], "v": [16, 24, 1, 1]})
+    lines = {}
+    for bits in (512, 256):
+        hw = dataclasses.replace(gpu, simd_bits=bits, runtime=Runtime(name=ORT_CPU))
+        lines[bits] = [k.cold_lines for run in OrtCpu().kernels(
+            r.graph, r.groups, _node_costs(r), {}, hw).values() for k in run or () if k.nodes]
+    assert lines == {512: [18, 0], 256: [14, 0]}
+    args = (r.graph, r.groups, {g: gc.cost for g, gc in r.group_costs.items()}, _node_costs(r))
+    hw = {ns: dataclasses.replace(gpu, simd_bits=512, runtime=Runtime(ORT_CPU, cold_line_ns=ns))
+          for ns in (0.0, 20.0)}
+    cold, hot = (estimate_model(*args, hw[ns], "fp32") for ns in (20.0, 0.0))
+    dw = r.groups[0].id
+    assert cold.groups[dw].latency_s - hot.groups[dw].latency_s == pytest.approx(360e-9)
+    assert cold.latency_s - hot.latency_s == pytest.approx(360e-9)
+    in_llc = (estimate_model(*args, hw[ns], "fp32", model=r.model) for ns in (20.0, 0.0))
+    assert next(in_llc).latency_s == next(in_llc).latency_s
+
+
 def test_a_gemm_with_a_bias_broadcasts_it_into_its_output_first(gpu, tmp_path: Path) -> None:
     """MatMul [1, 64, 16] x [16, 32] + a [32] bias: ORT runs one Gemm (MatMulAddFusion, in its
     optimized graph), which writes the bias into every row of Y (64 x 32 x 4 = 8,192 bytes,

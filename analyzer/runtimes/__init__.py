@@ -156,6 +156,10 @@ class Kernel:
     # Activation bytes it reads or writes on lines the last run evicted (the image input and
     # the stem's output), fetched like cold weights, after its work (`estimate.cold_weights`).
     cold_bytes: int = 0
+    # Cache lines it fetches cold one at a time, each a main-memory latency its work does not
+    # hide (a depthwise NCHWc kernel's filter: `ort_cpu.cold_filter_lines`), priced at the
+    # calibration's `runtime.cold_line_ns` (`estimate.cold_lines_fetched`).
+    cold_lines: int = 0
     # The peak its MACs run at where not its group's precision's (an int8 group that ORT runs
     # as DequantizeLinear, a float32 Conv and QuantizeLinear: `ort_cpu._unfused_kernels`).
     peak: str | None = None

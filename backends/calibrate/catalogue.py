@@ -717,6 +717,36 @@ def benchmarks(backend: str = ORT_CPU) -> list[Bench]:
 COLD_CHAINS = ((64, 256, 1, 12), (32, 128, 3, 12))
 
 
+# Depthwise Conv chains (channels, size, kernel) whose filters a network's kernels fetch cold,
+# one window of each of MLAS's depthwise kernels the timm and torchvision sets run (3x3 and 5x5
+# at 7-14 pixels, EdgeNeXt's 7x7 and 9x9), 24 to 75 KB of filter a layer.
+COLD_FILTER_CHAINS = ((960, 7, 3), (240, 14, 5), (384, 12, 7), (168, 7, 9))
+# A Relu over this many float32s after each chain: 32 MB read and 32 written, past the
+# last-level cache, as a network's weights and activations between two runs of one kernel.
+FLUSH_FLOATS = 8 << 20
+
+
+def flushed_depthwise_chain(layers: int, channels: int, size: int, kernel: int, shared: bool
+                            ) -> onnx.ModelProto:
+    """`layers` depthwise Convs (stride 1, same padding) of `channels` at `size`, each with a
+    filter of its own, or all reading one (`shared`), beside a Relu over FLUSH_FLOATS that
+    evicts every cache line between two runs (a second input and output, so that ORT keeps it)."""
+    nodes, weights, x = [], [], "X"
+    for i in range(layers):
+        w = "W0" if shared else f"W{i}"
+        if not shared or i == 0:
+            weights.append(_const(w, (channels, 1, kernel, kernel)))
+        nodes.append(helper.make_node("Conv", [x, w], [f"C{i}"], group=channels,
+                                      kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4))
+        x = f"C{i}"
+    nodes.append(helper.make_node("Relu", ["F"], ["FR"]))
+    shape, flush = (1, channels, size, size), (1, FLUSH_FLOATS)
+    graph = helper.make_graph(nodes, "bench", [value_info("X", shape), value_info("F", flush)],
+                              [value_info(x, shape), value_info("FR", flush)], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             ir_version=IR_VERSION)
+
+
 def conv_chain(layers: int, channels: int, kernel: int, size: int, shared: bool
                ) -> onnx.ModelProto:
     """`layers` Conv+Relu of `channels` channels at `size`, each with a weight of its own, or

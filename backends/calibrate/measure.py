@@ -34,10 +34,17 @@ from ...analyzer.hardware import (
 )
 from ...analyzer.host import host_profile
 from ...analyzer.runtimes import Kernel, op_class
-from ...analyzer.runtimes.ort_cpu import nchwc_block, ort_kernels
+from ...analyzer.runtimes.ort_cpu import depthwise_filter_lines, nchwc_block, ort_kernels
 from ..base import BackendError, input_specs, random_inputs
 from ..ort_timing import NodeTime, make_session, profile_model, random_feeds, time_session
-from .catalogue import COLD_CHAINS, benchmarks, conv_chain, value_info
+from .catalogue import (
+    COLD_CHAINS,
+    COLD_FILTER_CHAINS,
+    benchmarks,
+    conv_chain,
+    flushed_depthwise_chain,
+    value_info,
+)
 from .fit import cold_weight_rate, fit, fit_line
 
 # ORT's NCHWc layout changes around a lone Conv or pool: not part of the op's own time.
@@ -256,8 +263,9 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     if refused:
         notes.append(f"{len(refused)} benchmark(s) {backend} cannot run: "
                      + ", ".join(sorted(refused)))
-    factor = denormal_factor(threads) if backend == ORT_CPU and prepare is PREPARE[ORT_CPU] \
-        else 1.0
+    on_ort = backend == ORT_CPU and prepare is PREPARE[ORT_CPU]  # probes through ORT's own
+    factor = denormal_factor(threads) if on_ort else 1.0
+    line_ns = cold_line_ns(threads) if on_ort else 0.0
     main_gbps = cal.bandwidth_gbps.get(hw.main_memory.name)
     # The native executor packs each Conv's weights into a buffer of its own, so the probe's
     # shared chain shares nothing: its difference is noise (four probes in a row here: 29.3,
@@ -267,6 +275,7 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
         cold_weight_gbps(1, prepare), threads, main_gbps or math.inf)
     return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes,
                                backend=backend, denormal_factor=factor, cold_weight_gbps=cold,
+                               cold_line_ns=line_ns,
                                profile=hw.key if backend in GPU_RUNTIMES else "")
 
 
@@ -306,6 +315,28 @@ def cold_weight_gbps(threads: int, prepare: Prepare = prepare_ort,
         extra_s += best[False] - best[True]
         extra_bytes += (layers - 1) * channels * channels * kernel * kernel * 4
     return extra_bytes / extra_s / 1e9 if extra_s > 0 else 0.0
+
+
+def cold_line_ns(threads: int, layers: int = 8, runs: int = 60) -> float:
+    """What a depthwise NCHWc kernel pays per filter line the caches did not keep from the last
+    run (`analyzer.runtimes.ort_cpu.cold_filter_lines`), over COLD_FILTER_CHAINS: each chain of
+    `layers` Convs profiled with a filter per layer and with one shared, a Relu over 32 MB
+    evicting every line between runs in both, so the two differ only in the filters' fetch;
+    the sum over chains of the median Conv time (all but the first, which reads even the shared
+    filter cold) of the one less the other, over the filters' lines. Measured (AMD EPYC Zen 5,
+    ORT 1.31, one thread): 9x9 168@7 56 us against 22, 7x7 384@12 77 against 55, 3x3 960@7 20
+    against 15: 22 ns a line, near a main-memory miss apiece. 0 when no extra time shows."""
+    extra_s, lines, block = 0.0, 0, nchwc_block(host_profile(threads))
+    for channels, size, kernel in COLD_FILTER_CHAINS:
+        median = {}
+        for shared in (False, True):
+            profile = profile_model(flushed_depthwise_chain(layers, channels, size, kernel,
+                                                            shared), threads, runs=runs)
+            convs = [[t.duration_s for t in run if t.op_type == "Conv"][1:] for run in profile]
+            median[shared] = statistics.median(t for run in convs for t in run)
+        extra_s += (median[False] - median[True]) * (layers - 1)
+        lines += (layers - 1) * depthwise_filter_lines(channels, kernel * kernel, block)
+    return max(extra_s, 0.0) / lines * 1e9
 
 
 def denormal_factor(threads: int, min_time_s: float = 0.05) -> float:
