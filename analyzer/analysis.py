@@ -22,7 +22,7 @@ from .errors import OnnxLensError, UnsupportedOpError, UsageError
 from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph, collector_paused
 from .ir import NodeInfo, Shape, TensorInfo, UnknownShape, dtype_name
-from .llm import head_dim_pins, unpinned_head_dims
+from .llm import head_dim_pins, several_past_dims, unpinned_head_dims, window_pins
 from .loader import LoadedModel, load_model
 from .memory import activation_peak_bytes
 from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, sample_points, symbolic_dims
@@ -267,19 +267,22 @@ def analyze(
                   else _analyze_model(model, strict, flops_per_mac))
     result.declared_inputs = model.graph_inputs
     result.dims_added = added
-    result.warnings += [f"--dim {name}={size} added: the KV cache's head size, read from the "
-                        "attention node that reads it" for name, size in added.items()]
+    result.warnings += [f"--dim {name}={size} added: the KV cache's head size or sliding-window "
+                        "capacity, read from the attention node that reads it"
+                        for name, size in added.items()]
     return result
 
 
 def _kv_head_dims(model: LoadedModel, dims: Mapping[str, int]) -> dict[str, int]:
     """The KV cache's head dims `dims` leaves named, each at the size the attention node
-    reading the cache has (`llm.head_dim_pins`): pinned before the analysis, which then runs
-    once, where a named head dim made it a symbolic one (an analysis per sample point)."""
+    reading the cache has (`llm.head_dim_pins`), and a sliding-window cache's past dim at its
+    capacity (`llm.window_pins`): pinned before the analysis, which then runs once, where a
+    named head dim made it a symbolic one (an analysis per sample point)."""
     shapes = {t.name: t.shape or () for t in model.graph_inputs}
-    if not unpinned_head_dims(shapes, dims):
-        return {}  # no KV cache with a named head dim: no graph built for it
-    return head_dim_pins(shapes, build_graph(model), dims)
+    if not unpinned_head_dims(shapes, dims) and not several_past_dims(shapes):
+        return {}  # no KV cache with a named head dim or a window: no graph built for it
+    graph = build_graph(model)
+    return head_dim_pins(shapes, graph, dims) | window_pins(shapes, graph, dims)
 
 
 def _analyze_symbolic(model: LoadedModel, symbols: list[str], load: Callable[..., LoadedModel],

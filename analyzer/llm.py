@@ -22,6 +22,14 @@ second the new tokens; the attention mask's last the total):
 
 and each is analyzed like any model. Decode tokens/s = batch / decode latency; memory at context
 C = weights + batch × C × kv_cache_bytes_per_token + the larger activation peak of the phases.
+
+Sliding-window layers (Gemma 2/3, gpt-oss, as the model builder writes them for CPU and CUDA) keep
+a cache of their own: their GroupQueryAttention has `sliding_window_cache = 1` and
+`local_window_size = W`, their cache inputs name another dim (`past_sliding_length`). ORT 1.31
+keeps it as a buffer of fixed capacity, past and present alike, and refuses one under W ("KV
+cache capacity (0) must be at least local_window_size"), even at prefill: such a layer's past
+dim is W in every phase (the builder's runtime adds `cache_slack`, 0 by default), and it holds W
+tokens at any context. A decode step attends exactly W keys there (checked against ORT).
 """
 
 from __future__ import annotations
@@ -40,6 +48,23 @@ _SINGLE_KV = re.compile(r"^past_(key|value)$")
 
 
 @dataclass(frozen=True)
+class WindowedCache:
+    """Layers whose cache inputs have a past dim of their own (`past_sliding_length`; a number
+    once pinned at a window cache's capacity)."""
+
+    past_dim: str | int
+    window: int | None  # local_window_size of a `sliding_window_cache` attention; None: unbounded
+    layers: int
+
+    def past(self, past: int) -> int:
+        """The past dim at a phase's `past` tokens: a window cache is its capacity, W."""
+        return past if self.window is None else self.window
+
+    def tokens_held(self, context_len: int) -> int:
+        return context_len if self.window is None else self.window
+
+
+@dataclass(frozen=True)
 class KvLayout:
     """Where a decoder keeps its cache, and what one token of it weighs."""
 
@@ -52,17 +77,27 @@ class KvLayout:
     total_dim: str | None  # the attention mask's length (total_sequence_length)
     head_dim_name: str | None = None  # a head dim the inputs name (kv_cache_dim), pinned too
     batch: int | None = None  # the batch the cache inputs fix (pinned by --dim); None: named
+    windowed: tuple[WindowedCache, ...] = ()  # layers with a past dim other than past_dim
 
     @property
     def kv_cache_bytes_per_token(self) -> int:
         # key and value, for every layer: 2 · L · H_kv · d · bytes
         return 2 * self.layers * self.kv_heads * self.head_dim * self.element_bytes
 
+    def tokens_held(self, context_len: int) -> int:
+        """Cache entries (layer-tokens) after a step at `context_len`: every layer holds the
+        context, a window cache its capacity."""
+        windowed = sum(w.layers * w.tokens_held(context_len) for w in self.windowed)
+        return (self.layers - sum(w.layers for w in self.windowed)) * context_len + windowed
+
     def as_dict(self) -> dict[str, object]:
         return {"layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
                 "kv_element_bytes": self.element_bytes,
                 "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
-                "dims": {"past": self.past_dim, "new": self.new_dim, "total": self.total_dim}}
+                "dims": {"past": self.past_dim, "new": self.new_dim, "total": self.total_dim},
+                **({"sliding_window": [{"window": w.window, "layers": w.layers}
+                                       for w in self.windowed]}
+                   if self.windowed else {})}
 
 
 def kv_cache_inputs(inputs: Sequence[TensorInfo]) -> dict[int, list[TensorInfo]]:
@@ -82,11 +117,16 @@ def kv_layout(inputs: Sequence[TensorInfo], graph: ModelGraph | None = None) -> 
     layers = kv_cache_inputs(inputs)
     if not layers:
         return None
-    key = next(t for ts in layers.values() for t in ts)
+    keys = [ts[0] for ts in layers.values()]
+    for t in keys:
+        if t.shape is None or len(t.shape) != 4:
+            raise UsageError(f"KV-cache input {t.name!r}: expected a 4-D [batch, kv_heads, "
+                             f"past_sequence_length, head_dim] shape, found {t.shape}")
+    windows = {t.name: _cache_window(graph, t.name) if graph is not None else None
+               for t in keys}
+    # The layout's past dim is an unbounded layer's (a sliding layer's when all slide)
+    key = next((t for t in keys if windows[t.name] is None), keys[0])
     shape = key.shape
-    if shape is None or len(shape) != 4:
-        raise UsageError(f"KV-cache input {key.name!r}: expected a 4-D [batch, kv_heads, "
-                         f"past_sequence_length, head_dim] shape, found {shape}")
     batch, kv_heads, past, head_dim = shape
     if not isinstance(head_dim, int) and graph is not None:
         head_dim = _head_dim_from_attention(graph, key.name) or head_dim
@@ -101,7 +141,34 @@ def kv_layout(inputs: Sequence[TensorInfo], graph: ModelGraph | None = None) -> 
     return KvLayout(len(layers), kv_heads, head_dim, dtype_bytes(key.elem_type), past,
                     _named_dim(by_name, ("input_ids", "inputs_embeds"), 1, past),
                     _named_dim(by_name, ("attention_mask",), -1, past), head_dim_name,
-                    batch if isinstance(batch, int) else None)
+                    batch if isinstance(batch, int) else None,
+                    _windowed(keys, windows, past))
+
+
+def _windowed(keys: Sequence[TensorInfo], windows: Mapping[str, int | None], past: str
+              ) -> tuple[WindowedCache, ...]:
+    """The layers whose cache's past dim is not `past`, by that dim (a number only where a
+    window cache's capacity pins it)."""
+    by_dim: dict[str | int, list[TensorInfo]] = {}
+    for t in keys:
+        dim = t.shape[2]
+        if dim != past:
+            if not isinstance(dim, str) and windows[t.name] is None:
+                raise UsageError(f"KV-cache input {t.name!r}: the past length (dim 2) is fixed "
+                                 f"at {dim}; the phases need it named")
+            by_dim.setdefault(dim, []).append(t)
+    return tuple(WindowedCache(dim, windows[ts[0].name], len(ts)) for dim, ts in by_dim.items())
+
+
+def _cache_window(graph: ModelGraph, cache: str) -> int | None:
+    """W of the attention reading `cache` when it keeps a window-sized cache
+    (GroupQueryAttention's `sliding_window_cache = 1`, `local_window_size = W`); else None."""
+    for key in graph.consumers.get(cache, ()):
+        node = graph.infos[key]
+        window = node.attr("local_window_size", -1)
+        if node.attr("sliding_window_cache", 0) and window > 0:
+            return window
+    return None
 
 
 def _head_dim_from_attention(graph: ModelGraph, cache: str) -> int | None:
@@ -121,13 +188,33 @@ def _head_dim_from_attention(graph: ModelGraph, cache: str) -> int | None:
     return None
 
 
+def window_pins(shapes: Mapping[str, Sequence[object]], graph: ModelGraph,
+                dims: Mapping[str, int]) -> dict[str, int]:
+    """A sliding-window cache's past dim (`past_sliding_length`) left unpinned -> its capacity,
+    the W of the attention reading it (`_cache_window`): ORT refuses a smaller one, so a
+    step's inputs need it at W whatever the context."""
+    windows = {shape[2]: _cache_window(graph, name) for name, shape in _cache_shapes(shapes)
+               if isinstance(shape[2], str) and shape[2] not in dims}
+    return {dim: window for dim, window in windows.items() if window}
+
+
+def several_past_dims(shapes: Mapping[str, Sequence[object]]) -> bool:
+    """Whether the cache inputs name more than one past dim (a sliding-window layer's own)."""
+    return len({shape[2] for _, shape in _cache_shapes(shapes)}) > 1
+
+
+def _cache_shapes(shapes: Mapping[str, Sequence[object]]) -> list[tuple[str, Sequence[object]]]:
+    """The 4-D KV-cache inputs of `shapes` (input name -> declared shape)."""
+    return [(name, shape) for name, shape in shapes.items()
+            if (_LAYER_KV.match(name) or _SINGLE_KV.match(name)) and len(shape) == 4]
+
+
 def unpinned_head_dims(shapes: Mapping[str, Sequence[object]], dims: Mapping[str, int]
                        ) -> dict[str, str]:
     """KV-cache input -> its head dim's name, for the inputs (`shapes`: input name -> declared
     shape) whose head dim is named and not in `dims` (onnxruntime-genai's `kv_cache_dim`)."""
-    return {name: shape[3] for name, shape in shapes.items()
-            if (_LAYER_KV.match(name) or _SINGLE_KV.match(name)) and len(shape) == 4
-            and isinstance(shape[3], str) and shape[3] not in dims}
+    return {name: shape[3] for name, shape in _cache_shapes(shapes)
+            if isinstance(shape[3], str) and shape[3] not in dims}
 
 
 def head_dim_pins(shapes: Mapping[str, Sequence[object]], graph: ModelGraph,
@@ -154,7 +241,8 @@ def _named_dim(by_name: Mapping[str, TensorInfo], names: Sequence[str], axis: in
 
 def phase_dims(layout: KvLayout, *, new: int, past: int) -> dict[str, int]:
     """The named dims of one forward step: `new` tokens on top of `past` cached ones."""
-    dims = {layout.past_dim: past}
+    dims = {layout.past_dim: past} | {w.past_dim: w.past(past) for w in layout.windowed
+                                      if isinstance(w.past_dim, str)}
     if layout.head_dim_name:
         dims[layout.head_dim_name] = layout.head_dim
     if layout.new_dim:
@@ -178,7 +266,8 @@ def decode_dims(layout: KvLayout, context_len: int) -> dict[str, int]:
 def memory_at_context(layout: KvLayout, *, weight_bytes: int, batch: int, context_len: int,
                       activation_bytes: int | None) -> dict[str, int | None]:
     """Weights + KV cache + activations at a context length (bytes)."""
-    kv = batch * context_len * layout.kv_cache_bytes_per_token
+    per_layer_token = layout.kv_cache_bytes_per_token // layout.layers
+    kv = batch * layout.tokens_held(context_len) * per_layer_token
     total = weight_bytes + kv + activation_bytes if activation_bytes is not None else None
     return {"weights_bytes": weight_bytes, "kv_cache_bytes": kv,
             "activation_bytes": activation_bytes, "total_bytes": total}

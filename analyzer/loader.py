@@ -1100,8 +1100,11 @@ def _gqa_present_shape(engine: Any, infer: Callable[[onnx.NodeProto], None],
     ORT's rule gives present the past's shape, which holds only when the two share one buffer
     of the maximum length; run with separate buffers, as onnxlens feeds it and as the
     onnxruntime-genai export declares (`total_sequence_length`), ORT appends the new tokens:
-    a decode step over a past of 511 returns 512 rows."""
+    a decode step over a past of 511 returns 512 rows. A `sliding_window_cache` keeps its
+    capacity: present is the past's shape, ORT's answer."""
     infer(node)
+    if any(a.name == "sliding_window_cache" and a.i for a in node.attribute):
+        return
     past, query = engine._try_get_shape(node, 3), engine._try_get_shape(node, 0)
     if len(node.output) < 3 or not past or len(past) != 4 or not query or len(query) != 3:
         return

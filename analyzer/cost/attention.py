@@ -119,6 +119,9 @@ def group_query_attention(node: NodeInfo) -> Cost:
     (1), past_key [B, Nkv, P, D] (3), cos_cache [max, R/2] (7), attention_bias (10),
     q_norm_weight (14); output [B, S, N*D]. The attended length is L = P + Skv (past plus new
     tokens; approximation: a past buffer shared with present is counted at its full length).
+    With `sliding_window_cache` the past is a buffer of fixed capacity and each query attends
+    at most `local_window_size` = W keys: L = min(W, P + Skv) (a decode step's W measured
+    against ORT 1.31; approximation: a prefill's first W - 1 queries attend fewer).
     Causal unless `causal` = 0. `do_rotary` rotates R of each head's D values of the new Q and
     K (R = D without a cos_cache); q/k_norm_weight first RMS-normalizes each new Q and K head
     (4D + 3 per head, `norm.rms_norm`)."""
@@ -129,6 +132,8 @@ def group_query_attention(node: NodeInfo) -> Cost:
     past = node.input(3)
     new = k.dims[1] if k is not None else seq
     length = new + (past.dims[2] if past is not None else 0)
+    if node.attr("sliding_window_cache", 0) and node.attr("local_window_size", -1) > 0:
+        length = min(length, node.attr("local_window_size"))
     masked = bool(node.attr("causal", 1)) or node.input(10) is not None
     cost = scaled_dot_product(batch * heads * seq, length, head, head, masked=masked,
                               capped=node.attr("softcap", 0.0) != 0.0)
