@@ -335,18 +335,23 @@ def _attention() -> Op:
     # the view may be GQA's own Reshape of the expanded heads.
     view = op("Reshape", Alt((op("Expand", op("Unsqueeze", ANY)), kv)))
     kt = Alt((op("Transpose", kv), op("Reshape", op("Transpose", view)), kv))
-    k = Alt((op("Mul", kt, ANY, **scaled), kt))
+    k = Alt((op("Mul|Div", kt, ANY, **scaled), kt))  # Div: DeBERTa's kᵀ / sqrt(d)
     scores = optional(op("Div|Mul", op("MatMul", q, k), ANY, **scaled))
     # The mask: a tensor from outside (its construction is the MASK group), or a per-layer
     # Where(bool mask, 0, -inf) of it (TorchScript).
     mask = Alt((op("Where", bind("mask", ANY), CONST, CONST), bind("mask", ANY)))
     biased = optional(op("Add", scores, mask))  # mask or relative position bias
     # Swin's shifted windows add their mask in a 5-D view of the scores.
-    masked = Alt((op("Reshape", op("Add", op("Reshape", biased, ANY), ANY), ANY), biased))
-    probs = bind("p", op("Softmax", masked))
+    swin = op("Reshape", op("Add", op("Reshape", biased, ANY), ANY), ANY)
+    # HF DeBERTa: masked_fill(~mask, min) of the scores plus the disentangled relative-position
+    # bias (computed per layer outside the group), in a 4-D view of the 3-D scores.
+    filled = op("Where", bind("mask", ANY), CONST,
+                optional(op("Reshape", op("Add", scores, ANY), ANY)))
+    probs = bind("p", op("Softmax", Alt((swin, filled, biased))))
     # torch's SDPA zeroes the rows a mask left all -inf: Where(IsNaN(p), 0, p).
     guarded = Alt((op("Where", op("IsNaN", probs), CONST, probs), probs))
-    return op("MatMul", guarded, _kv_heads(ANY))
+    # DeBERTa multiplies the probabilities in a 3-D view (torch.bmm).
+    return op("MatMul", optional(op("Reshape", guarded, ANY)), _kv_heads(ANY))
 
 
 def _rope() -> Alt:
@@ -386,7 +391,9 @@ PATTERNS: tuple[Pattern, ...] = (
             "relative position bias and, in shifted windows, a mask in a 5-D view; HF "
             "eager attention (TorchScript) and SDPA decomposed by dynamo, which writes kᵀ "
             "in a 3-D view and guards softmax with Where(IsNaN(p), 0, p); GQA (Llama) "
-            "expands K and V heads with Unsqueeze/Expand/Reshape inside the group",
+            "expands K and V heads with Unsqueeze/Expand/Reshape inside the group; HF "
+            "DeBERTa divides kᵀ, adds its relative-position bias and masks with "
+            "Where(~mask, min, scores) in a 4-D view of 3-D scores and probabilities",
             _attention()),
     Pattern(ADD_LAYER_NORM, """
         a ─┐

@@ -84,3 +84,34 @@ def test_ort_transformer_optimizer_output(tmp_path: Path) -> None:
     patterns = Counter(g.pattern for g in result.groups)
     assert sum(n for p, n in patterns.items() if ATTENTION in p) == LAYERS, patterns
     assert sum(n for p, n in patterns.items() if "LayerNorm" in p) == 2 * LAYERS + 1, patterns
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_deberta_disentangled_attention(tmp_path: Path, dynamo: bool) -> None:
+    """HF DeBERTa-v2 masks with masked_fill (Where(~mask, min, scores + relative bias), the
+    scores in a 4-D view of a 3-D bmm) and scales kᵀ by a Div: one attention group a layer,
+    which holds Q·Kᵀ and P·V (2·S²·H MACs, hand count) and not the per-layer relative-position
+    bias (c2p and p2c: S x 2k matmuls and GatherElements) that it adds."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.DebertaV2Model(transformers.DebertaV2Config(
+        hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HIDDEN // 16,
+        intermediate_size=2 * HIDDEN, vocab_size=64, max_position_embeddings=64,
+        relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"])).eval()
+    ids = torch.randint(0, 64, (1, SEQ))
+    mask = torch.ones(1, SEQ, dtype=torch.int64)
+    path = tmp_path / "deberta.onnx"
+    with torch.no_grad():
+        torch.onnx.export(model, (ids, mask), str(path), dynamo=dynamo,
+                          input_names=["input_ids", "attention_mask"], **(
+                              {"external_data": False} if dynamo else {}))
+    result = onnxlens.analyze(path)
+    check_groups(result.graph, result.groups)
+    attention = [g for g in result.groups if ATTENTION in g.pattern]
+    assert len(attention) == LAYERS
+    for group in attention:
+        ops = Counter(result.graph.info(k).op_type for k in group.nodes)
+        assert ops["Softmax"] == 1 and ops["MatMul"] == 2 and ops["GatherElements"] == 0
+        assert result.group_costs[group.id].cost.macs == 2 * SEQ * SEQ * HIDDEN
