@@ -345,8 +345,10 @@ def _attention() -> Op:
     swin = op("Reshape", op("Add", op("Reshape", biased, ANY), ANY), ANY)
     # HF DeBERTa: masked_fill(~mask, min) of the scores plus the disentangled relative-position
     # bias (computed per layer outside the group), in a 4-D view of the 3-D scores.
-    filled = op("Where", bind("mask", ANY), CONST,
-                optional(op("Reshape", op("Add", scores, ANY), ANY)))
+    # ORT's transformer optimizer drops the ~ and swaps the branches: Where(mask, scores, min).
+    viewed = optional(op("Reshape", op("Add", scores, ANY), ANY))
+    filled = Alt((op("Where", bind("mask", ANY), CONST, viewed),
+                  op("Where", bind("mask", ANY), viewed, CONST)))
     probs = bind("p", op("Softmax", Alt((swin, filled, biased))))
     # torch's SDPA zeroes the rows a mask left all -inf: Where(IsNaN(p), 0, p).
     guarded = Alt((op("Where", op("IsNaN", probs), CONST, probs), probs))

@@ -86,12 +86,16 @@ def test_ort_transformer_optimizer_output(tmp_path: Path) -> None:
     assert sum(n for p, n in patterns.items() if "LayerNorm" in p) == 2 * LAYERS + 1, patterns
 
 
-@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
-def test_deberta_disentangled_attention(tmp_path: Path, dynamo: bool) -> None:
+@pytest.mark.parametrize(("dynamo", "ort_optimized"), [(True, False), (False, False),
+                                                       (False, True)],
+                         ids=["dynamo", "torchscript", "torchscript-ort-optimizer"])
+def test_deberta_disentangled_attention(tmp_path: Path, dynamo: bool,
+                                        ort_optimized: bool) -> None:
     """HF DeBERTa-v2 masks with masked_fill (Where(~mask, min, scores + relative bias), the
-    scores in a 4-D view of a 3-D bmm) and scales kᵀ by a Div: one attention group a layer,
-    which holds Q·Kᵀ and P·V (2·S²·H MACs, hand count) and not the per-layer relative-position
-    bias (c2p and p2c: S x 2k matmuls and GatherElements) that it adds."""
+    scores in a 4-D view of a 3-D bmm; ORT's optimizer rewrites it Where(mask, scores, min))
+    and scales kᵀ by a Div: one attention group a layer, which holds Q·Kᵀ and P·V (2·S²·H
+    MACs, hand count) and not the per-layer relative-position bias (c2p and p2c: S x 2k
+    matmuls and GatherElements) that it adds."""
     import torch
     import transformers
 
@@ -107,6 +111,11 @@ def test_deberta_disentangled_attention(tmp_path: Path, dynamo: bool) -> None:
         torch.onnx.export(model, (ids, mask), str(path), dynamo=dynamo,
                           input_names=["input_ids", "attention_mask"], **(
                               {"external_data": False} if dynamo else {}))
+    if ort_optimized:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        optimize_model(str(path), model_type="bert", num_heads=HIDDEN // 16,
+                       hidden_size=HIDDEN).save_model_to_file(str(path))
     result = onnxlens.analyze(path)
     check_groups(result.graph, result.groups)
     attention = [g for g in result.groups if ATTENTION in g.pattern]
