@@ -73,6 +73,14 @@ What it holds:
   The calibrated profile carries it as `runtime.cold_line_ns`; `estimate_model` adds it per
   line (`Kernel.cold_lines`) where the run's weights come from main memory. A file without it
   reads 0 (nothing added).
+- `cold_kernel_us`: what each kernel pays beyond `kernel_overhead_us` when a run has evicted
+  its state since the last (the runtime's kernel object, its arguments' records, its code):
+  `backends.calibrate.measure.cold_kernel_us`, Relu chains on 16 floats of two lengths with
+  and without a Relu over 32 MB between runs, profiled, the difference of their slopes. The
+  Relu chains that fit the overhead run hot; a network that moves more than the last-level
+  cache runs every kernel cold. The calibrated profile carries it as `runtime.cold_kernel_us`;
+  `estimate_model` adds it per kernel where the run's weights come from main memory
+  (`HardwareProfile.evicted`). A file without it reads 0 (nothing added).
 - `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, and a broadcasting
   elementwise op per span it makes a vector call for, beyond the bytes at the bandwidth
   (`backends.calibrate.fit.fit_copy_run`, from the calibration's transposes and per-channel
@@ -240,6 +248,7 @@ class Calibration:
     transcendental_flops: float = 1.0  # plain vector FLOPs per transcendental; 1: not fitted
     cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
     cold_line_ns: float = 0.0  # per depthwise filter line fetched cold; 0: not measured
+    cold_kernel_us: float = 0.0  # per kernel whose state a run evicted; 0: not measured
     copy_run_ns: float = 0.0  # per run a Transpose copies, span a broadcast calls; 0: not fitted
     norm_row_ns: float = 0.0  # a row-wise normalization's cost per row; 0: not fitted
     copy_element_ns: float = 0.0  # a Transpose's cost per element copied alone; 0: not fitted
@@ -385,7 +394,7 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
         source=f"measured: {where}")
     runtime = Runtime(name=cal.backend, transcendental_flops=cal.transcendental_flops,
                       copy_run_ns=cal.copy_run_ns, cold_weight_gbps=cal.cold_weight_gbps,
-                      cold_line_ns=cal.cold_line_ns,
+                      cold_line_ns=cal.cold_line_ns, cold_kernel_us=cal.cold_kernel_us,
                       denormal_factor=cal.denormal_factor, norm_row_ns=cal.norm_row_ns,
                       copy_element_ns=cal.copy_element_ns, copy_gbps=dict(cal.copy_gbps),
                       per_call_classes=frozenset(p.op_class for p in cal.points if p.calls > 1))

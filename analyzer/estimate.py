@@ -283,17 +283,17 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
                    efficiency: Efficiency | None = None, model: LoadedModel | None = None,
                    group_precisions: Mapping[int, str] | None = None) -> ModelEstimate:
     """Every group's estimate and the model's: latency and energy summed in execution order,
-    each group costed as the kernels the profile's runtime runs for it (`analyzer.runtimes`:
-    one kernel per group on an uncalibrated profile), at `precision`: a what-if of an fp32
-    graph, or GRAPH, each group at its own (`group_precisions`; float32 where not given);
-    weights from where the run's footprint leaves them (`HardwareProfile.weights_level`)."""
+    each group as its runtime's kernels (`analyzer.runtimes`; one per group uncalibrated), at
+    `precision` (a what-if of an fp32 graph, or GRAPH: each group at its own, else float32);
+    weights from where the run leaves them (`weights_level`), kernels cold from DRAM (`evicted`)."""
     at = precision_for(precision, group_precisions or {})
     eff = efficiency or constant_efficiency(hw)
     kernels = kernel_model(hw.runtime.name).kernels(mg, groups, node_costs, group_costs, hw, model)
     acts = None if model is None else touched_bytes(mg, groups, model.tensors)  # as stored
     source = hw.main_memory if acts is None else hw.weights_level(acts + sum(
         k.cost.param_bytes * at(g).byte_scale for g, ks in kernels.items() for k in ks or ()))
-    out = {g: None if ks is None else cost_kernels(ks, hw, at(g), eff, source)
+    run_hw = hw if source != hw.main_memory else hw.evicted()
+    out = {g: None if ks is None else cost_kernels(ks, run_hw, at(g), eff, source)
            for g, ks in kernels.items()}
     known = [e for e in out.values() if e is not None]
     return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,

@@ -44,6 +44,7 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     copy_run_ns = 9.8                  # per contiguous run a Transpose copies
     cold_weight_gbps = 16.0            # rate of a network's cold weight fetches; 0: not measured
     cold_line_ns = 18.0                # per line fetched cold one at a time (a depthwise filter)
+    cold_kernel_us = 1.0               # per kernel whose state the run evicted
     denormal_factor = 1.0              # MatMul slowdown on float32 denormal operands
     norm_row_ns = 14.0                 # per row a row-wise norm (LayerNorm, Softmax) reduces
     copy_element_ns = 2.2              # per element a Transpose copies one at a time
@@ -241,6 +242,7 @@ class Runtime:
     copy_run_ns: float = 0.0  # per contiguous run a Transpose copies, beyond its bytes
     cold_weight_gbps: float = 0.0  # rate of a network's cold weight fetches; 0: not measured
     cold_line_ns: float = 0.0  # per cache line fetched cold one at a time; 0: not measured
+    cold_kernel_us: float = 0.0  # per kernel whose state a run evicted; 0: not measured
     denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
     norm_row_ns: float = 0.0  # per row a row-wise normalization reduces, beyond its FLOPs
     copy_element_ns: float = 0.0  # per element a Transpose copies one at a time
@@ -328,6 +330,14 @@ class HardwareProfile:
             if size is None or working_set_bytes <= size:
                 return level
         return self.main_memory
+
+    def evicted(self) -> HardwareProfile:
+        """This profile where a run evicts every kernel's state (the runtime's kernel object,
+        its arguments' records, its code) before the next run reaches that kernel: each
+        kernel's overhead grows by the calibration's `runtime.cold_kernel_us`
+        (`backends.calibrate.measure.cold_kernel_us`; ORT 1.31, Zen 5: 0.8-1.3 us)."""
+        cold_us = self.kernel_launch_us + self.runtime.cold_kernel_us
+        return dataclasses.replace(self, kernel_launch_us=cold_us)
 
     def weights_level(self, run_bytes: float) -> MemoryLevel:
         """Where a network's kernels fetch their weights from, read one run ago, when a run
@@ -480,6 +490,8 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
         cold_weight_gbps=r.non_negative(table, "cold_weight_gbps", "runtime",
                                         default.cold_weight_gbps),
         cold_line_ns=r.non_negative(table, "cold_line_ns", "runtime", default.cold_line_ns),
+        cold_kernel_us=r.non_negative(table, "cold_kernel_us", "runtime",
+                                      default.cold_kernel_us),
         denormal_factor=r.positive(table, "denormal_factor", "runtime", default.denormal_factor),
         norm_row_ns=r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns),
         copy_element_ns=r.non_negative(table, "copy_element_ns", "runtime",

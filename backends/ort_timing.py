@@ -146,6 +146,13 @@ def profile_model(model: ModelSource, threads: int, *, runs: int = 5, warmup: in
     """Per-kernel times of `runs` profiled runs (one list per run, in execution order);
     `optimized_model_path` also saves ORT's optimized graph there (its kernels' names are the
     profile's)."""
+    return [kernels for _, kernels in profile_runs(model, threads, runs=runs, warmup=warmup,
+                                                   optimized_model_path=optimized_model_path)]
+
+
+def profile_runs(model: ModelSource, threads: int, *, runs: int = 5, warmup: int = 3,
+                 optimized_model_path: str | None = None) -> list[tuple[float, list[NodeTime]]]:
+    """`profile_model`'s runs, each with its whole time (seconds; `parse_trace`)."""
     with tempfile.TemporaryDirectory(prefix="onnxlens-ort-") as tmp:
         session = make_session(model, threads, profile_prefix=str(Path(tmp) / "ort"),
                                optimized_model_path=optimized_model_path)
@@ -154,7 +161,7 @@ def profile_model(model: ModelSource, threads: int, *, runs: int = 5, warmup: in
             session.run_with_iobinding(binding)
         trace = Path(session.end_profiling())
         events = json.loads(trace.read_text(encoding="utf-8"))
-    return [kernels for _, kernels in parse_trace(events)][warmup:]
+    return parse_trace(events)[warmup:]
 
 
 def parse_trace(events: list[dict[str, Any]]) -> list[tuple[float, list[NodeTime]]]:

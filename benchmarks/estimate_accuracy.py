@@ -276,7 +276,8 @@ def describe_calibration(cal: Calibration) -> str:
     lines.append(f"a transcendental costs {cal.transcendental_flops:.2f} plain FLOPs; denormal "
                  f"MatMul factor {cal.denormal_factor:.1f}; cold weights fetched at "
                  f"{cal.cold_weight_gbps:.1f} GB/s, depthwise filter lines at "
-                 f"{cal.cold_line_ns:.1f} ns\n{describe_fit_check(cal)}")
+                 f"{cal.cold_line_ns:.1f} ns, a cold kernel {cal.cold_kernel_us:.2f} us\n"
+                 f"{describe_fit_check(cal)}")
     return "\n".join(lines)
 
 

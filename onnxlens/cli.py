@@ -458,7 +458,7 @@ def calibrate_command(
         f"{hw.main_memory.bandwidth_gbps:.1f} GB/s, kernel overhead {hw.kernel_launch_us:.1f} µs, "
         f"a transcendental {cal.transcendental_flops:.1f} FLOPs, cold weights "
         f"{cal.cold_weight_gbps:.1f} GB/s, cold depthwise filter lines {cal.cold_line_ns:.1f} ns"
-        f"\n{describe_fit_check(cal)}")
+        f", cold kernels {cal.cold_kernel_us:.2f} µs\n{describe_fit_check(cal)}")
 
 
 @app.command("hardware")

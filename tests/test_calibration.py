@@ -615,6 +615,23 @@ def test_the_cold_line_cost_is_the_extra_time_of_distinct_filters(line_ns: float
     assert measure.cold_line_ns(1) == pytest.approx(line_ns)
 
 
+@pytest.mark.parametrize("cold_us", [1.2, 0.0])
+def test_the_cold_kernel_cost_is_the_extra_slope_of_flushed_chains(cold_us: float,
+                                                                  monkeypatch) -> None:
+    """A fake profiler where a run takes 20 us plus 2 us a Relu kernel, `cold_us` more with
+    the flush's 3 ms Relu beside them (its own time, reported as a kernel, taken out): the
+    probe reads back exactly `cold_us` from the slopes over the chain's lengths."""
+    def runs(model: onnx.ModelProto, threads: int, runs: int) -> list:
+        flush = any(n.name == catalogue.FLUSH for n in model.graph.node)
+        relus = len(model.graph.node) - flush
+        kernels = [NodeTime(catalogue.FLUSH, "Relu", 3e-3, "CPU")] if flush else []
+        run_s = 20e-6 + relus * (2e-6 + flush * cold_us * 1e-6) + flush * 3e-3
+        return [(run_s, kernels)] * runs
+
+    monkeypatch.setattr(measure, "profile_runs", runs)
+    assert measure.cold_kernel_us(1) == pytest.approx(cold_us)
+
+
 @pytest.mark.parametrize(("per_core", "threads", "main", "rate"),
                          [(17.5, 1, 19.1, 17.5),   # one core: its own rate
                           (10.0, 2, 28.8, 20.0),   # two cores fetch their shares at once
@@ -708,13 +725,13 @@ def test_the_norm_row_cost_is_recovered_from_timings() -> None:
 def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
                         cold_weight_gbps=17.0, copy_run_ns=9.0, norm_row_ns=14.0,
-                        copy_element_ns=2.0, cold_line_ns=18.0).to_dict()
+                        copy_element_ns=2.0, cold_line_ns=18.0, cold_kernel_us=1.0).to_dict()
     runtime = apply_calibration(host_profile(1), Calibration.from_dict(data)).runtime
     assert runtime == Runtime(ORT_CPU, transcendental_flops=3.0, copy_run_ns=9.0,
                               cold_weight_gbps=17.0, denormal_factor=120.0, norm_row_ns=14.0,
-                              copy_element_ns=2.0, cold_line_ns=18.0)
+                              copy_element_ns=2.0, cold_line_ns=18.0, cold_kernel_us=1.0)
     for key in ("denormal_factor", "transcendental_flops", "cold_weight_gbps", "copy_run_ns",
-                "norm_row_ns", "copy_element_ns", "cold_line_ns"):
+                "norm_row_ns", "copy_element_ns", "cold_line_ns", "cold_kernel_us"):
         del data[key]
     for point in data["points"]:
         del point["transcendental"], point["pass_flops"], point["pass_transcendental"]
@@ -722,7 +739,7 @@ def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     old = Calibration.from_dict(data)
     assert old.denormal_factor == old.transcendental_flops == 1.0
     assert old.cold_weight_gbps == old.copy_run_ns == old.norm_row_ns == 0.0  # nothing added
-    assert old.copy_element_ns == old.cold_line_ns == 0.0
+    assert old.copy_element_ns == old.cold_line_ns == old.cold_kernel_us == 0.0
     assert all(p.runs == p.rows == p.elements == 0 for p in old.points)
     assert apply_calibration(host_profile(1), old).runtime == Runtime(ORT_CPU)
 

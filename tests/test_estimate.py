@@ -191,6 +191,26 @@ def test_a_depthwise_kernel_fetches_its_filter_a_line_at_a_time_from_main_memory
     assert next(in_llc).latency_s == next(in_llc).latency_s
 
 
+def test_every_kernel_starts_cold_when_the_run_evicts_it(gpu) -> None:
+    """Two Relus on [1, 16, 8, 8] through ORT's kernels: 2 kernels, each paying the profile's
+    calibrated 1.5 us (`runtime.cold_kernel_us`) beside its launch when the run's weights come
+    from main memory (3 us in all), nothing more when the run stays in the last-level cache
+    (this graph analyzed: a few KB) or without the calibrated figure."""
+    r = _analyzed([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                  [1, 16, 8, 8], ("y", [1, 16, 8, 8]), {})
+    args = (r.graph, r.groups, {g: gc.cost for g, gc in r.group_costs.items()}, _node_costs(r))
+    hw = {us: dataclasses.replace(gpu, runtime=Runtime(ORT_CPU, cold_kernel_us=us))
+          for us in (0.0, 1.5)}
+    kernels = [k for run in OrtCpu().kernels(*args[:2], args[3], {}, hw[0.0]).values()
+               for k in run or ()]
+    assert sum(k.launches for k in kernels) == 2
+    cold, hot = (estimate_model(*args, hw[us], "fp32") for us in (1.5, 0.0))
+    assert cold.latency_s - hot.latency_s == pytest.approx(3e-6)
+    in_llc = (estimate_model(*args, hw[us], "fp32", model=r.model) for us in (1.5, 0.0))
+    assert next(in_llc).latency_s == next(in_llc).latency_s
+    assert hw[1.5].evicted().kernel_launch_us == gpu.kernel_launch_us + 1.5
+
+
 def test_a_gemm_with_a_bias_broadcasts_it_into_its_output_first(gpu, tmp_path: Path) -> None:
     """MatMul [1, 64, 16] x [16, 32] + a [32] bias: ORT runs one Gemm (MatMulAddFusion, in its
     optimized graph), which writes the bias into every row of Y (64 x 32 x 4 = 8,192 bytes,

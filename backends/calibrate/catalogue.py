@@ -724,13 +724,25 @@ COLD_FILTER_CHAINS = ((960, 7, 3), (240, 14, 5), (384, 12, 7), (168, 7, 9))
 # A Relu over this many float32s after each chain: 32 MB read and 32 written, past the
 # last-level cache, as a network's weights and activations between two runs of one kernel.
 FLUSH_FLOATS = 8 << 20
+FLUSH = "flush"  # its node's name
 
 
-def flushed_depthwise_chain(layers: int, channels: int, size: int, kernel: int, shared: bool
-                            ) -> onnx.ModelProto:
+def flushed(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` beside a Relu over FLUSH_FLOATS (a second input and output, so that ORT keeps
+    it) that evicts every cache line between two runs."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    shape = (1, FLUSH_FLOATS)
+    out.graph.node.append(helper.make_node("Relu", ["F"], ["FR"], name=FLUSH))
+    out.graph.input.append(value_info("F", shape))
+    out.graph.output.append(value_info("FR", shape))
+    return out
+
+
+def depthwise_chain(layers: int, channels: int, size: int, kernel: int, shared: bool
+                    ) -> onnx.ModelProto:
     """`layers` depthwise Convs (stride 1, same padding) of `channels` at `size`, each with a
-    filter of its own, or all reading one (`shared`), beside a Relu over FLUSH_FLOATS that
-    evicts every cache line between two runs (a second input and output, so that ORT keeps it)."""
+    filter of its own, or all reading one (`shared`)."""
     nodes, weights, x = [], [], "X"
     for i in range(layers):
         w = "W0" if shared else f"W{i}"
@@ -739,12 +751,8 @@ def flushed_depthwise_chain(layers: int, channels: int, size: int, kernel: int, 
         nodes.append(helper.make_node("Conv", [x, w], [f"C{i}"], group=channels,
                                       kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4))
         x = f"C{i}"
-    nodes.append(helper.make_node("Relu", ["F"], ["FR"]))
-    shape, flush = (1, channels, size, size), (1, FLUSH_FLOATS)
-    graph = helper.make_graph(nodes, "bench", [value_info("X", shape), value_info("F", flush)],
-                              [value_info(x, shape), value_info("FR", flush)], weights)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                             ir_version=IR_VERSION)
+    shape = (1, channels, size, size)
+    return _model(nodes, [("X", shape)], (x, shape), weights)
 
 
 def conv_chain(layers: int, channels: int, kernel: int, size: int, shared: bool

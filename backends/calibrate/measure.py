@@ -36,13 +36,23 @@ from ...analyzer.host import host_profile
 from ...analyzer.runtimes import Kernel, op_class
 from ...analyzer.runtimes.ort_cpu import depthwise_filter_lines, nchwc_block, ort_kernels
 from ..base import BackendError, input_specs, random_inputs
-from ..ort_timing import NodeTime, make_session, profile_model, random_feeds, time_session
+from ..ort_timing import (
+    NodeTime,
+    make_session,
+    profile_model,
+    profile_runs,
+    random_feeds,
+    time_session,
+)
 from .catalogue import (
     COLD_CHAINS,
     COLD_FILTER_CHAINS,
+    FLUSH,
     benchmarks,
+    chain,
     conv_chain,
-    flushed_depthwise_chain,
+    depthwise_chain,
+    flushed,
     value_info,
 )
 from .fit import cold_weight_rate, fit, fit_line
@@ -266,6 +276,7 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     on_ort = backend == ORT_CPU and prepare is PREPARE[ORT_CPU]  # probes through ORT's own
     factor = denormal_factor(threads) if on_ort else 1.0
     line_ns = cold_line_ns(threads) if on_ort else 0.0
+    kernel_us = cold_kernel_us(threads) if on_ort else 0.0
     main_gbps = cal.bandwidth_gbps.get(hw.main_memory.name)
     # The native executor packs each Conv's weights into a buffer of its own, so the probe's
     # shared chain shares nothing: its difference is noise (four probes in a row here: 29.3,
@@ -275,7 +286,7 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
         cold_weight_gbps(1, prepare), threads, main_gbps or math.inf)
     return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes,
                                backend=backend, denormal_factor=factor, cold_weight_gbps=cold,
-                               cold_line_ns=line_ns,
+                               cold_line_ns=line_ns, cold_kernel_us=kernel_us,
                                profile=hw.key if backend in GPU_RUNTIMES else "")
 
 
@@ -330,13 +341,36 @@ def cold_line_ns(threads: int, layers: int = 8, runs: int = 60) -> float:
     for channels, size, kernel in COLD_FILTER_CHAINS:
         median = {}
         for shared in (False, True):
-            profile = profile_model(flushed_depthwise_chain(layers, channels, size, kernel,
-                                                            shared), threads, runs=runs)
+            profile = profile_model(flushed(depthwise_chain(layers, channels, size, kernel,
+                                                            shared)), threads, runs=runs)
             convs = [[t.duration_s for t in run if t.op_type == "Conv"][1:] for run in profile]
             median[shared] = statistics.median(t for run in convs for t in run)
         extra_s += (median[False] - median[True]) * (layers - 1)
         lines += (layers - 1) * depthwise_filter_lines(channels, kernel * kernel, block)
     return max(extra_s, 0.0) / lines * 1e9
+
+
+def cold_kernel_us(threads: int, lengths: tuple[int, int] = (17, 129), runs: int = 150
+                   ) -> float:
+    """What a kernel pays when a run has evicted its state since the last (the runtime's
+    kernel object, its arguments' records, the code it runs), beyond the calibrated per-kernel
+    overhead: Relu chains on 16 floats (next to no work) of two `lengths`, profiled with a
+    Relu over 32 MB between runs and without; the fastest run (less the flush's own kernel)
+    grows with the length by more with the flush than without, the difference per kernel.
+    Every kernel of a network whose run moves more than the last-level cache keeps starts so.
+    Measured (AMD EPYC Zen 5, ORT 1.31, one thread, the host loaded): 0.8-1.3 us, where the
+    Relu chain's fit reads a kernel's overhead hot. 0 when no extra time shows."""
+    def fastest_run(model: onnx.ModelProto) -> float:
+        return min(run_s - sum(t.duration_s for t in kernels if t.name == FLUSH)
+                   for run_s, kernels in profile_runs(model, threads, runs=runs))
+
+    slope = {}
+    for flush in (False, True):
+        short, long = (chain(n).build() for n in lengths)
+        if flush:
+            short, long = flushed(short), flushed(long)
+        slope[flush] = (fastest_run(long) - fastest_run(short)) / (lengths[1] - lengths[0])
+    return max(slope[True] - slope[False], 0.0) * 1e6
 
 
 def denormal_factor(threads: int, min_time_s: float = 0.05) -> float:
