@@ -82,6 +82,25 @@ def test_skip_simplified_layer_norm_and_its_sum(skip_rows: int, bias: bool) -> N
     _check(_model(node, {"x": x, "skip": skip}, weights, outs), {"x": x, "skip": skip})
 
 
+@pytest.mark.parametrize("skip_rows", [6, 3])  # as x, or broadcast over the batch
+@pytest.mark.parametrize(("bias", "beta", "sum_out"), [(False, False, False), (True, True, True)])
+def test_skip_layer_norm(skip_rows: int, bias: bool, beta: bool, sum_out: bool) -> None:
+    """Output 0 LayerNormalization(x + skip (+ bias)) · gamma (+ beta); output 3 the sum when
+    named (else a scratch tensor)."""
+    rng = np.random.default_rng(2)
+    x = _rand(rng, 2, 3, 40)
+    skip = _rand(rng, 2, 3, 40) if skip_rows == 6 else _rand(rng, 3, 40)
+    weights = {"g": _rand(rng, 40), **({"beta": _rand(rng, 40)} if beta else {}),
+               **({"b": _rand(rng, 40)} if bias else {})}
+    node = helper.make_node("SkipLayerNormalization",
+                            ["x", "skip", "g", "beta" if beta else "", "b" if bias else ""],
+                            ["y", "", "", "sum"] if sum_out else ["y"], domain="com.microsoft",
+                            epsilon=1e-5)
+    outs = {"y": (TensorProto.FLOAT, x.shape),
+            **({"sum": (TensorProto.FLOAT, x.shape)} if sum_out else {})}
+    _check(_model(node, {"x": x, "skip": skip}, weights, outs), {"x": x, "skip": skip})
+
+
 def _gqa(batch: int, seq: int, past: int, packed: bool, interleaved: int = 0,
          scale: float | None = None) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A GroupQueryAttention of 4 query heads over 2 KV heads of 16 with rotary, `past` cached

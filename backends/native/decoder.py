@@ -3,6 +3,8 @@
 - SimplifiedLayerNormalization (ORT's, in the default domain) and the contrib
   SkipSimplifiedLayerNormalization: one `RMSNormalization` kernel (k_rms_norm.cpp), the skip sum
   an output of its own when the graph reads it;
+- SkipLayerNormalization (the model builder's Phi-2, ORT's optimized BERT): the skip sum an
+  Elementwise kernel, then the core's LayerNormalization;
 - GroupQueryAttention: one kernel (k_attention.cpp), rotary, cache and attention together;
 - MatMulNBits (4 bits): one kernel (k_nbits.cpp) on the packed weight (re-laid out here, still
   half a byte a value), dequantized as it multiplies (A in int8 at accuracy level 4);
@@ -15,12 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analyzer.ir import NodeInfo
-from .lower import Kernel, Lowering, Unsupported, _axis, _require_float
+from ...analyzer.ir import NodeInfo, TensorInfo
+from .lower import FLOAT, Instr, Kernel, Lowering, Unsupported, _axis, _require_float
 
 # The contrib ops lowered here (their domain is com.microsoft).
-CONTRIB_OPS = frozenset({"SkipSimplifiedLayerNormalization", "GroupQueryAttention",
-                         "MatMulNBits", "GatherBlockQuantized"})
+CONTRIB_OPS = frozenset({"SkipSimplifiedLayerNormalization", "SkipLayerNormalization",
+                         "GroupQueryAttention", "MatMulNBits", "GatherBlockQuantized"})
 
 
 def _name(node: NodeInfo, i: int) -> str | None:
@@ -45,6 +47,31 @@ def rms_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
     kept = [y, *sums]
     return [Kernel("RMSNormalization", ins, kept, {"axis": [axis]},
                    {"epsilon": [float(node.attr("epsilon", 1e-5))]})]
+
+
+def skip_layer_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    """s = x + skip (+ bias), y = LayerNormalization(s, gamma, beta) over the last axis
+    (inputs x, skip, gamma, beta, bias; outputs y, mean, inv_std_var, s): the sum one Elementwise
+    kernel, written to output 3 when the graph reads it, else to a scratch tensor."""
+    _require_float(node, *node.inputs[:5])
+    x = node.inputs[0].name
+    y, *rest = [t.name for t in node.outputs]  # the graph keeps the named outputs only
+    shape = low.shape(x)
+    sums = [n for n in rest if low.shape(n) == shape]  # mean and inv_std_var are [..., 1]
+    if len(sums) != len(rest):
+        raise Unsupported("SkipLayerNormalization's mean / inv_std_var outputs")
+    total = sums[0] if sums else f"{y}::skip_sum"
+    if not sums:
+        low.twins[total] = TensorInfo(total, FLOAT, shape)
+    add = Kernel("Elementwise", [], [total])
+    bias = _name(node, 4)
+    add.program.append(Instr("Add", 1 if bias else 0, (add.operand(x),
+                                                      add.operand(_name(node, 1)))))
+    if bias:
+        add.program.append(Instr("Add", 0, (1, add.operand(bias))))
+    return [add, Kernel("LayerNormalization", [total, _name(node, 2), _name(node, 3)], [y],
+                        {"axis": [len(shape) - 1]},
+                        {"epsilon": [float(node.attr("epsilon", 1e-12))]})]
 
 
 def group_query_attention(node: NodeInfo, low: Lowering) -> list[Kernel]:

@@ -757,11 +757,12 @@ def _resize(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 
 @lowering("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
-          "GroupQueryAttention", "MatMulNBits", "GatherBlockQuantized")
+          "SkipLayerNormalization", "GroupQueryAttention", "MatMulNBits", "GatherBlockQuantized")
 def _decoder(node: NodeInfo, low: Lowering) -> list[Kernel]:
     from . import decoder
 
     lower_op = {"GroupQueryAttention": decoder.group_query_attention,
+                "SkipLayerNormalization": decoder.skip_layer_norm,
                 "MatMulNBits": decoder.matmul_nbits,
                 "GatherBlockQuantized": decoder.gather_block_quantized}
     return lower_op.get(node.op_type, decoder.rms_norm)(node, low)
