@@ -122,6 +122,11 @@ def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
 
     def phase(dims: dict[str, int], tokens: int) -> tuple[dict[str, Any], AnalysisResult]:
         r = _analyze_model(source, **(options | {"dims": others | dims, "symbolic": False}))
+        if not r.totals["complete"]:
+            at = ", ".join(f"{k}={v}" for k, v in dims.items())
+            unknown = next((w for w in r.warnings if w.startswith("cost unknown")), "")
+            result.warnings.append(f"LLM view at {at}: incomplete, its figures cover the known "
+                                   f"part only ({unknown or 'analyze at these dims says why'})")
         est = {hw.key: r.estimate(hw, precision, eff) for hw, eff in targets}
         return {"dims": dims, "macs": r.totals["macs"], "flops": r.totals["flops"],
                 "complete": r.totals["complete"],

@@ -148,19 +148,26 @@ def _llm(llm: dict, console: Console) -> None:
     table = Table(title_justify="left", title=f"prefill {llm['prefill']['prompt_len']} tokens, "
                   "one decode step at each context; memory = weights + KV + activations")
     for col in ("phase", "hardware", "latency", "tokens/s", "KV cache", "memory"):
-        table.add_column(col, justify="left" if col in ("phase", "hardware") else "right")
+        table.add_column(col, justify="left" if col in ("phase", "hardware") else "right",
+                         no_wrap=col == "phase")
     for hw, e in llm["prefill"]["estimates"].items():
-        table.add_row("prefill", _label(hw, e["calibrated"]), seconds(e["latency_s"]),
-                      _rate(e["tokens_per_s"]), "", "")
+        table.add_row(_phase("prefill", llm["prefill"]), _label(hw, e["calibrated"]),
+                      seconds(e["latency_s"]), _rate(e["tokens_per_s"]), "", "")
     for d in decodes:
         m = d["memory"]
         for hw, e in d["estimates"].items() or [("-", None)]:
-            table.add_row(f"decode @{d['context_len']}",
+            table.add_row(_phase(f"decode @{d['context_len']}", d),
                           _label(hw, e["calibrated"]) if e else Text("-"),
                           seconds(e["latency_s"]) if e else "-",
                           _rate(e["tokens_per_s"]) if e else "-",
                           binary(m["kv_cache_bytes"]), binary(m["total_bytes"]))
     console.print(table)
+
+
+def _phase(name: str, phase: dict) -> Text:
+    """A phase's label, marked when some of its costs are unknown (its figures too low)."""
+    return Text(name) if phase.get("complete", True) else Text(f"{name} (incomplete)",
+                                                               style="yellow")
 
 
 def _rate(value: float | None) -> str:

@@ -192,3 +192,38 @@ def test_a_dim_pinned_by_dim_outside_the_phases_wins_over_batch(tmp_path) -> Non
     # The MatMul: batch 2 x 5 rows x 8 x 8 MACs (rows at the batch would give 2 x 2 x 64)
     assert llm["prefill"]["macs"] == llm["decode"]["macs"] == 2 * 5 * width * width == 640
     assert llm["batch"] == 2
+
+
+def test_a_phase_with_unknown_costs_is_flagged(tmp_path) -> None:
+    """A decoder whose logits hang on a data-dependent shape (NonZero of the mask: what a
+    trace specialized on a short past leaves behind) gets phases with unknown costs: the JSON
+    says `complete: false`, a warning names the phase's dims, the table marks the row."""
+    import onnx
+    from onnx import TensorProto, helper
+    from typer.testing import CliRunner
+
+    from onnxlens.cli import app
+
+    cache = [helper.make_tensor_value_info(f"past_key_values.0.{n}", TensorProto.FLOAT,
+                                           ["batch_size", 1, "past_sequence_length", 4])
+             for n in ("key", "value")]
+    g = helper.make_graph(
+        [helper.make_node("NonZero", ["attention_mask"], ["nz"]),
+         helper.make_node("Cast", ["nz"], ["logits"], to=TensorProto.FLOAT),
+         helper.make_node("Identity", ["past_key_values.0.key"], ["present.0.key"])], "g",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64,
+                                       ["batch_size", "sequence_length"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                       ["batch_size", "total_sequence_length"]), *cache],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, "n"]),
+         helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT,
+                                       ["batch_size", 1, "past_sequence_length", 4])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    llm = analyze(str(path), prompt_len=8, context_len=16).llm
+    assert llm["prefill"]["complete"] is False and llm["decode"]["complete"] is False
+    run = CliRunner().invoke(app, ["analyze", str(path), "--prompt-len", "8",
+                                   "--context-len", "16", "-H", "a100"])
+    assert run.exit_code == 0, run.output
+    assert "prefill (incomplete)" in run.output and "decode @16 (incomplete)" in run.output
+    assert "LLM view at past_sequence_length=15" in " ".join(run.output.split())
