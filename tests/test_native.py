@@ -509,6 +509,33 @@ def test_global_pools_cast_where_compare() -> None:
     check(model_of(nodes, {"x": x, "y": y}, {}, ["gap", "gmp", "w", "c"]), {"x": x, "y": y})
 
 
+@pytest.mark.parametrize("mask_shape", [(2, 3, 5, 4), (1,), (1, 1, 5, 4)],
+                         ids=["whole", "one-element", "partial-broadcast"])
+def test_sdpa_nan_guard_and_mask(mask_shape: tuple[int, ...]) -> None:
+    """torch's SDPA guard Where(IsNaN(p), 0, p) and a masked_fill Where(mask, x, min) on a flat
+    loop (inputs of the output's size or of one element) and, with a mask broadcast along some
+    dims only, on the odometer: both equal onnx.reference, NaNs and the int64 and bool paths
+    included."""
+    rng = np.random.default_rng(12)
+    x = rand(rng, 2, 3, 5, 4)
+    x[0, 1, 2, :] = np.nan
+    x[1, 2, 0, 3] = np.nan
+    mask = rng.random(mask_shape) > 0.5
+    ids = rng.integers(0, 3, (2, 3, 5, 4))
+    nodes = [helper.make_node("IsNaN", ["x"], ["nan"]),
+             helper.make_node("Where", ["nan", "zero", "x"], ["guarded"]),
+             helper.make_node("Where", ["mask", "guarded", "low"], ["filled"]),
+             helper.make_node("Equal", ["ids", "one"], ["eq"]),
+             helper.make_node("And", ["eq", "mask"], ["both"]),
+             helper.make_node("Not", ["both"], ["neither"])]
+    weights = {"zero": np.zeros((), np.float32), "low": np.full((1,), -3e38, np.float32),
+               "one": np.ones((1,), np.int64)}
+    inputs = {"x": x, "mask": mask, "ids": ids}
+    model = model_of(nodes, inputs, weights, ["guarded", "filled", "eq", "neither"])
+    assert not np.isnan(ReferenceEvaluator(model).run(None, inputs)[1]).any()  # guarded
+    check(model, inputs)
+
+
 # ---- plans ---------------------------------------------------------------------------------
 
 def _small_plan() -> tuple[NativeCpuBackend, onnx.ModelProto]:

@@ -1,7 +1,9 @@
 // Elementwise kernels (an EwProgram over the output, float32), and the small ops of other
 // element types: Cast, Where, comparisons, logical ops, integer Add / Sub / Mul. The last
 // broadcast with numpy rules through an odometer: they are rare and small (masks, position
-// ids), never on the hot path.
+// ids). Where and the comparisons have a flat loop when no input broadcasts partially: torch's
+// SDPA guards every layer's probabilities with Where(IsNaN(p), 0, p), [heads, S, S] each,
+// on the hot path of every HF dynamo export (the odometer took ~5 ns an element there).
 #include <cstring>
 
 #include "ewprog.h"
@@ -56,6 +58,19 @@ std::vector<std::vector<int64_t>> broadcast_all(const KernelContext& ctx, const 
     all.push_back(std::move(s));
   }
   return all;
+}
+
+// Each input's step through the output's elements when none broadcasts partially: 1 for an
+// input of the output's size (the same order: broadcasting only adds dims of size 1), 0 for a
+// single element; empty when some input needs the odometer.
+std::vector<int64_t> flat_steps(const KernelContext& ctx, const Tensor& y) {
+  std::vector<int64_t> steps;
+  for (int i = 0; i < ctx.inputs(); ++i) {
+    const int64_t n = ctx.input(i).numel;
+    if (n != y.numel && n != 1) return {};
+    steps.push_back(n == y.numel ? 1 : 0);
+  }
+  return steps;
 }
 
 // Calls f(out_index, in_index...) for every output element.
@@ -144,10 +159,20 @@ class WhereKernel : public Kernel {
     require(c_->dtype == DType::boolean && a_->dtype == y_.dtype && b_->dtype == y_.dtype,
             "Where: bool condition and matching value types");
     strides_ = broadcast_all(ctx, y_);
+    steps_ = flat_steps(ctx, y_);
     size_ = dtype_size(static_cast<int>(y_.dtype));
   }
 
   void run(ThreadPool&, const Workspace&) override {
+    if (!steps_.empty()) {
+      switch (size_) {  // values copied as bits of their width
+        case 1: return run_flat<uint8_t>();
+        case 2: return run_flat<uint16_t>();
+        case 4: return run_flat<uint32_t>();
+        case 8: return run_flat<uint64_t>();
+        default: break;
+      }
+    }
     for_each(y_, strides_, [&](int64_t o, const std::vector<int64_t>& i) {
       const Tensor* src = c_->as<uint8_t>()[i[0]] ? a_ : b_;
       const int64_t at = src == a_ ? i[1] : i[2];
@@ -160,8 +185,19 @@ class WhereKernel : public Kernel {
   const Tensor& y_;
   const Tensor* c_;
   const Tensor* a_;
+  template <typename T>
+  void run_flat() {
+    const uint8_t* c = c_->as<const uint8_t>();
+    const T* a = a_->as<const T>();
+    const T* b = b_->as<const T>();
+    T* y = y_.as<T>();
+    const int64_t sc = steps_[0], sa = steps_[1], sb = steps_[2];
+    for (int64_t o = 0; o < y_.numel; ++o) y[o] = c[o * sc] ? a[o * sa] : b[o * sb];
+  }
+
   const Tensor* b_;
   std::vector<std::vector<int64_t>> strides_;
+  std::vector<int64_t> steps_;
   int64_t size_ = 1;
 };
 
@@ -179,9 +215,18 @@ class CompareKernel : public Kernel {
               ctx.spec.op, ": operand types");
     }
     strides_ = broadcast_all(ctx, y_);
+    steps_ = flat_steps(ctx, y_);
   }
 
   void run(ThreadPool&, const Workspace&) override {
+    if (!steps_.empty()) {
+      switch (in_[0]->dtype) {
+        case DType::f32: return run_flat<float>();
+        case DType::i64: return run_flat<int64_t>();
+        case DType::boolean: return run_flat<uint8_t>();
+        default: break;
+      }
+    }
     const bool ints = in_[0]->dtype == DType::i64;
     for_each(y_, strides_, [&](int64_t o, const std::vector<int64_t>& i) {
       bool r;
@@ -212,10 +257,21 @@ class CompareKernel : public Kernel {
     return false;
   }
 
+  // A unary op reads its one input as both operands (step 0 for the second, ignored).
+  template <typename T>
+  void run_flat() {
+    const T* a = in_[0]->as<const T>();
+    const T* b = in_.back()->as<const T>();
+    const int64_t sa = steps_[0], sb = in_.size() == 2 ? steps_[1] : 0;
+    uint8_t* y = y_.as<uint8_t>();
+    for (int64_t o = 0; o < y_.numel; ++o) y[o] = compare(a[o * sa], b[o * sb]);
+  }
+
   const Tensor& y_;
   Cmp op_;
   std::vector<const Tensor*> in_;
   std::vector<std::vector<int64_t>> strides_;
+  std::vector<int64_t> steps_;
 };
 
 // Add, Sub or Mul of two integer tensors of one type (float32 ones are Elementwise programs),
