@@ -1318,8 +1318,31 @@ def _gather_block_shapes(v: NodeView) -> None:
                    f"{len(data)}-D table {v.input_name(0)!r}")
 
 
+def _moe_shapes(v: NodeView) -> None:
+    """MoE / QMoE: an `activation_type` the cost formula knows (ORT's five), top `k` between 1
+    and the experts (fc1's first dim), fc1 3-D; QMoE's weight bits 2, 4 or 8."""
+    act = v.text("activation_type", "relu")
+    if act not in ("relu", "gelu", "silu", "identity", "swiglu"):
+        v.fail(InvalidModelError, f"attribute activation_type = {act!r}: must be relu, gelu, "
+               "silu, identity or swiglu")
+    fc1 = v.dims(2)
+    if fc1 is not None and len(fc1) != 3:
+        v.fail(ShapeError, f"fc1_experts_weights {v.input_name(2)!r} {_show(fc1)}: expected 3-D "
+               "[experts, rows, K]")
+    k = v.int("k", 1)
+    if k < 1 or (fc1 is not None and isinstance(fc1[0], int) and k > fc1[0]):
+        v.fail(InvalidModelError, f"attribute k = {k}: must be between 1 and the "
+               f"{fc1[0] if fc1 else '?'} experts")
+    bits = [v.int(name, v.int("expert_weight_bits", 4)) for name in (
+        "fc1_expert_weight_bits", "fc2_expert_weight_bits", "fc3_expert_weight_bits")]
+    if v.op == "QMoE" and any(b not in (2, 4, 8) for b in bits):
+        v.fail(InvalidModelError, f"expert weight bits {bits}: each must be 2, 4 or 8")
+
+
 CONTRIB_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib ops
 _CONTRIB_SHAPE_CHECKS: dict[str, Check] = {
+    "MoE": _moe_shapes,
+    "QMoE": _moe_shapes,
     "MatMulNBits": _n_bits_shapes,
     "GatherBlockQuantized": _gather_block_shapes,
     "QuantizeLinear": _quant_shapes,
