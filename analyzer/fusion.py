@@ -690,7 +690,10 @@ class _Matcher:
 
     def _is_const(self, tensor: str) -> bool:
         producer_op = self.op_of.get(tensor)
-        if producer_op == DEQUANTIZE:  # a quantized weight or bias
+        # A quantized weight or bias; TorchScript's Identity alias of an initializer it
+        # shares between parameters of equal values (a fresh model's zero biases), which
+        # quantize_static then quantizes as if it were an activation.
+        if producer_op in (DEQUANTIZE, QUANTIZE, "Identity"):
             return all(t is None or self._is_const(t.name)
                        for t in self.infos[self.producer[tensor]].inputs)
         return tensor in self.initializers if producer_op is None else producer_op == "Constant"

@@ -141,6 +141,20 @@ def test_linear_and_transformer_spellings(module: nn.Module, shape: tuple[int, .
     assert _patterns(_exported(module, shape, tmp_path, opset=opset)) == {expected: 1}
 
 
+def test_linear_biases_shared_through_identity(tmp_path: Path) -> None:
+    """TorchScript writes one initializer for parameters of equal values (a fresh model's zero
+    biases) and Identity aliases of it for the others: those biases are constants, so each
+    Linear is still one MatMul+Add (the Identity nodes stay groups of their own)."""
+    module = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16))
+    for layer in module:
+        nn.init.zeros_(layer.bias)
+    path = tmp_path / "linears.onnx"
+    torch.onnx.export(module, (torch.randn(*TOKENS),), str(path), dynamo=False)
+    result = _checked(onnxlens.analyze(path))
+    assert _patterns(result)["MatMul+Add"] == 3
+    assert sum(result.graph.info(k).op_type == "Identity" for k in result.graph.order) >= 1
+
+
 def test_spelled_layernorm_takes_all_eleven_nodes(tmp_path: Path) -> None:
     result = _exported(nn.LayerNorm(16), TOKENS, tmp_path, opset=16)
     assert sorted(_ops(result, result.groups[0])) == sorted(
