@@ -328,49 +328,51 @@ def cold_weight_gbps(threads: int, prepare: Prepare = prepare_ort,
     return extra_bytes / extra_s / 1e9 if extra_s > 0 else 0.0
 
 
-def cold_line_ns(threads: int, layers: int = 8, runs: int = 60) -> float:
+def cold_line_ns(threads: int, layers: int = 8, runs: int = 30, repeats: int = 3) -> float:
     """What a depthwise NCHWc kernel pays per filter line the caches did not keep from the last
     run (`analyzer.runtimes.ort_cpu.cold_filter_lines`), over COLD_FILTER_CHAINS: each chain of
     `layers` Convs profiled with a filter per layer and with one shared, a Relu over 32 MB
     evicting every line between runs in both, so the two differ only in the filters' fetch;
-    the sum over chains of the median Conv time (all but the first, which reads even the shared
-    filter cold) of the one less the other, over the filters' lines. Measured (AMD EPYC Zen 5,
-    ORT 1.31, one thread): 9x9 168@7 56 us against 22, 7x7 384@12 77 against 55, 3x3 960@7 20
-    against 15: 22 ns a line, near a main-memory miss apiece. 0 when no extra time shows."""
+    per chain the median Conv time (all but the first, which reads even the shared filter
+    cold) of the one less the other, the median of `repeats` such pairs (the host drifts
+    between sessions); summed over chains, over the filters' lines. Measured (AMD EPYC Zen 5,
+    ORT 1.31, one thread): 9x9 168@7 51-57 us against 21-22, 7x7 384@12 55-77 against 36-55,
+    3x3 960@7 20-21 against 15: 16-19 ns a line, near a main-memory miss apiece (single pairs
+    at load 8-13: 10.6-22.6). 0 when no extra time shows."""
+    def median_conv(shared: bool, channels: int, size: int, kernel: int) -> float:
+        profile = profile_model(flushed(depthwise_chain(layers, channels, size, kernel, shared)),
+                                threads, runs=runs)
+        return statistics.median(t for run in profile for t in [
+            t.duration_s for t in run if t.op_type == "Conv"][1:])
+
     extra_s, lines, block = 0.0, 0, nchwc_block(host_profile(threads))
-    for channels, size, kernel in COLD_FILTER_CHAINS:
-        median = {}
-        for shared in (False, True):
-            profile = profile_model(flushed(depthwise_chain(layers, channels, size, kernel,
-                                                            shared)), threads, runs=runs)
-            convs = [[t.duration_s for t in run if t.op_type == "Conv"][1:] for run in profile]
-            median[shared] = statistics.median(t for run in convs for t in run)
-        extra_s += (median[False] - median[True]) * (layers - 1)
-        lines += (layers - 1) * depthwise_filter_lines(channels, kernel * kernel, block)
+    for shape in COLD_FILTER_CHAINS:
+        extra_s += statistics.median(median_conv(False, *shape) - median_conv(True, *shape)
+                                     for _ in range(repeats)) * (layers - 1)
+        lines += (layers - 1) * depthwise_filter_lines(shape[0], shape[2] ** 2, block)
     return max(extra_s, 0.0) / lines * 1e9
 
 
-def cold_kernel_us(threads: int, lengths: tuple[int, int] = (17, 129), runs: int = 150
-                   ) -> float:
+def cold_kernel_us(threads: int, lengths: tuple[int, int] = (17, 129), runs: int = 100,
+                   repeats: int = 3) -> float:
     """What a kernel pays when a run has evicted its state since the last (the runtime's
     kernel object, its arguments' records, the code it runs), beyond the calibrated per-kernel
     overhead: Relu chains on 16 floats (next to no work) of two `lengths`, profiled with a
     Relu over 32 MB between runs and without; the fastest run (less the flush's own kernel)
-    grows with the length by more with the flush than without, the difference per kernel.
-    Every kernel of a network whose run moves more than the last-level cache keeps starts so.
-    Measured (AMD EPYC Zen 5, ORT 1.31, one thread, the host loaded): 0.8-1.3 us, where the
-    Relu chain's fit reads a kernel's overhead hot. 0 when no extra time shows."""
+    grows with the length by more with the flush than without, the difference per kernel, the
+    median of `repeats`. Every kernel of a network whose run moves more than the last-level
+    cache keeps starts so. Measured (AMD EPYC Zen 5, ORT 1.31, one thread, the host loaded):
+    single probes 0.4-1.6 us, where the Relu chain's fit reads a kernel's overhead hot. 0 when
+    no extra time shows."""
     def fastest_run(model: onnx.ModelProto) -> float:
         return min(run_s - sum(t.duration_s for t in kernels if t.name == FLUSH)
                    for run_s, kernels in profile_runs(model, threads, runs=runs))
 
-    slope = {}
-    for flush in (False, True):
-        short, long = (chain(n).build() for n in lengths)
-        if flush:
-            short, long = flushed(short), flushed(long)
-        slope[flush] = (fastest_run(long) - fastest_run(short)) / (lengths[1] - lengths[0])
-    return max(slope[True] - slope[False], 0.0) * 1e6
+    def slope(flush: bool) -> float:
+        short, long = (flushed(m) if flush else m for m in (chain(n).build() for n in lengths))
+        return (fastest_run(long) - fastest_run(short)) / (lengths[1] - lengths[0])
+
+    return max(statistics.median(slope(True) - slope(False) for _ in range(repeats)), 0.0) * 1e6
 
 
 def denormal_factor(threads: int, min_time_s: float = 0.05) -> float:
