@@ -1060,7 +1060,8 @@ def _has_unknown(produced: Iterable[str], tensors: Mapping[str, TensorInfo]) -> 
 
 # com.microsoft ops whose output has input 0's shape, that ORT's symbolic shape inference
 # (1.31) does not know: QOperator BERT's QLinearSoftmax left 32 nodes after it unknown.
-_SAME_SHAPE_CONTRIB = ("QLinearSoftmax", "QLinearSigmoid", "QLinearLeakyRelu")
+_SAME_SHAPE_CONTRIB = ("QLinearSoftmax", "QLinearSigmoid", "QLinearLeakyRelu",
+                       "QMoE")  # QMoE: the genai builder's int4 gpt-oss; output = input's shape
 
 
 def _global_pool_shape(engine: Any, node: onnx.NodeProto) -> None:
@@ -1146,7 +1147,7 @@ def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
     # where we should. So drive its loop here; a partial answer may hold guessed ranks, so onnx's
     # answer stands then, as it did when `infer_shapes` raised.
     engine = inference.SymbolicShapeInference(2**31 - 1, True, True, 0)
-    for op in _SAME_SHAPE_CONTRIB:  # ops ORT's quantizer writes that its inference lacks
+    for op in _SAME_SHAPE_CONTRIB:  # contrib ops ORT's inference lacks
         engine.dispatcher_.setdefault(op, engine._pass_on_shape_and_type)
     engine.dispatcher_.setdefault("QLinearGlobalAveragePool", functools.partial(
         _global_pool_shape, engine))

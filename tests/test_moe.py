@@ -110,3 +110,35 @@ def test_a_moe_with_an_unknown_activation_is_refused_by_name(tmp_path) -> None:
     onnx.save(model, tmp_path / "bad.onnx")
     with pytest.raises(onnxlens.analyzer.errors.InvalidModelError, match="activation_type"):
         onnxlens.analyze(tmp_path / "bad.onnx")
+
+
+@pytest.mark.parametrize(("tokens", "touched"), [(1, K), (T, E)])
+def test_ort_reads_the_experts_its_tokens_pick(tmp_path, tokens: int, touched: int) -> None:
+    """On ORT's CPU kernel a step reads the weights, scales and biases of at most
+    min(E, tokens · k) experts: one token 2 of the 4, five tokens all of them."""
+    from onnxlens.analyzer.runtimes.ort_cpu import picked_experts
+
+    model = _moe()
+    for t in (*model.graph.input, *model.graph.output):
+        dims = t.type.tensor_type.shape.dim
+        dims[1 if t.name != "router" else 0].dim_value = tokens
+    onnx.save(model, tmp_path / "moe.onnx")
+    result = onnxlens.analyze(tmp_path / "moe.onnx")
+    key = next(iter(result.node_costs))
+    cost = result.node_costs[key].cost
+    tables = 4 * E * (2 * INTER * H + 2 * INTER + H * INTER + H)  # fc1, b1, fc2, b2 (float32)
+    picked = picked_experts(result.graph.info(key), cost)
+    assert picked.bytes_read == cost.bytes_read - tables * (E - touched) // E
+    assert picked.param_bytes == tables * touched // E
+
+
+def test_a_qmoe_output_gets_its_shape_where_ort_inference_has_none(tmp_path) -> None:
+    """ORT 1.31's symbolic inference lacks QMoE: the node after it (the builder's residual
+    add) had no shape and no cost. Its output is the input's shape."""
+    model = _qmoe()
+    model.graph.node[0].output[0] = "moe_out"
+    model.graph.node.append(helper.make_node("Relu", ["moe_out"], ["y"]))
+    onnx.save(model, tmp_path / "qmoe_relu.onnx")
+    result = onnxlens.analyze(tmp_path / "qmoe_relu.onnx")
+    assert not result.incomplete
+    assert result.total.flops() == 2 * MACS + FLOPS + T * 1536 + T * H  # + the Relu's
