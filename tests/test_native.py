@@ -269,6 +269,27 @@ def test_matmul_constant_b_past_one_block(epilogue: str) -> None:
                                        atol=1e-5 * float(np.abs(want).max()), err_msg=isa)
 
 
+@pytest.mark.parametrize(("images", "side"), [(1, 7), (1, 14), (2, 7), (2, 10), (1, 20)])
+def test_conv_two_threads(images: int, side: int) -> None:
+    """A 3x3 convolution with its epilogue at 2 threads against onnx.reference, on as many
+    columns as take each way k_conv.cpp splits them among threads, on every instruction set:
+    by rows, one chunk a thread (49 columns; 50 rows, no multiple of the tile's), by panels
+    (196, the last panel partial; two images of 10x10, a panel crossing from one to the
+    next), and by panels four chunks a thread (400)."""
+    rng = np.random.default_rng(side)
+    feeds = {"x": rand(rng, images, 8, side, side)}
+    weights = {"w": rand(rng, 50, 8, 3, 3), "b": rand(rng, 50)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = model_of(nodes, feeds, weights, ["y"])
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    for isa in ISAS:
+        backend = NativeCpuBackend(2, isa)
+        backend.prepare(model)
+        np.testing.assert_allclose(backend.run(feeds)["y"], want, rtol=1e-4,
+                                   atol=1e-5 * float(np.abs(want).max()), err_msg=isa)
+
+
 # ---- kernels, by family -----------------------------------------------------------------------
 
 UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Erf", "Abs", "Neg", "Floor", "Ceil", "Softplus",
@@ -534,6 +555,26 @@ def test_sdpa_nan_guard_and_mask(mask_shape: tuple[int, ...]) -> None:
     model = model_of(nodes, inputs, weights, ["guarded", "filled", "eq", "neither"])
     assert not np.isnan(ReferenceEvaluator(model).run(None, inputs)[1]).any()  # guarded
     check(model, inputs)
+
+
+@pytest.mark.parametrize(("op", "inputs"), [("Gelu", ["x"]), ("FastGelu", ["x"]),
+                                           ("FastGelu", ["x", "bias"]),
+                                           ("BiasGelu", ["x", "bias"])])
+def test_ort_contrib_gelus(op: str, inputs: list[str]) -> None:
+    """ORT's com.microsoft GELUs (its transformer optimizer's output: Gelu the erf form,
+    FastGelu tanh of x (+ bias), BiasGelu erf of x + bias) after a MatMul, as its epilogue:
+    equal to ORT on every ISA."""
+    rng = np.random.default_rng(13)
+    x, w, bias = rand(rng, 2, 5, 16), rand(rng, 16, 16), rand(rng, 16)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node(op, ["h", *inputs[1:]], ["y"], domain="com.microsoft")]
+    graph = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "bias")])
+    model = helper.make_model(graph, ir_version=8, opset_imports=[
+        helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)])
+    check(model, {"x": x}, rtol=1e-5, oracle="ort")
 
 
 # ---- plans ---------------------------------------------------------------------------------

@@ -154,7 +154,10 @@ def instructions(table: Mapping[str, PointwiseOp], ops: Mapping[str, EwOp]
 
 
 _INSTRUCTION = instructions(POINTWISE, EW_OPS)
-ELEMENTWISE = frozenset({*_INSTRUCTION, "Clip", "Gelu", "BatchNormalization", *QDQ})
+# ONNX Runtime's GELUs (com.microsoft), as its transformer optimizer writes them: Gelu is ONNX's
+# erf form, FastGelu the tanh form of x (+ bias), BiasGelu the erf form of a + b.
+CONTRIB_GELUS = frozenset({"Gelu", "FastGelu", "BiasGelu"})
+ELEMENTWISE = frozenset({*_INSTRUCTION, "Clip", *CONTRIB_GELUS, "BatchNormalization", *QDQ})
 # Ops whose inputs after the first are parameters the lowering lays out (per channel, per
 # axis, per block), not operands broadcast by numpy's rules.
 PARAMETRIZED = frozenset({"BatchNormalization", *QDQ})
@@ -172,7 +175,9 @@ NewReg = Callable[[], int]
 
 def is_elementwise(node: NodeInfo, low: Lowering) -> bool:
     """An elementwise node this executor can fuse: float32 in and out, one output."""
-    if node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx"):
+    if node.op_type not in ELEMENTWISE or not (
+            node.domain in ("", "ai.onnx")
+            or (node.domain == "com.microsoft" and node.op_type in CONTRIB_GELUS)):
         return False
     outs = [t for t in node.outputs if t.name]
     if len(outs) != 1:
@@ -222,6 +227,8 @@ def elementwise_instrs(node: NodeInfo, low: Lowering, src: Source, new_reg: NewR
     ins = [t.name if t is not None else None for t in node.inputs]
     if op in _INSTRUCTION and _INSTRUCTION[op][1].variadic:
         return _variadic(node, _INSTRUCTION[op][0], ins, src, new_reg)
+    if op in ("FastGelu", "BiasGelu"):
+        return _bias_gelu(node, ins, src, new_reg)
     if op in _INSTRUCTION or op == "Gelu":
         core, params = _instruction(node)
         dst = new_reg()
@@ -239,6 +246,22 @@ def _instruction(node: NodeInfo) -> tuple[str, tuple[float, ...]]:
         return ("GeluTanh" if node.attr("approximate", "none") == "tanh" else "Gelu"), ()
     core, row = _INSTRUCTION[node.op_type]
     return core, tuple(float(node.attr(a, d)) for a, d in row.params)
+
+
+def _bias_gelu(node: NodeInfo, ins: list[str | None], src: Source, new_reg: NewReg
+               ) -> tuple[list[Instr], int]:
+    """ORT's FastGelu (tanh form) and BiasGelu (erf form) of their input plus the bias, when
+    FastGelu has one."""
+    names = [n for n in ins if n]
+    code: list[Instr] = []
+    acc = src(names[0])
+    if len(names) == 2:
+        dst = new_reg()
+        code.append(Instr("Add", dst, (acc, src(names[1]))))
+        acc = dst
+    dst = new_reg()
+    code.append(Instr("GeluTanh" if node.op_type == "FastGelu" else "Gelu", dst, (acc,)))
+    return code, dst
 
 
 def _variadic(node: NodeInfo, core: str, ins: list[str | None], src: Source, new_reg: NewReg

@@ -36,6 +36,7 @@ from .catalogue import STORAGE
 from .decoder import CONTRIB_OPS
 from .fold import static_values
 from .lower import (
+    CONTRIB_GELUS,
     ELEMENTWISE,
     FLOAT,
     LOWERINGS,
@@ -199,8 +200,8 @@ def _folded(name: str) -> str:
 
 
 def _unsupported_reason(info: NodeInfo, low: Lowering) -> str | None:
-    if info.domain not in ("", "ai.onnx") and not (info.domain == "com.microsoft"
-                                                   and info.op_type in CONTRIB_OPS):
+    if info.domain not in ("", "ai.onnx") and not (
+            info.domain == "com.microsoft" and info.op_type in CONTRIB_OPS | CONTRIB_GELUS):
         return f"{info.domain}::{info.op_type} (no kernel)"
     known = info.op_type in LOWERINGS or info.op_type in MAIN_OPS
     if not known and not is_elementwise(info, low):
