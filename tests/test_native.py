@@ -269,6 +269,27 @@ def test_matmul_constant_b_past_one_block(epilogue: str) -> None:
                                        atol=1e-5 * float(np.abs(want).max()), err_msg=isa)
 
 
+@pytest.mark.parametrize(("images", "side"), [(1, 7), (1, 14), (2, 7), (2, 10), (1, 20)])
+def test_conv_two_threads(images: int, side: int) -> None:
+    """A 3x3 convolution with its epilogue at 2 threads against onnx.reference, on as many
+    columns as take each way k_conv.cpp splits them among threads, on every instruction set:
+    by rows, one chunk a thread (49 columns; 50 rows, no multiple of the tile's), by panels
+    (196, the last panel partial; two images of 10x10, a panel crossing from one to the
+    next), and by panels four chunks a thread (400)."""
+    rng = np.random.default_rng(side)
+    feeds = {"x": rand(rng, images, 8, side, side)}
+    weights = {"w": rand(rng, 50, 8, 3, 3), "b": rand(rng, 50)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = model_of(nodes, feeds, weights, ["y"])
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    for isa in ISAS:
+        backend = NativeCpuBackend(2, isa)
+        backend.prepare(model)
+        np.testing.assert_allclose(backend.run(feeds)["y"], want, rtol=1e-4,
+                                   atol=1e-5 * float(np.abs(want).max()), err_msg=isa)
+
+
 # ---- kernels, by family -----------------------------------------------------------------------
 
 UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Erf", "Abs", "Neg", "Floor", "Ceil", "Softplus",

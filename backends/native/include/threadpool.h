@@ -3,7 +3,8 @@
 // `for_range(total, chunk, f, work)` runs f(tid, begin, end) over [0, total) in chunks that
 // the threads claim one at a time, so a thread the OS has not scheduled yet (a shared, loaded
 // machine) holds nobody up: the others take its share. It returns when every chunk is done.
-// Workers spin briefly between jobs (kernels come back to back), then sleep.
+// Workers spin briefly between jobs (kernels come back to back), then sleep. Handing out a job
+// takes no lock unless a worker sleeps: one kernel of a small model lasts a few microseconds.
 #pragma once
 
 #include <atomic>
@@ -33,8 +34,10 @@ class ThreadPool {
   // `work` (about one unit per multiply-add or element touched): below kMinParallelWork the
   // calling thread does it all, as waking the others would cost more.
   void for_range(int64_t total, int64_t chunk, const RangeFn& f, int64_t work);
-  // A chunk size giving each thread about four chunks, a multiple of `align`.
-  int64_t chunk_for(int64_t total, int64_t align = 1) const;
+  // A chunk size giving each thread about `per_thread` chunks, a multiple of `align`. A GEMM
+  // whose every chunk packs the whole operand it does not split asks for one chunk a thread,
+  // so that the operand is packed once a thread, not once a chunk.
+  int64_t chunk_for(int64_t total, int64_t align = 1, int64_t per_thread = 4) const;
 
   static constexpr int64_t kMinParallelWork = 1 << 15;
 
@@ -44,15 +47,19 @@ class ThreadPool {
 
   int threads_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // only for sleeping workers and their wake-up
   std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};
-  bool open_ = false;  // a job takes workers (guarded by mutex_)
-  bool stop_ = false;  // guarded by mutex_
+  std::atomic<uint64_t> generation_{0};  // the latest job's number
+  std::atomic<uint64_t> open_{0};        // the number of the job workers may join, 0: none
+  std::atomic<bool> stop_{false};
+  std::atomic<int> sleepers_{0};
+  // The open job: written by the calling thread while no worker is active, read by workers
+  // that joined it (open_ names it).
   const RangeFn* fn_ = nullptr;
   int64_t total_ = 0, chunk_ = 1;
-  std::atomic<int64_t> next_{0}, done_{0};
-  std::atomic<int> active_{0};
+  alignas(64) std::atomic<int64_t> next_{0};
+  alignas(64) std::atomic<int64_t> done_{0};
+  alignas(64) std::atomic<int> active_{0};
 };
 
 }  // namespace onnxlens

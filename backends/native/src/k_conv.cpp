@@ -263,10 +263,14 @@ class ConvKernel : public XyKernel {
   void run_gemm(ThreadPool& pool, const Workspace& ws) {
     const int64_t ohw = g_.OH * g_.OW, ncols = g_.N * ohw;
     const int64_t mg = M_ / groups_, cg = g_.C / groups_;
-    const bool by_cols = ncols >= int64_t{4} * simd_.nr * pool.size();
+    // Each chunk packs its own panels of B (the im2col); split by rows, each chunk packs all of
+    // B again, so rows are cut one chunk a thread, and only when the panels are too few to
+    // share out evenly (a 7x7 plane: 2 panels; 14x14: 7, of which the last holds 4 columns).
+    const bool by_cols = ncols >= int64_t{2} * simd_.nr * pool.size();
     const int64_t work = M_ * ncols * cg * g_.kh * g_.kw;
     const int64_t total = by_cols ? ncols : mg;
-    const int64_t chunk = pool.chunk_for(total, by_cols ? simd_.nr : simd_.mr);
+    const int64_t chunk = by_cols ? pool.chunk_for(ncols, simd_.nr)
+                                  : pool.chunk_for(mg, simd_.mr, 1);
     pool.for_range(total, chunk, [&](int tid, int64_t begin, int64_t end) {
       const Range cols = by_cols ? Range{begin, end} : Range{0, ncols};
       const Range rows = by_cols ? Range{0, mg} : Range{begin, end};

@@ -62,10 +62,12 @@ class MatMulKernel : public Kernel {
       }, work);
       return;
     }
-    // One product (or fewer than the threads): its rows or columns in chunks.
+    // One product (or fewer than the threads): its rows or columns, one chunk a thread, as
+    // each chunk packs all of the operand it does not split (B's prepacked panels start at
+    // multiples of nr, A's at multiples of mr).
     const bool by_rows = M_ >= N_ || N_ < int64_t{2} * simd_.nr * pool.size();
     const int64_t total = by_rows ? M_ : N_;
-    const int64_t chunk = pool.chunk_for(total, by_rows ? simd_.mr : simd_.nr);
+    const int64_t chunk = pool.chunk_for(total, by_rows ? simd_.mr : simd_.nr, 1);
     for (int64_t item = 0; item < items; ++item) {
       pool.for_range(total, chunk, [&](int tid, int64_t begin, int64_t end) {
         product(item, by_rows ? Range{begin, end} : Range{0, M_},

@@ -36,17 +36,17 @@ ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-    generation_.fetch_add(1);
+    std::lock_guard<std::mutex> lock(mutex_);  // a worker between its check and its wait
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-int64_t ThreadPool::chunk_for(int64_t total, int64_t align) const {
-  const int64_t parts = int64_t{4} * threads_;
+int64_t ThreadPool::chunk_for(int64_t total, int64_t align, int64_t per_thread) const {
+  const int64_t parts = std::max<int64_t>(per_thread, 1) * threads_;
   const int64_t chunk = (total + parts - 1) / parts;
   return std::max<int64_t>(align, (chunk + align - 1) / align * align);
 }
@@ -58,24 +58,27 @@ void ThreadPool::for_range(int64_t total, int64_t chunk, const RangeFn& f, int64
     f(0, 0, total);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    fn_ = &f;
-    total_ = total;
-    chunk_ = chunk;
-    next_.store(0);
-    done_.store(0);
-    open_ = true;
-    generation_.fetch_add(1);
+  // No worker is active (the last job waited for that): the job's fields are ours to write.
+  fn_ = &f;
+  total_ = total;
+  chunk_ = chunk;
+  next_.store(0, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  const uint64_t job = generation_.load(std::memory_order_relaxed) + 1;
+  open_.store(job);  // publishes the fields to a worker that reads open_ == job
+  generation_.store(job);
+  // A worker counts itself a sleeper before it last checks generation_, and this reads
+  // sleepers_ after the store: one of the two sees the other (both sequentially consistent).
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }  // a sleeper between its check and its wait
+    wake_.notify_all();
   }
-  wake_.notify_all();
   drain(0);
   wait_until([&] { return done_.load(std::memory_order_acquire) >= total; });
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    open_ = false;  // workers that wake from now on skip this job
-  }
-  wait_until([&] { return active_.load(std::memory_order_acquire) == 0; });
+  // Closed before counting the active: a worker counts itself active before it reads open_,
+  // so it either is counted here or finds the job closed (the same pairing as above).
+  open_.store(0);
+  wait_until([&] { return active_.load() == 0; });
 }
 
 void ThreadPool::drain(int tid) {
@@ -94,18 +97,19 @@ void ThreadPool::worker(int tid) {
     const auto until = std::chrono::steady_clock::now() + kSpin;
     for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
       relax();
-      if ((i & 255) == 255 && std::chrono::steady_clock::now() >= until) break;
+      if ((i & 255) == 255 && std::chrono::steady_clock::now() >= until) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        sleepers_.fetch_add(1);
+        wake_.wait(lock, [&] { return generation_.load() != seen; });
+        sleepers_.fetch_sub(1);
+        break;
+      }
     }
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load() != seen; });
-      seen = generation_.load();
-      if (stop_) return;
-      if (!open_) continue;
-      active_.fetch_add(1);
-    }
-    drain(tid);
-    active_.fetch_sub(1, std::memory_order_acq_rel);
+    if (stop_.load()) return;
+    seen = generation_.load();
+    active_.fetch_add(1);
+    if (open_.load() == seen) drain(tid);  // else that job closed, or a newer one opened
+    active_.fetch_sub(1, std::memory_order_release);
   }
 }
 
