@@ -340,7 +340,11 @@ def _attention() -> Op:
     # The mask: a tensor from outside (its construction is the MASK group), or a per-layer
     # Where(bool mask, 0, -inf) of it (TorchScript).
     mask = Alt((op("Where", bind("mask", ANY), CONST, CONST), bind("mask", ANY)))
-    biased = optional(op("Add", scores, mask))  # mask or relative position bias
+    # HF Bloom adds ALiBi to the scores in their 3-D view (baddbmm), the mask in 4-D; Gemma 2
+    # soft-caps them, c·tanh(scores / c).
+    alibi = op("Reshape", op("Add", scores, ANY), ANY)
+    capped = op("Mul", op("Tanh", op("Div", scores, ANY, **scaled)), ANY, **scaled)
+    biased = optional(op("Add", Alt((capped, alibi, scores)), mask))  # mask or position bias
     # Swin's shifted windows add their mask in a 5-D view of the scores.
     swin = op("Reshape", op("Add", op("Reshape", biased, ANY), ANY), ANY)
     # HF DeBERTa: masked_fill(~mask, min) of the scores plus the disentangled relative-position
@@ -395,7 +399,9 @@ PATTERNS: tuple[Pattern, ...] = (
             "in a 3-D view and guards softmax with Where(IsNaN(p), 0, p); GQA (Llama) "
             "expands K and V heads with Unsqueeze/Expand/Reshape inside the group; HF "
             "DeBERTa divides kᵀ, adds its relative-position bias and masks with "
-            "Where(~mask, min, scores) in a 4-D view of 3-D scores and probabilities",
+            "Where(~mask, min, scores) in a 4-D view of 3-D scores and probabilities; HF "
+            "Bloom adds ALiBi in a 3-D view (baddbmm) before the mask; HF Gemma 2 soft-caps "
+            "the scores, c·tanh(s / c)",
             _attention()),
     Pattern(ADD_LAYER_NORM, """
         a ─┐
