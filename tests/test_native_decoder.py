@@ -405,3 +405,16 @@ def test_a_calibration_before_the_native_classes_prices_as_before() -> None:
     new = dataclasses.replace(old, efficiency={**hw.efficiency, "native_gqa": 0.1})
     assert [own_class(p, "native_gqa") for p in (hw, old, new)] == [True, False, True]
     assert not own_class(new, "native_nbits")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_pow_by_an_integer_constant_exponent(dtype: type) -> None:
+    """Nemotron's squared ReLU as the genai builder writes it: Pow(relu(x), int32 [2])."""
+    x = _rand(np.random.default_rng(5), 2, 3, 40)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Pow", ["r", "e"], ["y"])]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)],
+                              [numpy_helper.from_array(np.array([2], dtype), "e")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    _check(model, {"x": x})

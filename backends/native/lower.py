@@ -193,7 +193,16 @@ def is_elementwise(node: NodeInfo, low: Lowering) -> bool:
         return node.inputs[0].elem_type == FLOAT and outs[0].elem_type in QUANT_RANGES
     if node.op_type == "DequantizeLinear":
         return node.inputs[0].elem_type in _DEQUANT_TYPES and outs[0].elem_type == FLOAT
+    if node.op_type == "Pow" and _integer_constant(node, low, 1):  # Nemotron's relu(x) ** 2
+        return node.inputs[0].elem_type == FLOAT and outs[0].elem_type == FLOAT
     return all(t.elem_type == FLOAT for t in [*outs, *data_inputs(node)])
+
+
+def _integer_constant(node: NodeInfo, low: Lowering, i: int) -> bool:
+    """Input `i` is a constant of an integer type (read as float32 by the program: exact for
+    an exponent)."""
+    t = node.input(i)
+    return t is not None and t.elem_type in _INTEGERS and low.const(t.name) is not None
 
 
 def _inference(dropout: NodeInfo, low: Lowering) -> bool:
@@ -225,6 +234,8 @@ def elementwise_instrs(node: NodeInfo, low: Lowering, src: Source, new_reg: NewR
     """The instructions computing `node`'s output from its inputs, and its register."""
     op = node.op_type
     ins = [t.name if t is not None else None for t in node.inputs]
+    if op == "Pow" and _integer_constant(node, low, 1):
+        ins[1] = low.float_twin(ins[1])  # the program reads float32 operands
     if op in _INSTRUCTION and _INSTRUCTION[op][1].variadic:
         return _variadic(node, _INSTRUCTION[op][0], ins, src, new_reg)
     if op in ("FastGelu", "BiasGelu"):
