@@ -39,6 +39,7 @@ def render_html(d: dict[str, Any]) -> str:
         *_roofline_sections(d),
         _bars_section(d),
         _hardware_section(d),
+        _llm_section(d),
         _backends_section(d),
         _validation_section(d),
         _warnings_section(d),
@@ -492,6 +493,30 @@ def _hardware_section(d: dict[str, Any]) -> str:
              for r in sweep]))
         parts.append(_sweep_chart(sweep))
     return _section("hardware", "Hardware comparison and sweeps", "".join(parts))
+
+
+def _llm_section(d: dict[str, Any]) -> str:
+    """The LLM view (`llm`): the cache layout, and per phase and profile its MACs, latency,
+    tokens/s, KV cache and memory; a phase with unknown costs is marked."""
+    llm = d.get("llm")
+    if not llm:
+        return ""
+    layout = (f"<p>{llm['layers']} layers, {llm['kv_heads']} KV heads x {llm['head_dim']}, "
+              f"KV cache {esc(binary(llm['kv_cache_bytes_per_token']))}/token, batch "
+              f"{llm['batch']}" + "".join(f", {w['layers']} layer(s) with a {w['window']}-token "
+                                          "window" for w in llm.get("sliding_window", [])) + "</p>")
+    phases = [(f"prefill {llm['prefill']['prompt_len']}", llm["prefill"])] + [
+        (f"decode @{r['context_len']}", r) for r in llm.get("context_sweep") or [llm["decode"]]]
+    rows = [[name + ("" if phase.get("complete", True) else " (incomplete)"), hw,
+             si(phase["macs"]), seconds(e["latency_s"]),
+             f"{e['tokens_per_s']:,.0f}" if e["tokens_per_s"] else "-",
+             binary(phase["memory"]["kv_cache_bytes"]) if "memory" in phase else "",
+             binary(phase["memory"]["total_bytes"]) if "memory" in phase and
+             phase["memory"]["total_bytes"] is not None else ""]
+            for name, phase in phases for hw, e in phase["estimates"].items()]
+    table = _table(["phase", "hardware", "MACs", "latency", "tokens/s", "KV cache", "memory"],
+                   rows)
+    return _section("llm", "LLM: prefill and decode", layout + table)
 
 
 def _hbars(title: str, values: dict[str, float], fmt: Any) -> str:

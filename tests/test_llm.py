@@ -227,3 +227,15 @@ def test_a_phase_with_unknown_costs_is_flagged(tmp_path) -> None:
     assert run.exit_code == 0, run.output
     assert "prefill (incomplete)" in run.output and "decode @16 (incomplete)" in run.output
     assert "LLM view at past_sequence_length=15" in " ".join(run.output.split())
+
+
+def test_the_html_report_has_the_llm_view(decoder: str) -> None:
+    """Each phase and profile a row with the view's own figures; the KV cache at context 32 is
+    32 tokens x 512 B."""
+    from onnxlens.reports.html import render_html
+
+    result = analyze(decoder, hardware=["a100"], prompt_len=8, context_len=[16, 32])
+    page = render_html(result.to_dict())
+    assert 'id="llm"' in page and "prefill 8" in page and "decode @32" in page
+    assert "16.00 KiB" in page  # binary(32 * 512)
+    assert f"{LAYERS} layers, {KV_HEADS} KV heads x {HEAD_DIM}" in page
