@@ -530,13 +530,13 @@ def test_global_pools_cast_where_compare() -> None:
     check(model_of(nodes, {"x": x, "y": y}, {}, ["gap", "gmp", "w", "c"]), {"x": x, "y": y})
 
 
-@pytest.mark.parametrize("mask_shape", [(2, 3, 5, 4), (1,), (1, 1, 5, 4)],
-                         ids=["whole", "one-element", "partial-broadcast"])
+@pytest.mark.parametrize("mask_shape", [(2, 3, 5, 4), (1,), (1, 1, 5, 4), (2, 1, 5, 1)],
+                         ids=["whole", "one-element", "over-heads", "along-rows"])
 def test_sdpa_nan_guard_and_mask(mask_shape: tuple[int, ...]) -> None:
-    """torch's SDPA guard Where(IsNaN(p), 0, p) and a masked_fill Where(mask, x, min) on a flat
-    loop (inputs of the output's size or of one element) and, with a mask broadcast along some
-    dims only, on the odometer: both equal onnx.reference, NaNs and the int64 and bool paths
-    included."""
+    """torch's SDPA guard Where(IsNaN(p), 0, p) and a masked_fill Where(mask, x, min) in one
+    run (inputs of the output's size or of one element) and, with a mask broadcast along some
+    dims only (over heads as DeBERTa's, or along each row), row by row: equal to
+    onnx.reference, NaNs and the int64 and bool paths included."""
     rng = np.random.default_rng(12)
     x = rand(rng, 2, 3, 5, 4)
     x[0, 1, 2, :] = np.nan
@@ -555,6 +555,22 @@ def test_sdpa_nan_guard_and_mask(mask_shape: tuple[int, ...]) -> None:
     model = model_of(nodes, inputs, weights, ["guarded", "filled", "eq", "neither"])
     assert not np.isnan(ReferenceEvaluator(model).run(None, inputs)[1]).any()  # guarded
     check(model, inputs)
+
+
+@pytest.mark.parametrize("axis", [3, 1, 0])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_gather_elements_along_any_axis(axis: int, dtype: type) -> None:
+    """GatherElements row by row (DeBERTa gathers its relative positions along the last axis of
+    [heads, S, S]): indices of another length along the axis, some negative, along the last, a
+    middle and the first axis, float32 and int64, equal to onnx.reference."""
+    rng = np.random.default_rng(14)
+    x = (rand(rng, 3, 4, 5, 6) * 100).astype(dtype)
+    shape = list(x.shape)
+    shape[axis] = 7
+    idx = rng.integers(-x.shape[axis], x.shape[axis], shape).astype(np.int64)
+    model = model_of([helper.make_node("GatherElements", ["x", "i"], ["y"], axis=axis)],
+                     {"x": x, "i": idx}, {}, ["y"])
+    check(model, {"x": x, "i": idx}, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(("op", "inputs"), [("Gelu", ["x"]), ("FastGelu", ["x"]),

@@ -329,24 +329,44 @@ class GatherElementsKernel : public Kernel {
     x_strides_ = strides_of(x_.shape);
     y_strides_ = strides_of(y_.shape);
     size_ = dtype_size(static_cast<int>(x_.dtype));
+    require(size_ == 1 || size_ == 2 || size_ == 4 || size_ == 8,
+            "GatherElements: elements of 1, 2, 4 or 8 bytes");
   }
 
   void run(ThreadPool&, const Workspace&) override {
-    const int rank = x_.rank();
-    const int64_t len = x_.dim(static_cast<int>(axis_));
-    for (int64_t o = 0; o < y_.numel; ++o) {
-      int64_t at = 0, rest = o;
-      for (int d = 0; d < rank; ++d) {
-        const int64_t c = rest / y_strides_[d];
-        rest -= c * y_strides_[d];
-        at += (d == axis_ ? wrapped_index(idx_, o, len, "GatherElements") : c) * x_strides_[d];
-      }
-      std::memcpy(y_.as<char>() + o * size_, x_.as<const char>() + at * size_,
-                  static_cast<size_t>(size_));
+    switch (size_) {  // elements copied as bits of their width
+      case 1: return gather<uint8_t>();
+      case 2: return gather<uint16_t>();
+      case 4: return gather<uint32_t>();
+      default: return gather<uint64_t>();
     }
   }
 
  private:
+  // Row by row of the last dim: the row's offset into x once (a division per dim), then each
+  // element its index along the axis. HF DeBERTa gathers its relative positions along the
+  // last axis, [heads, S, S] a layer twice; dividing per element took ~6.5 ns an element.
+  template <typename T>
+  void gather() {
+    const int last = x_.rank() - 1;
+    const int64_t len = x_.dim(static_cast<int>(axis_)), n = y_.dim(last);
+    const int64_t axis_stride = x_strides_[static_cast<size_t>(axis_)];
+    const T* x = x_.as<const T>();
+    T* y = y_.as<T>();
+    for (int64_t row = 0; row < y_.numel; row += n) {
+      int64_t base = 0, rest = row;
+      for (int d = 0; d < last; ++d) {
+        const int64_t c = rest / y_strides_[d];
+        rest -= c * y_strides_[d];
+        if (d != axis_) base += c * x_strides_[d];
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = wrapped_index(idx_, row + j, len, "GatherElements");
+        y[row + j] = x[base + (axis_ == last ? i : j + i * axis_stride)];
+      }
+    }
+  }
+
   const Tensor& x_;
   const Tensor& idx_;
   const Tensor& y_;

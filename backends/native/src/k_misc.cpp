@@ -1,9 +1,10 @@
 // Elementwise kernels (an EwProgram over the output, float32), and the small ops of other
 // element types: Cast, Where, comparisons, logical ops, integer Add / Sub / Mul. The last
 // broadcast with numpy rules through an odometer: they are rare and small (masks, position
-// ids). Where and the comparisons have a flat loop when no input broadcasts partially: torch's
-// SDPA guards every layer's probabilities with Where(IsNaN(p), 0, p), [heads, S, S] each,
-// on the hot path of every HF dynamo export (the odometer took ~5 ns an element there).
+// ids). Where and the comparisons of float32, int64 and bool run typed loops over runs of
+// elements instead (for_each_run): torch's SDPA guards every layer's probabilities with
+// Where(IsNaN(p), 0, p), [heads, S, S] each, and DeBERTa masks its scores with a [1, 1, S, S]
+// mask, on the hot path of HF exports (the per-element odometer took ~5 ns an element).
 #include <cstring>
 
 #include "ewprog.h"
@@ -62,7 +63,7 @@ std::vector<std::vector<int64_t>> broadcast_all(const KernelContext& ctx, const 
 
 // Each input's step through the output's elements when none broadcasts partially: 1 for an
 // input of the output's size (the same order: broadcasting only adds dims of size 1), 0 for a
-// single element; empty when some input needs the odometer.
+// single element; empty when some input broadcasts along some dims only.
 std::vector<int64_t> flat_steps(const KernelContext& ctx, const Tensor& y) {
   std::vector<int64_t> steps;
   for (int i = 0; i < ctx.inputs(); ++i) {
@@ -80,6 +81,33 @@ void for_each(const Tensor& y, const std::vector<std::vector<int64_t>>& strides,
   for (int64_t o = 0; o < y.numel; ++o) {
     f(o, idx);
     for (int d = y.rank(); d-- > 0;) {
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] += strides[i][d];
+      if (++at[d] < y.dim(d)) break;
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] -= strides[i][d] * y.dim(d);
+      at[d] = 0;
+    }
+  }
+}
+
+// Calls f(out_index, in_index..., n, steps) for runs of n output elements along which input i
+// steps by steps[i] (0 or 1): the whole output at once when `flat` (flat_steps) has them, else
+// each row of the last dim, its start found by the odometer over the outer dims (a mask
+// [1, 1, S, S] broadcast over heads: one odometer step a row, not an element).
+template <typename F>
+void for_each_run(const Tensor& y, const std::vector<std::vector<int64_t>>& strides,
+                  const std::vector<int64_t>& flat, F f) {
+  if (!flat.empty()) {
+    f(int64_t{0}, std::vector<int64_t>(flat.size(), 0), y.numel, flat);
+    return;
+  }
+  const int last = y.rank() - 1;  // >= 0: a 0-d output has flat steps
+  const int64_t n = y.dim(last);
+  std::vector<int64_t> at(static_cast<size_t>(y.rank()), 0), idx(strides.size(), 0),
+      steps(strides.size());
+  for (size_t i = 0; i < steps.size(); ++i) steps[i] = strides[i][static_cast<size_t>(last)];
+  for (int64_t o = 0; o < y.numel; o += n) {
+    f(o, idx, n, steps);
+    for (int d = last; d-- > 0;) {
       for (size_t i = 0; i < idx.size(); ++i) idx[i] += strides[i][d];
       if (++at[d] < y.dim(d)) break;
       for (size_t i = 0; i < idx.size(); ++i) idx[i] -= strides[i][d] * y.dim(d);
@@ -158,43 +186,39 @@ class WhereKernel : public Kernel {
     b_ = &ctx.input(2);
     require(c_->dtype == DType::boolean && a_->dtype == y_.dtype && b_->dtype == y_.dtype,
             "Where: bool condition and matching value types");
+    size_ = dtype_size(static_cast<int>(y_.dtype));
+    require(size_ == 1 || size_ == 2 || size_ == 4 || size_ == 8,
+            "Where: values of 1, 2, 4 or 8 bytes");
     strides_ = broadcast_all(ctx, y_);
     steps_ = flat_steps(ctx, y_);
-    size_ = dtype_size(static_cast<int>(y_.dtype));
   }
 
   void run(ThreadPool&, const Workspace&) override {
-    if (!steps_.empty()) {
-      switch (size_) {  // values copied as bits of their width
-        case 1: return run_flat<uint8_t>();
-        case 2: return run_flat<uint16_t>();
-        case 4: return run_flat<uint32_t>();
-        case 8: return run_flat<uint64_t>();
-        default: break;
-      }
+    switch (size_) {  // values copied as bits of their width
+      case 1: return run_typed<uint8_t>();
+      case 2: return run_typed<uint16_t>();
+      case 4: return run_typed<uint32_t>();
+      default: return run_typed<uint64_t>();
     }
-    for_each(y_, strides_, [&](int64_t o, const std::vector<int64_t>& i) {
-      const Tensor* src = c_->as<uint8_t>()[i[0]] ? a_ : b_;
-      const int64_t at = src == a_ ? i[1] : i[2];
-      std::memcpy(y_.as<char>() + o * size_, src->as<char>() + at * size_,
-                  static_cast<size_t>(size_));
-    });
   }
 
  private:
+  template <typename T>
+  void run_typed() {
+    for_each_run(y_, strides_, steps_, [&](int64_t o, const std::vector<int64_t>& i, int64_t n,
+                                           const std::vector<int64_t>& s) {
+      const uint8_t* c = c_->as<const uint8_t>() + i[0];
+      const T* a = a_->as<const T>() + i[1];
+      const T* b = b_->as<const T>() + i[2];
+      T* y = y_.as<T>() + o;
+      const int64_t sc = s[0], sa = s[1], sb = s[2];
+      for (int64_t j = 0; j < n; ++j) y[j] = c[j * sc] ? a[j * sa] : b[j * sb];
+    });
+  }
+
   const Tensor& y_;
   const Tensor* c_;
   const Tensor* a_;
-  template <typename T>
-  void run_flat() {
-    const uint8_t* c = c_->as<const uint8_t>();
-    const T* a = a_->as<const T>();
-    const T* b = b_->as<const T>();
-    T* y = y_.as<T>();
-    const int64_t sc = steps_[0], sa = steps_[1], sb = steps_[2];
-    for (int64_t o = 0; o < y_.numel; ++o) y[o] = c[o * sc] ? a[o * sa] : b[o * sb];
-  }
-
   const Tensor* b_;
   std::vector<std::vector<int64_t>> strides_;
   std::vector<int64_t> steps_;
@@ -219,23 +243,15 @@ class CompareKernel : public Kernel {
   }
 
   void run(ThreadPool&, const Workspace&) override {
-    if (!steps_.empty()) {
-      switch (in_[0]->dtype) {
-        case DType::f32: return run_flat<float>();
-        case DType::i64: return run_flat<int64_t>();
-        case DType::boolean: return run_flat<uint8_t>();
-        default: break;
-      }
+    switch (in_[0]->dtype) {
+      case DType::f32: return run_typed<float>();
+      case DType::i64: return run_typed<int64_t>();
+      case DType::boolean: return run_typed<uint8_t>();
+      default: break;  // the other types through double, exact for each of them
     }
-    const bool ints = in_[0]->dtype == DType::i64;
     for_each(y_, strides_, [&](int64_t o, const std::vector<int64_t>& i) {
-      bool r;
-      if (ints && in_.size() == 2) {
-        r = compare(in_[0]->as<int64_t>()[i[0]], in_[1]->as<int64_t>()[i[1]]);
-      } else {
-        r = compare(load(*in_[0], i[0]), in_.size() == 2 ? load(*in_[1], i[1]) : 0.0);
-      }
-      y_.as<uint8_t>()[o] = r;
+      y_.as<uint8_t>()[o] =
+          compare(load(*in_[0], i[0]), in_.size() == 2 ? load(*in_[1], i[1]) : 0.0);
     });
   }
 
@@ -259,12 +275,16 @@ class CompareKernel : public Kernel {
 
   // A unary op reads its one input as both operands (step 0 for the second, ignored).
   template <typename T>
-  void run_flat() {
-    const T* a = in_[0]->as<const T>();
-    const T* b = in_.back()->as<const T>();
-    const int64_t sa = steps_[0], sb = in_.size() == 2 ? steps_[1] : 0;
-    uint8_t* y = y_.as<uint8_t>();
-    for (int64_t o = 0; o < y_.numel; ++o) y[o] = compare(a[o * sa], b[o * sb]);
+  void run_typed() {
+    const bool unary = in_.size() == 1;
+    for_each_run(y_, strides_, steps_, [&](int64_t o, const std::vector<int64_t>& i, int64_t n,
+                                           const std::vector<int64_t>& s) {
+      const T* a = in_[0]->as<const T>() + i[0];
+      const T* b = in_.back()->as<const T>() + i.back();
+      const int64_t sa = s[0], sb = unary ? 0 : s[1];
+      uint8_t* y = y_.as<uint8_t>() + o;
+      for (int64_t j = 0; j < n; ++j) y[j] = compare(a[j * sa], b[j * sb]);
+    });
   }
 
   const Tensor& y_;
