@@ -24,7 +24,6 @@ from onnxlens.backends.native.kernel_model import (
     NATIVE_CPU_MODEL,
     NATIVE_CUDA_MODEL,
     cuda_kernel_ops,
-    gemm_tile,
     tile_work,
 )
 from onnxlens.cli import app
@@ -322,22 +321,25 @@ def test_a_batched_matmul_is_a_gemm_per_matrix(tmp_path: Path) -> None:
 
 
 def test_a_gemm_computes_whole_tiles() -> None:
-    """The core's GEMM work over the product's own, by hand, on AVX-512's 8 x 32 tile:
+    """The core's GEMM work over the product's own, by hand, on AVX-512's 12 x 32 tile:
     512 x 49 (ResNet's last 3x3 convolutions) computes 32 + 16 columns and 1 narrow one at 4
     (52 of 49); 512 x 196 six tiles, then 4 narrow columns (192 + 16); 512 x 784, 24 tiles
     and a vector of 16 (exact); 512 x 25, 16 + a vector of 16 for 9 (no narrow run past 4);
     240 x 1 (a squeeze-excite 1x1 convolution of one pixel) one narrow column (4); 1 x 1000
-    (the classifier, a matrix-vector product) 1 x 1024; 17 rows are two tiles and a one-row
-    product (17); 10 rows, two tiles (16). The ISA's tile is ops.def's row."""
-    assert GEMM_TILES["avx512"] == (8, 32)
-    assert tile_work(512, 49, 8, 32) == pytest.approx(52 / 49)
-    assert tile_work(512, 196, 8, 32) == pytest.approx(208 / 196)
-    assert tile_work(512, 784, 8, 32) == 1
-    assert tile_work(512, 25, 8, 32) == pytest.approx(32 / 25)
-    assert tile_work(240, 1, 8, 32) == 4
-    assert tile_work(1, 1000, 8, 32) == pytest.approx(1.024)
-    assert tile_work(17, 32, 8, 32) == 1
-    assert tile_work(10, 32, 8, 32) == pytest.approx(1.6)
+    (the classifier, a matrix-vector product) 1 x 1024; 25 x 16 is two tiles of a vector
+    each and a one-row product 32 wide (24 x 16 + 32); 64 rows five tiles and one of 4 rows,
+    computed as 4 (exact: the 4 x 32 instance); 10 rows one tile of 10. The ISA's tile is
+    ops.def's row."""
+    assert GEMM_TILES["avx512"] == (12, 32)
+    assert tile_work(512, 49, 12, 32) == pytest.approx(52 / 49)
+    assert tile_work(512, 196, 12, 32) == pytest.approx(208 / 196)
+    assert tile_work(512, 784, 12, 32) == 1
+    assert tile_work(512, 25, 12, 32) == pytest.approx(32 / 25)
+    assert tile_work(240, 1, 12, 32) == 4
+    assert tile_work(1, 1000, 12, 32) == pytest.approx(1.024)
+    assert tile_work(25, 16, 12, 32) == pytest.approx((24 * 16 + 32) / (25 * 16))
+    assert tile_work(64, 3136, 12, 32) == 1
+    assert tile_work(10, 32, 12, 32) == 1
     assert tile_work(12, 49, 6, 16) == pytest.approx(52 / 49)  # AVX2: 3 x 16 + 1 narrow at 4
 
 
@@ -354,13 +356,11 @@ def test_attention_runs_as_the_planners_kernels(tmp_path: Path) -> None:
     qk, softmax, pv = (by_node[r.graph.producer[t]] for t in ("scores", "p", "y"))
     assert (qk.cls, softmax.cls, pv.cls) == ("gemm", "normalization", "gemm")
     # each a GEMM of s = 32 rows: Q·Kᵀ s columns, P·V d = 16, in whole vectors of nr / 2
-    # columns (16 and 32 columns on every ISA: whole vectors); the rows in tiles of mr, a last
-    # tile of more than one row computed whole: AVX-512's 8 and generic's 4 rows divide 32,
-    # AVX2's 6 take 5 tiles and one of 2 rows computed as 6: 36 rows
-    mr = gemm_tile()[0] if gemm_tile() else 1
-    rows = {1: 32, 4: 32, 8: 32, 6: 36}[mr]
-    assert qk.cost.macs == rows * s * d
-    assert pv.cost.macs == rows * d * s
+    # columns (16 and 32 columns on every ISA: whole vectors); the rows in tiles of mr and a
+    # last tile of its own rows (AVX-512's 12: 2 tiles and one of 8; AVX2's 6: 5 and one of
+    # 2), none of one row: exactly the product's MACs
+    assert qk.cost.macs == s * s * d
+    assert pv.cost.macs == s * d * s
     assert qk.cost.bytes_written == s * s * 4 == softmax.cost.bytes_read
     assert softmax.cost.bytes_written == s * s * 4
     assert pv.cost.bytes_read == (s * s + s * d) * 4

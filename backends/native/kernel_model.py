@@ -347,16 +347,16 @@ def tile_columns(n: int, nr: int) -> int:
 
 def tile_work(m: int, n: int, mr: int, nr: int) -> float:
     """The work of an m x n GEMM product over its own, as the core runs it (gemm.cpp `tile`):
-    tiles of mr rows over `tile_columns`; a last tile of fewer rows computes mr rows and nr
-    columns per tile, except a last tile of one row, which is a matrix-vector product
-    (gemv_panel, nr columns wide). AVX-512's 8 x 32 tile on ResNet-18's last convolutions (512
-    rows, 7·7 = 49 columns): 32 + 16 + 1 narrow columns, 52 charged, 1.06x; on a
-    squeeze-excite's 1x1 convolution of one pixel (240 rows, 1 column), 4x."""
+    every row over `tile_columns` (a last tile of fewer rows computes only its own: the
+    micro-kernel has an instance per row count), except a last tile of one row, which is a
+    matrix-vector product (gemv_panel, nr columns wide). AVX-512's 12 x 32 tile on ResNet-18's
+    last convolutions (512 rows, 7·7 = 49 columns): 32 + 16 + 1 narrow columns, 52 charged,
+    1.06x; on a squeeze-excite's 1x1 convolution of one pixel (240 rows, 1 column), 4x."""
     if m <= 0 or n <= 0:
         return 1.0
-    rest = m % mr
+    gemv = 1 if m % mr == 1 else 0
     padded = -(-n // nr) * nr
-    work = m // mr * mr * tile_columns(n, nr) + (rest if rest <= 1 else mr) * padded
+    work = (m - gemv) * tile_columns(n, nr) + gemv * padded
     return work / (m * n)
 
 

@@ -54,24 +54,24 @@ inline TileEpilogue tile_epilogue(const GemmC& c, int64_t i, int64_t j) {
   return e;
 }
 
-// The micro-kernel over n columns of a full-height tile: the columns past its whole vectors
+// The micro-kernel over m rows and n columns of a tile: the columns past its whole vectors
 // (nr / 2 wide), when they are few, run narrow (gemm_ucols) instead of as a whole vector.
 void columns(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, float* c,
-             int64_t ldc, bool acc, const TileEpilogue* e, int64_t n) {
+             int64_t ldc, bool acc, const TileEpilogue* e, int64_t n, int64_t m) {
   const int64_t narrow = n % (s.nr / 2);
   if (narrow == 0 || narrow > kNarrowCols) {
-    s.gemm_ukernel(kc, ap, bp, c, ldc, acc, e, n);
+    s.gemm_ukernel(kc, ap, bp, c, ldc, acc, e, n, m);
     return;
   }
   const int64_t wide = n - narrow;
-  if (wide > 0) s.gemm_ukernel(kc, ap, bp, c, ldc, acc, e, wide);
+  if (wide > 0) s.gemm_ukernel(kc, ap, bp, c, ldc, acc, e, wide, m);
   TileEpilogue shifted{};
   if (e) {
     shifted = *e;
     if (shifted.col_bias) shifted.col_bias += wide;
     if (shifted.residual) shifted.residual += wide;
   }
-  s.gemm_ucols(kc, ap, bp + wide, c + wide, ldc, acc, e ? &shifted : nullptr, narrow);
+  s.gemm_ucols(kc, ap, bp + wide, c + wide, ldc, acc, e ? &shifted : nullptr, narrow, m);
 }
 
 // One micro-tile at C(i, j) of m x n valid elements; the last K block also runs a fast
@@ -80,7 +80,7 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, co
           int64_t i, int64_t j, int64_t m, int64_t n, bool acc, bool last, float* buf) {
   TileEpilogue e{};
   const bool fused = last && c.fast != nullptr;
-  if (m == s.mr) {
+  if (m > 1) {
     // Straight from the micro-kernel, masked to each run of contiguous columns. A run from
     // column t0 > 0 (the tile crosses from one image to the next) reads B from lane t0 on:
     // its lanes past the run read the next K row, or past the panel into the workspace's
@@ -91,30 +91,25 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, co
       while (t1 < n && contiguous(c, j + t0, t1 - t0 + 1)) ++t1;
       if (fused) e = tile_epilogue(c, i, j + t0);
       columns(s, kc, ap, bp + t0, c_at(c, i, j + t0), c.ldc, acc, fused ? &e : nullptr,
-              t1 - t0);
+              t1 - t0, m);
       t0 = t1;
     }
     return;
   }
+  // One row: a matrix-vector product (batch-1 classifier), or the last row of M.
   if (fused) e = tile_epilogue(c, i, j);
-  if (m == 1) {  // a matrix-vector product (batch-1 classifier), or the last row of M
-    s.gemv_panel(kc, ap, s.mr, bp, buf);
-  } else {
-    s.gemm_ukernel(kc, ap, bp, buf, s.nr, false, nullptr, s.nr);
-  }
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t t = 0; t < n; ++t) {
-      float* dst = c_at(c, i + r, j + t);
-      float v = acc ? *dst + buf[r * s.nr + t] : buf[r * s.nr + t];
-      if (fused) {
-        v = v * (e.row_scale ? e.row_scale[r] : 1.0f) + (e.row_bias ? e.row_bias[r] : 0.0f) +
-            (e.col_bias ? e.col_bias[t] : 0.0f);
-        if (c.fast->residual) v += c.fast->residual[dst - c.out_base];
-        v = v > e.lo ? v : (v < e.lo ? e.lo : v);  // max, keeping NaN
-        v = v < e.hi ? v : (v > e.hi ? e.hi : v);
-      }
-      *dst = v;
+  s.gemv_panel(kc, ap, s.mr, bp, buf);
+  for (int64_t t = 0; t < n; ++t) {
+    float* dst = c_at(c, i, j + t);
+    float v = acc ? *dst + buf[t] : buf[t];
+    if (fused) {
+      v = v * (e.row_scale ? e.row_scale[0] : 1.0f) + (e.row_bias ? e.row_bias[0] : 0.0f) +
+          (e.col_bias ? e.col_bias[t] : 0.0f);
+      if (c.fast->residual) v += c.fast->residual[dst - c.out_base];
+      v = v > e.lo ? v : (v < e.lo ? e.lo : v);  // max, keeping NaN
+      v = v < e.hi ? v : (v > e.hi ? e.hi : v);
     }
+    *dst = v;
   }
 }
 
