@@ -344,7 +344,9 @@ def _attention() -> Op:
     # soft-caps them, c·tanh(scores / c).
     alibi = op("Reshape", op("Add", scores, ANY), ANY)
     capped = op("Mul", op("Tanh", op("Div", scores, ANY, **scaled)), ANY, **scaled)
-    biased = optional(op("Add", Alt((capped, alibi, scores)), mask))  # mask or position bias
+    # MPNet adds its relative position bias, then the mask.
+    positioned = op("Add", scores, ANY)
+    biased = optional(op("Add", Alt((capped, alibi, positioned, scores)), mask))
     # Swin's shifted windows add their mask in a 5-D view of the scores.
     swin = op("Reshape", op("Add", op("Reshape", biased, ANY), ANY), ANY)
     # HF DeBERTa: masked_fill(~mask, min) of the scores plus the disentangled relative-position

@@ -124,3 +124,29 @@ def test_deberta_disentangled_attention(tmp_path: Path, dynamo: bool,
         ops = Counter(result.graph.info(k).op_type for k in group.nodes)
         assert ops["Softmax"] == 1 and ops["MatMul"] == 2 and ops["GatherElements"] == 0
         assert result.group_costs[group.id].cost.macs == 2 * SEQ * SEQ * HIDDEN
+
+
+def test_mpnet_relative_position_bias(tmp_path: Path) -> None:
+    """HF MPNet adds its relative position bias to the scaled scores, then the mask: one
+    attention group a layer, Q·Kᵀ and P·V (2·S²·H MACs, hand count), the bias's bucketing
+    (Log, Where, ...) outside it."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.MPNetModel(transformers.MPNetConfig(
+        hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HIDDEN // 16,
+        intermediate_size=2 * HIDDEN, vocab_size=64, max_position_embeddings=64)).eval()
+    path = tmp_path / "mpnet.onnx"
+    with torch.no_grad():
+        torch.onnx.export(model, (torch.randint(0, 64, (1, SEQ)),
+                                  torch.ones(1, SEQ, dtype=torch.int64)), str(path),
+                          dynamo=False, input_names=["input_ids", "attention_mask"])
+    result = onnxlens.analyze(path)
+    check_groups(result.graph, result.groups)
+    attention = [g for g in result.groups if ATTENTION in g.pattern]
+    assert len(attention) == LAYERS
+    for group in attention:
+        ops = Counter(result.graph.info(k).op_type for k in group.nodes)
+        assert ops["Softmax"] == 1 and ops["MatMul"] == 2 and ops["Log"] == 0
+        assert result.group_costs[group.id].cost.macs == 2 * SEQ * SEQ * HIDDEN
