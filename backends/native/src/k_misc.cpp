@@ -6,6 +6,7 @@
 // Where(IsNaN(p), 0, p), [heads, S, S] each, and DeBERTa masks its scores with a [1, 1, S, S]
 // mask, on the hot path of HF exports (the per-element odometer took ~5 ns an element).
 #include <cstring>
+#include <type_traits>
 
 #include "ewprog.h"
 #include "kernel.h"
@@ -227,6 +228,40 @@ class WhereKernel : public Kernel {
 
 enum class Cmp { Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Not, IsNaN };
 
+template <Cmp op, typename T>
+bool compare(T a, T b) {
+  if constexpr (op == Cmp::Equal) return a == b;
+  if constexpr (op == Cmp::Less) return a < b;
+  if constexpr (op == Cmp::Greater) return a > b;
+  if constexpr (op == Cmp::LessOrEqual) return a <= b;
+  if constexpr (op == Cmp::GreaterOrEqual) return a >= b;
+  if constexpr (op == Cmp::And) return a != 0 && b != 0;
+  if constexpr (op == Cmp::Or) return a != 0 || b != 0;
+  if constexpr (op == Cmp::Xor) return (a != 0) != (b != 0);
+  if constexpr (op == Cmp::Not) return a == 0;
+  if constexpr (op == Cmp::IsNaN) return a != a;  // NaN is the one value unequal to itself
+  return false;
+}
+
+// Calls f(std::integral_constant<Cmp, op>) for the run-time `op`: each loop then compiles for
+// one comparison and vectorizes (IsNaN of [4, 197, 197]: 134 -> 20 us; with the comparison
+// chosen per element, reading op_ again after every bool store, it did not).
+template <typename F>
+void with_cmp(Cmp op, F f) {
+  switch (op) {
+    case Cmp::Equal: return f(std::integral_constant<Cmp, Cmp::Equal>{});
+    case Cmp::Less: return f(std::integral_constant<Cmp, Cmp::Less>{});
+    case Cmp::Greater: return f(std::integral_constant<Cmp, Cmp::Greater>{});
+    case Cmp::LessOrEqual: return f(std::integral_constant<Cmp, Cmp::LessOrEqual>{});
+    case Cmp::GreaterOrEqual: return f(std::integral_constant<Cmp, Cmp::GreaterOrEqual>{});
+    case Cmp::And: return f(std::integral_constant<Cmp, Cmp::And>{});
+    case Cmp::Or: return f(std::integral_constant<Cmp, Cmp::Or>{});
+    case Cmp::Xor: return f(std::integral_constant<Cmp, Cmp::Xor>{});
+    case Cmp::Not: return f(std::integral_constant<Cmp, Cmp::Not>{});
+    case Cmp::IsNaN: return f(std::integral_constant<Cmp, Cmp::IsNaN>{});
+  }
+}
+
 class CompareKernel : public Kernel {
  public:
   CompareKernel(const KernelContext& ctx, Cmp op) : y_(ctx.output(0)), op_(op) {
@@ -249,41 +284,30 @@ class CompareKernel : public Kernel {
       case DType::boolean: return run_typed<uint8_t>();
       default: break;  // the other types through double, exact for each of them
     }
-    for_each(y_, strides_, [&](int64_t o, const std::vector<int64_t>& i) {
-      y_.as<uint8_t>()[o] =
-          compare(load(*in_[0], i[0]), in_.size() == 2 ? load(*in_[1], i[1]) : 0.0);
+    with_cmp(op_, [&](auto op) {
+      for_each(y_, strides_, [&](int64_t o, const std::vector<int64_t>& i) {
+        y_.as<uint8_t>()[o] = compare<decltype(op)::value>(
+            load(*in_[0], i[0]), in_.size() == 2 ? load(*in_[1], i[1]) : 0.0);
+      });
     });
   }
 
  private:
-  template <typename T>
-  bool compare(T a, T b) const {
-    switch (op_) {
-      case Cmp::Equal: return a == b;
-      case Cmp::Less: return a < b;
-      case Cmp::Greater: return a > b;
-      case Cmp::LessOrEqual: return a <= b;
-      case Cmp::GreaterOrEqual: return a >= b;
-      case Cmp::And: return a != 0 && b != 0;
-      case Cmp::Or: return a != 0 || b != 0;
-      case Cmp::Xor: return (a != 0) != (b != 0);
-      case Cmp::Not: return a == 0;
-      case Cmp::IsNaN: return a != a;  // NaN is the one value unequal to itself
-    }
-    return false;
-  }
-
   // A unary op reads its one input as both operands (step 0 for the second, ignored).
   template <typename T>
   void run_typed() {
     const bool unary = in_.size() == 1;
-    for_each_run(y_, strides_, steps_, [&](int64_t o, const std::vector<int64_t>& i, int64_t n,
-                                           const std::vector<int64_t>& s) {
-      const T* a = in_[0]->as<const T>() + i[0];
-      const T* b = in_.back()->as<const T>() + i.back();
-      const int64_t sa = s[0], sb = unary ? 0 : s[1];
-      uint8_t* y = y_.as<uint8_t>() + o;
-      for (int64_t j = 0; j < n; ++j) y[j] = compare(a[j * sa], b[j * sb]);
+    with_cmp(op_, [&](auto op) {
+      for_each_run(y_, strides_, steps_, [&](int64_t o, const std::vector<int64_t>& i,
+                                             int64_t n, const std::vector<int64_t>& s) {
+        const T* a = in_[0]->as<const T>() + i[0];
+        const T* b = in_.back()->as<const T>() + i.back();
+        const int64_t sa = s[0], sb = unary ? 0 : s[1];
+        uint8_t* y = y_.as<uint8_t>() + o;
+        for (int64_t j = 0; j < n; ++j) {
+          y[j] = compare<decltype(op)::value>(a[j * sa], b[j * sb]);
+        }
+      });
     });
   }
 
