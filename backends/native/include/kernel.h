@@ -126,6 +126,19 @@ decltype(Body) isa_build(const SimdKernels& simd) {
   return &Builds::template generic<Body>;
 }
 
+// Calls f(T{}) with T the unsigned integer of `size` bytes (1, 2, 4, else 8): kernels that
+// move elements as bits of their width, whatever their type (Where, GatherElements, strided
+// copies).
+template <typename F>
+void with_width(int64_t size, F f) {
+  switch (size) {
+    case 1: return f(uint8_t{});
+    case 2: return f(uint16_t{});
+    case 4: return f(uint32_t{});
+    default: return f(uint64_t{});
+  }
+}
+
 // Each kernel family adds its ops; registering an op twice is an error.
 void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f);
 void register_conv(KernelRegistry& r);

@@ -25,12 +25,7 @@ void copy_run(char* dst, const char* src, int64_t n, int64_t stride, int64_t siz
     std::memcpy(dst, src, static_cast<size_t>(n * size));
     return;
   }
-  switch (size) {
-    case 1: return strided<uint8_t>(dst, src, n, stride);
-    case 2: return strided<uint16_t>(dst, src, n, stride);
-    case 4: return strided<uint32_t>(dst, src, n, stride);
-    default: return strided<uint64_t>(dst, src, n, stride);
-  }
+  with_width(size, [&](auto bits) { strided<decltype(bits)>(dst, src, n, stride); });
 }
 
 int64_t outer_size(const Tensor& t, int64_t axis) {
@@ -334,12 +329,7 @@ class GatherElementsKernel : public Kernel {
   }
 
   void run(ThreadPool&, const Workspace&) override {
-    switch (size_) {  // elements copied as bits of their width
-      case 1: return gather<uint8_t>();
-      case 2: return gather<uint16_t>();
-      case 4: return gather<uint32_t>();
-      default: return gather<uint64_t>();
-    }
+    with_width(size_, [&](auto bits) { gather<decltype(bits)>(); });
   }
 
  private:

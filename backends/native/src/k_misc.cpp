@@ -195,12 +195,7 @@ class WhereKernel : public Kernel {
   }
 
   void run(ThreadPool&, const Workspace&) override {
-    switch (size_) {  // values copied as bits of their width
-      case 1: return run_typed<uint8_t>();
-      case 2: return run_typed<uint16_t>();
-      case 4: return run_typed<uint32_t>();
-      default: return run_typed<uint64_t>();
-    }
+    with_width(size_, [&](auto bits) { run_typed<decltype(bits)>(); });
   }
 
  private:
