@@ -48,8 +48,9 @@ def model_of(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray],
 
 
 def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray], rtol: float = 1e-4,
-          atol: float = 1e-5, oracle: str = "reference") -> None:
-    """native-cpu on every instruction set equals onnx.reference (or ONNX Runtime)."""
+          atol: float = 1e-5, oracle: str = "reference", threads: int = 1) -> None:
+    """native-cpu at `threads` on every instruction set equals onnx.reference (or ONNX
+    Runtime)."""
     if oracle == "ort":
         import onnxruntime
 
@@ -60,7 +61,7 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray], rtol: float = 1
         want = ReferenceEvaluator(model).run(None, inputs)
     names = [o.name for o in model.graph.output]
     for isa in ISAS:
-        backend = NativeCpuBackend(1, isa)
+        backend = NativeCpuBackend(threads, isa)
         backend.prepare(model)
         got = backend.run(inputs)
         for name, w in zip(names, want, strict=True):
@@ -272,12 +273,7 @@ def test_matmul_constant_b_past_one_block(epilogue: str) -> None:
                  helper.make_node(epilogue, ["s"], ["y"])]
         model = model_of(nodes, feeds, weights, ["y"])
         check(model, feeds)
-        want = ReferenceEvaluator(model).run(None, feeds)[0]
-        for isa in ISAS:
-            backend = NativeCpuBackend(2, isa)
-            backend.prepare(model)
-            np.testing.assert_allclose(backend.run(feeds)["y"], want, rtol=1e-4,
-                                       atol=1e-5 * float(np.abs(want).max()), err_msg=isa)
+        check(model, feeds, threads=2)
 
 
 @pytest.mark.parametrize(("images", "side"), [(1, 7), (1, 14), (2, 7), (2, 10), (1, 20)])
@@ -292,13 +288,7 @@ def test_conv_two_threads(images: int, side: int) -> None:
     weights = {"w": rand(rng, 50, 8, 3, 3), "b": rand(rng, 50)}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]
-    model = model_of(nodes, feeds, weights, ["y"])
-    want = ReferenceEvaluator(model).run(None, feeds)[0]
-    for isa in ISAS:
-        backend = NativeCpuBackend(2, isa)
-        backend.prepare(model)
-        np.testing.assert_allclose(backend.run(feeds)["y"], want, rtol=1e-4,
-                                   atol=1e-5 * float(np.abs(want).max()), err_msg=isa)
+    check(model_of(nodes, feeds, weights, ["y"]), feeds, threads=2)
 
 
 # ---- kernels, by family -----------------------------------------------------------------------
