@@ -30,16 +30,22 @@ def _name(node: NodeInfo, i: int) -> str | None:
     return t.name if t is not None and t.name else None
 
 
+def _norm_outputs(node: NodeInfo, low: Lowering, x: str, skip: bool) -> tuple[str, list[str]]:
+    """A norm's output y and, for a Skip norm, its sum x + skip (output 3, x's shape) where the
+    graph reads it; the mean and inv_std_var outputs ([..., 1]) are refused by name."""
+    y, *rest = [t.name for t in node.outputs]  # the graph keeps the named outputs only
+    sums = [n for n in rest if skip and low.shape(n) == low.shape(x)]
+    if len(sums) != len(rest):
+        raise Unsupported(f"{node.op_type}'s mean / inv_std_var outputs")
+    return y, sums
+
+
 def rms_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
     """y = x / sqrt(mean(x^2) + eps) * gamma (Skip: over x + skip (+ bias), that sum output 3)."""
     skip = node.op_type == "SkipSimplifiedLayerNormalization"
     _require_float(node, *node.inputs[:4 if skip else 2])
     x = node.inputs[0].name
-    y, *rest = [t.name for t in node.outputs]  # the graph keeps the named outputs only
-    # Skip's outputs 1 and 2 (mean, inv_std_var) are [..., 1]; output 3, the sum, is x's shape.
-    sums = [n for n in rest if skip and low.shape(n) == low.shape(x)]
-    if len(sums) != len(rest):
-        raise Unsupported(f"{node.op_type}'s mean / inv_std_var outputs")
+    y, sums = _norm_outputs(node, low, x, skip)
     if skip:
         ins, axis = [x, _name(node, 2), _name(node, 1), _name(node, 3)], len(low.shape(x)) - 1
     else:
@@ -55,11 +61,8 @@ def skip_layer_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
     kernel, written to output 3 when the graph reads it, else to a scratch tensor."""
     _require_float(node, *node.inputs[:5])
     x = node.inputs[0].name
-    y, *rest = [t.name for t in node.outputs]  # the graph keeps the named outputs only
+    y, sums = _norm_outputs(node, low, x, skip=True)
     shape = low.shape(x)
-    sums = [n for n in rest if low.shape(n) == shape]  # mean and inv_std_var are [..., 1]
-    if len(sums) != len(rest):
-        raise Unsupported("SkipLayerNormalization's mean / inv_std_var outputs")
     total = sums[0] if sums else f"{y}::skip_sum"
     if not sums:
         low.twins[total] = TensorInfo(total, FLOAT, shape)
