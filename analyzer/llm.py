@@ -56,12 +56,10 @@ class WindowedCache:
     window: int | None  # local_window_size of a `sliding_window_cache` attention; None: unbounded
     layers: int
 
-    def past(self, past: int) -> int:
-        """The past dim at a phase's `past` tokens: a window cache is its capacity, W."""
-        return past if self.window is None else self.window
-
-    def tokens_held(self, context_len: int) -> int:
-        return context_len if self.window is None else self.window
+    def tokens_held(self, tokens: int) -> int:
+        """What a layer keeps of `tokens` (a phase's past dim, or the cache at a context): a
+        window cache its capacity, W, whatever the count."""
+        return tokens if self.window is None else self.window
 
 
 @dataclass(frozen=True)
@@ -241,7 +239,7 @@ def _named_dim(by_name: Mapping[str, TensorInfo], names: Sequence[str], axis: in
 
 def phase_dims(layout: KvLayout, *, new: int, past: int) -> dict[str, int]:
     """The named dims of one forward step: `new` tokens on top of `past` cached ones."""
-    dims = {layout.past_dim: past} | {w.past_dim: w.past(past) for w in layout.windowed
+    dims = {layout.past_dim: past} | {w.past_dim: w.tokens_held(past) for w in layout.windowed
                                       if isinstance(w.past_dim, str)}
     if layout.head_dim_name:
         dims[layout.head_dim_name] = layout.head_dim
