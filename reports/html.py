@@ -501,10 +501,12 @@ def _llm_section(d: dict[str, Any]) -> str:
     llm = d.get("llm")
     if not llm:
         return ""
-    layout = (f"<p>{llm['layers']} layers, {llm['kv_heads']} KV heads x {llm['head_dim']}, "
-              f"KV cache {esc(binary(llm['kv_cache_bytes_per_token']))}/token, batch "
-              f"{llm['batch']}" + "".join(f", {w['layers']} layer(s) with a {w['window']}-token "
-                                          "window" for w in llm.get("sliding_window", [])) + "</p>")
+    # Escaped whole: a saved JSON (`onnxlens report`) is read back as it is.
+    layout = "<p>" + esc(f"{llm['layers']} layers, {llm['kv_heads']} KV heads x "
+                         f"{llm['head_dim']}, KV cache {binary(llm['kv_cache_bytes_per_token'])}"
+                         f"/token, batch {llm['batch']}" + "".join(
+                             f", {w['layers']} layer(s) with a {w['window']}-token window"
+                             for w in llm.get("sliding_window", []))) + "</p>"
     phases = [(f"prefill {llm['prefill']['prompt_len']}", llm["prefill"])] + [
         (f"decode @{r['context_len']}", r) for r in llm.get("context_sweep") or [llm["decode"]]]
     rows = [[name + ("" if phase.get("complete", True) else " (incomplete)"), hw,
