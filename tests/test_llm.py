@@ -239,3 +239,8 @@ def test_the_html_report_has_the_llm_view(decoder: str) -> None:
     assert 'id="llm"' in page and "prefill 8" in page and "decode @32" in page
     assert "16.00 KiB" in page  # binary(32 * 512)
     assert f"{LAYERS} layers, {KV_HEADS} KV heads x {HEAD_DIM}" in page
+    # A saved JSON is read back as it is: what it says is text on the page.
+    crafted = result.to_dict()
+    crafted["llm"]["sliding_window"] = [{"layers": "<b>x</b>", "window": 4}]
+    page = render_html(crafted)
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt; layer(s)" in page
