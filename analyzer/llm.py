@@ -30,6 +30,17 @@ keeps it as a buffer of fixed capacity, past and present alike, and refuses one 
 cache capacity (0) must be at least local_window_size"), even at prefill: such a layer's past
 dim is W in every phase (the builder's runtime adds `cache_slack`, 0 by default), and it holds W
 tokens at any context. A decode step attends exactly W keys there (checked against ORT).
+
+The decoder of an encoder-decoder (T5, BART, Marian, Whisper: optimum's decoder-with-past names
+`past_key_values.N.decoder.key` its self-attention cache and `past_key_values.N.encoder.key` its
+cross-attention cache; onnxruntime-genai's Whisper `past_key_self_N` / `past_key_cross_N`) holds
+two caches. The self-attention one grows a token a step, as above. The cross-attention one is
+the K and V of the encoder's output, computed once per input and only read by every step: it
+holds the encoder's tokens, whatever the context, so it is not in kv_cache_bytes_per_token:
+
+    cross_kv_cache_bytes = 2 × layers × kv_heads × head_dim × element bytes × encoder tokens
+
+JSON `llm.cross_attention` gives its per-encoder-token bytes; memory at a context adds it once.
 """
 
 from __future__ import annotations
@@ -42,9 +53,23 @@ from .errors import UsageError
 from .graph import ModelGraph
 from .ir import TensorInfo, dtype_bytes
 
-# `past_key_values.3.key`, `past.3.value`, `past_key_values_3_key`; and `past_key` (one layer).
-_LAYER_KV = re.compile(r"^past(?:_key_values)?[._](\d+)[._](key|value)$")
-_SINGLE_KV = re.compile(r"^past_(key|value)$")
+# `past_key_values.3.key`, `past.3.value`, `past_key_values_3_key`, an encoder-decoder's
+# `past_key_values.3.decoder.key` (self) / `.encoder.key` (cross); `past_key` (one layer) and
+# `past_key_self_3` / `past_key_cross_3` (onnxruntime-genai's Whisper).
+_CACHE_NAMES = (
+    re.compile(r"^past(?:_key_values)?[._](?P<layer>\d+)[._](?:(?P<side>decoder|encoder)[._])?"
+               r"(?P<kv>key|value)$"),
+    re.compile(r"^past_(?P<kv>key|value)(?:_(?P<side>self|cross)_(?P<layer>\d+))?$"),
+)
+_CROSS_SIDES = ("encoder", "cross")
+
+
+def _cache_slot(name: str) -> tuple[int, bool] | None:
+    """(layer, is cross-attention) of a KV-cache input's name; None for any other input."""
+    for pattern in _CACHE_NAMES:
+        if m := pattern.match(name):
+            return int(m["layer"] or 0), m["side"] in _CROSS_SIDES
+    return None
 
 
 @dataclass(frozen=True)
@@ -63,6 +88,30 @@ class WindowedCache:
 
 
 @dataclass(frozen=True)
+class CrossCache:
+    """An encoder-decoder's cross-attention cache: the encoder output's K and V, one per layer,
+    made once per input and read by every decoder step."""
+
+    encoder_len: str | int  # the encoder's tokens (a name until pinned)
+    layers: int
+    kv_heads: int
+    head_dim: int
+    element_bytes: int
+
+    @property
+    def bytes_per_encoder_token(self) -> int:
+        # key and value, for every layer: 2 · L · H_kv · d · bytes
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.element_bytes
+
+    def as_dict(self) -> dict[str, object]:
+        return {"layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
+                "encoder_len": self.encoder_len,
+                "kv_cache_bytes_per_encoder_token": self.bytes_per_encoder_token,
+                "note": "held once per input at the encoder's length, whatever the context; "
+                        "not in kv_cache_bytes_per_token"}
+
+
+@dataclass(frozen=True)
 class KvLayout:
     """Where a decoder keeps its cache, and what one token of it weighs."""
 
@@ -76,6 +125,8 @@ class KvLayout:
     head_dim_name: str | None = None  # a head dim the inputs name (kv_cache_dim), pinned too
     batch: int | None = None  # the batch the cache inputs fix (pinned by --dim); None: named
     windowed: tuple[WindowedCache, ...] = ()  # layers with a past dim other than past_dim
+    cross: CrossCache | None = None  # an encoder-decoder's cross-attention cache
+    fixed_new: int | None = None  # the new tokens a step where the export fixed them (no new_dim)
 
     @property
     def kv_cache_bytes_per_token(self) -> int:
@@ -95,16 +146,19 @@ class KvLayout:
                 "dims": {"past": self.past_dim, "new": self.new_dim, "total": self.total_dim},
                 **({"sliding_window": [{"window": w.window, "layers": w.layers}
                                        for w in self.windowed]}
-                   if self.windowed else {})}
+                   if self.windowed else {}),
+                **({"cross_attention": self.cross.as_dict()} if self.cross else {})}
 
 
-def kv_cache_inputs(inputs: Sequence[TensorInfo]) -> dict[int, list[TensorInfo]]:
-    """The cache inputs by layer index (a lone past_key/past_value is layer 0)."""
+def kv_cache_inputs(inputs: Sequence[TensorInfo], *, cross: bool = False
+                    ) -> dict[int, list[TensorInfo]]:
+    """The self-attention (or, `cross`, the cross-attention) cache inputs by layer index (a
+    lone past_key/past_value is layer 0)."""
     layers: dict[int, list[TensorInfo]] = {}
     for t in inputs:
-        m = _LAYER_KV.match(t.name)
-        if m or _SINGLE_KV.match(t.name):
-            layers.setdefault(int(m.group(1)) if m else 0, []).append(t)
+        slot = _cache_slot(t.name)
+        if slot is not None and slot[1] == cross:
+            layers.setdefault(slot[0], []).append(t)
     return layers
 
 
@@ -116,10 +170,7 @@ def kv_layout(inputs: Sequence[TensorInfo], graph: ModelGraph | None = None) -> 
     if not layers:
         return None
     keys = [ts[0] for ts in layers.values()]
-    for t in keys:
-        if t.shape is None or len(t.shape) != 4:
-            raise UsageError(f"KV-cache input {t.name!r}: expected a 4-D [batch, kv_heads, "
-                             f"past_sequence_length, head_dim] shape, found {t.shape}")
+    _check_4d(keys)
     windows = {t.name: _cache_window(graph, t.name) if graph is not None else None
                for t in keys}
     # The layout's past dim is an unbounded layer's (a sliding layer's when all slide)
@@ -140,7 +191,30 @@ def kv_layout(inputs: Sequence[TensorInfo], graph: ModelGraph | None = None) -> 
                     _named_dim(by_name, ("input_ids", "inputs_embeds"), 1, past),
                     _named_dim(by_name, ("attention_mask",), -1, past), head_dim_name,
                     batch if isinstance(batch, int) else None,
-                    _windowed(keys, windows, past))
+                    _windowed(keys, windows, past), _cross_cache(inputs),
+                    _fixed_dim(by_name, ("input_ids", "inputs_embeds"), 1))
+
+
+def _check_4d(keys: Sequence[TensorInfo]) -> None:
+    for t in keys:
+        if t.shape is None or len(t.shape) != 4:
+            raise UsageError(f"KV-cache input {t.name!r}: expected a 4-D [batch, kv_heads, "
+                             f"past_sequence_length, head_dim] shape, found {t.shape}")
+
+
+def _cross_cache(inputs: Sequence[TensorInfo]) -> CrossCache | None:
+    """The cross-attention cache of an encoder-decoder's decoder, from its first key input."""
+    layers = kv_cache_inputs(inputs, cross=True)
+    if not layers:
+        return None
+    keys = [ts[0] for ts in layers.values()]
+    _check_4d(keys)
+    _, kv_heads, encoder_len, head_dim = keys[0].shape
+    if not isinstance(kv_heads, int) or not isinstance(head_dim, int):
+        raise UsageError(f"cross-attention cache input {keys[0].name!r}: kv_heads and head_dim "
+                         f"(dims 1 and 3) must be numbers, found {keys[0].shape}")
+    return CrossCache(encoder_len, len(layers), kv_heads, head_dim,
+                      dtype_bytes(keys[0].elem_type))
 
 
 def _windowed(keys: Sequence[TensorInfo], windows: Mapping[str, int | None], past: str
@@ -204,7 +278,7 @@ def several_past_dims(shapes: Mapping[str, Sequence[object]]) -> bool:
 def _cache_shapes(shapes: Mapping[str, Sequence[object]]) -> list[tuple[str, Sequence[object]]]:
     """The 4-D KV-cache inputs of `shapes` (input name -> declared shape)."""
     return [(name, shape) for name, shape in shapes.items()
-            if (_LAYER_KV.match(name) or _SINGLE_KV.match(name)) and len(shape) == 4]
+            if _cache_slot(name) is not None and len(shape) == 4]
 
 
 def unpinned_head_dims(shapes: Mapping[str, Sequence[object]], dims: Mapping[str, int]
@@ -237,6 +311,15 @@ def _named_dim(by_name: Mapping[str, TensorInfo], names: Sequence[str], axis: in
     return None
 
 
+def _fixed_dim(by_name: Mapping[str, TensorInfo], names: Sequence[str], axis: int
+               ) -> int | None:
+    for name in names:
+        t = by_name.get(name)
+        if t is not None and t.shape and isinstance(t.shape[axis], int):
+            return t.shape[axis]
+    return None
+
+
 def phase_dims(layout: KvLayout, *, new: int, past: int) -> dict[str, int]:
     """The named dims of one forward step: `new` tokens on top of `past` cached ones."""
     dims = {layout.past_dim: past} | {w.past_dim: w.tokens_held(past) for w in layout.windowed
@@ -262,10 +345,22 @@ def decode_dims(layout: KvLayout, context_len: int) -> dict[str, int]:
 
 
 def memory_at_context(layout: KvLayout, *, weight_bytes: int, batch: int, context_len: int,
-                      activation_bytes: int | None) -> dict[str, int | None]:
-    """Weights + KV cache + activations at a context length (bytes)."""
+                      activation_bytes: int | None, encoder_len: int = 0
+                      ) -> dict[str, int | None]:
+    """Weights + KV cache (+ an encoder-decoder's cross-attention cache at `encoder_len`) +
+    activations at a context length (bytes)."""
     per_layer_token = layout.kv_cache_bytes_per_token // layout.layers
     kv = batch * layout.tokens_held(context_len) * per_layer_token
-    total = weight_bytes + kv + activation_bytes if activation_bytes is not None else None
+    cross = batch * encoder_len * layout.cross.bytes_per_encoder_token if layout.cross else 0
+    total = (weight_bytes + kv + cross + activation_bytes if activation_bytes is not None
+             else None)
     return {"weights_bytes": weight_bytes, "kv_cache_bytes": kv,
+            **({"cross_kv_cache_bytes": cross} if layout.cross else {}),
             "activation_bytes": activation_bytes, "total_bytes": total}
+
+
+def unpinned_encoder_len(layout: KvLayout, dims: Mapping[str, int]) -> str | None:
+    """The cross-attention cache's length dim when neither the model nor `--dim` fixes it: the
+    phases cannot choose it (a Whisper encoder holds 1500 tokens, a translation its source)."""
+    dim = layout.cross.encoder_len if layout.cross else None
+    return dim if isinstance(dim, str) and dim not in dims else None

@@ -92,16 +92,24 @@ def _kv_layout(result: AnalysisResult, asked: object, dims: dict[str, int] | Non
                ) -> KvLayout | None:
     """The cache layout of the analyzed inputs. When `--dim` pinned a cache dim the phases
     need named, there is no LLM view (a warning says so) unless one was asked for."""
-    from .analyzer.llm import kv_layout
+    from .analyzer.llm import kv_layout, unpinned_encoder_len
 
     try:
-        return kv_layout(result.declared_inputs, result.graph)
+        layout = kv_layout(result.declared_inputs, result.graph)
     except UsageError as e:
         if asked or not dims:
             raise
         result.warnings.append(f"no LLM view: --dim pins a KV-cache dim the prefill and decode "
                                f"phases pin themselves ({e})")
         return None
+    if layout is not None and (encoder := unpinned_encoder_len(layout, dims or {})):
+        why = (f"the cross-attention cache's length is the encoder's: pin it with --dim "
+               f"{encoder}=N")
+        if asked:
+            raise UsageError(f"--prompt-len / --context-len: {why}")
+        result.warnings.append(f"no LLM view: {why}")
+        return None
+    return layout
 
 
 def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
@@ -136,6 +144,15 @@ def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
                                   if e.latency_s > 0 else None}
                               for k, e in est.items()}}, r
 
+    cross_len = layout.cross.encoder_len if layout.cross else 0
+    encoder_len = others[cross_len] if isinstance(cross_len, str) else cross_len
+    if layout.new_dim is None and layout.fixed_new is not None and layout.fixed_new != prompt_len:
+        # An export traced at one new token (optimum's decoder-with-past): its "prefill" is
+        # that step on an empty cache, and its tokens/s counts what it took.
+        result.warnings.append(f"LLM view: the model takes {layout.fixed_new} new token(s) a "
+                               f"step (fixed by its export), so prefill is {layout.fixed_new}, "
+                               f"not {prompt_len}")
+        prompt_len = layout.fixed_new
     prefill, pre = phase(prefill_dims(layout, prompt_len), prompt_len)
     prefill["prompt_len"] = prompt_len
     decodes = []
@@ -146,7 +163,8 @@ def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
         row["context_len"] = c
         row["memory"] = memory_at_context(layout, weight_bytes=r.total.param_bytes,
                                           batch=batch, context_len=c,
-                                          activation_bytes=max(peaks) if peaks else None)
+                                          activation_bytes=max(peaks) if peaks else None,
+                                          encoder_len=encoder_len)
         decodes.append(row)
     return {**layout.as_dict(), "batch": batch, "precision": precision or result.default_precision,
             "prefill": prefill,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .terminal import binary, seconds, si
+from .terminal import binary, cross_cache_text, seconds, si
 
 MAX_DRAWN_GROUPS = 200  # above this, the graph of groups is a collapsible list, not a drawing
 COLORS = ["#2b6cb0", "#c05621", "#2f855a", "#b83280", "#6b46c1", "#975a16", "#2c7a7b",
@@ -504,7 +504,7 @@ def _llm_section(d: dict[str, Any]) -> str:
     # Escaped whole: a saved JSON (`onnxlens report`) is read back as it is.
     layout = "<p>" + esc(f"{llm['layers']} layers, {llm['kv_heads']} KV heads x "
                          f"{llm['head_dim']}, KV cache {binary(llm['kv_cache_bytes_per_token'])}"
-                         f"/token, batch {llm['batch']}" + "".join(
+                         f"/token{cross_cache_text(llm)}, batch {llm['batch']}" + "".join(
                              f", {w['layers']} layer(s) with a {w['window']}-token window"
                              for w in llm.get("sliding_window", []))) + "</p>"
     phases = [(f"prefill {llm['prefill']['prompt_len']}", llm["prefill"])] + [

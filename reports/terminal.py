@@ -143,8 +143,8 @@ def _llm(llm: dict, console: Console) -> None:
     m = decodes[0]["memory"]
     console.print(Text(
         f"LLM: {llm['layers']} layers, {llm['kv_heads']} KV heads x {llm['head_dim']}, KV cache "
-        f"{binary(llm['kv_cache_bytes_per_token'])}/token, batch {llm['batch']}, weights "
-        f"{binary(m['weights_bytes'])}", style="bold"))
+        f"{binary(llm['kv_cache_bytes_per_token'])}/token{cross_cache_text(llm)}, "
+        f"batch {llm['batch']}, weights {binary(m['weights_bytes'])}", style="bold"))
     table = Table(title_justify="left", title=f"prefill {llm['prefill']['prompt_len']} tokens, "
                   "one decode step at each context; memory = weights + KV + activations")
     for col in ("phase", "hardware", "latency", "tokens/s", "KV cache", "memory"):
@@ -162,6 +162,13 @@ def _llm(llm: dict, console: Console) -> None:
                           _rate(e["tokens_per_s"]) if e else "-",
                           binary(m["kv_cache_bytes"]), binary(m["total_bytes"]))
     console.print(table)
+
+
+def cross_cache_text(llm: dict) -> str:
+    """An encoder-decoder's cross-attention cache: held at the encoder's length."""
+    c = llm.get("cross_attention")
+    return (f" + cross-attention {binary(c['kv_cache_bytes_per_encoder_token'])}/encoder token x "
+            f"{c['encoder_len']}" if c else "")
 
 
 def _phase(name: str, phase: dict) -> Text:
