@@ -90,6 +90,32 @@ def test_fit_recovers_level_factors_and_caps_efficiency_at_one() -> None:
     assert too_fast.e_max <= 1.0
 
 
+def test_a_memory_bound_benchmark_bounds_the_curve_from_below_only() -> None:
+    """Three GEMV-like benchmarks whose streamed bytes take 70-95% of their time run at 2% of
+    peak, a quarter of the true curve at their FLOPs and reuse. Given their memory time
+    (`floor`), the fit recovers the true curve, and its error counts each of them at its
+    memory term's deviation, |ln(memory / measured)|, as the estimator's max(compute,
+    memory) would predict them. And nothing jumps when their memory share crosses the 0.8
+    cut the fit once applied: curves fitted at shares 0.78 and 0.82 agree within 1%."""
+    truth = Curve(0.8, 1e6, 4.0)
+    flops = np.concatenate([np.logspace(4, 10, 25), [5e7, 1e8, 4e8]])
+    intensity = np.concatenate([np.tile([0.5, 2.0, 8.0, 32.0, 128.0], 5), [0.5, 0.5, 0.5]])
+    eff = np.array([truth(f, i) for f, i in zip(flops, intensity, strict=True)])
+    eff[25:] = 0.02
+    shares = np.array([0.7, 0.9, 0.95])
+    curve = fit.fit_curve(flops, intensity, eff,
+                          floor=np.concatenate([np.full(25, -np.inf), np.log(shares)]))
+    fitted = np.array([curve(f, i) for f, i in zip(flops, intensity, strict=True)])
+    assert np.abs(fitted[:25] / eff[:25] - 1).max() < 0.08
+    assert fitted[25:].min() > 2 * 0.02  # their compute under their memory time
+    deviations = [*np.abs(np.log(eff[:25] / fitted[:25])), *np.abs(np.log(shares))]
+    assert curve.log_error == pytest.approx(np.mean(deviations), rel=1e-6)
+    near = [fit.fit_curve(flops, intensity, eff, floor=np.concatenate(
+        [np.full(25, -np.inf), np.log([share] * 3)])) for share in (0.78, 0.82)]
+    for f, i in zip(flops, intensity, strict=True):
+        assert near[0](f, i) == pytest.approx(near[1](f, i), rel=0.01)
+
+
 def test_a_constant_curve_from_too_few_points() -> None:
     curve = fit.fit_curve(np.array([1e6, 1e7]), np.array([1.0, 10.0]), np.array([0.2, 0.4]))
     assert curve.f_half == curve.i_half == 0.0

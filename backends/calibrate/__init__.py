@@ -40,11 +40,14 @@ Fitting, in the estimator's terms (a group takes max(compute, memory) + overhead
    wins (plain ops such as Relu pin the bandwidths, transcendental ones the curve);
 4. a curve of its own for pools, normalizations and reductions, on all their benchmarks
    (`fit_vector_classes`);
-5. a curve per class with MACs, on its benchmarks that are not memory bound, its rate taken
-   over all the work of the kernel: its MACs and its epilogue (bias, ReLU), which the
-   estimator charges at the kernel's rate (`estimate_group`), after taking out the time of
-   an activation MLAS applies in a pass after the kernel (ReLU6, HardSwish: at the
-   `elementwise` rate, `activation_pass`).
+5. a curve per class with MACs, on all its benchmarks, its rate taken over all the work of
+   the kernel: its MACs and its epilogue (bias, ReLU), which the estimator charges at the
+   kernel's rate (`estimate_group`), after taking out the time of an activation MLAS applies
+   in a pass after the kernel (ReLU6, HardSwish: at the `elementwise` rate,
+   `activation_pass`). A benchmark's streamed bytes at the fitted bandwidths bound what the
+   curve is asked to explain: where a curve puts its compute time under that memory time,
+   the estimator's max(compute, memory) is the memory time, and so is the fit's (`fit_curve`'s
+   floor). No cut decides which benchmarks are memory bound, so none flips with the host.
 
 `fit_check` then asks the estimator for each benchmark's time on the calibrated profile: how
 well the fitted model explains what it was fitted on, per class (`onnxlens calibrate` prints

@@ -35,7 +35,9 @@ from ...analyzer.hardware import (
 from ...analyzer.host import detect_cpu, host_profile, replace_measured
 from .catalogue import SQUARE_GEMM
 
-# A benchmark is informative on efficiency only if memory takes less than this share of it.
+# Without MACs (`fit_vector`), a benchmark is informative on efficiency only if memory takes
+# less than this share of it (bandwidths and the curve are fitted in turn, each on its own).
+# The MAC classes need no such cut (`fit_curve`'s floor).
 COMPUTE_BOUND_SHARE = 0.8
 FIT_ROUNDS = 4
 LEVEL_POINTS = 3  # benchmarks a memory level needs for an i_half factor of its own
@@ -130,12 +132,15 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
             # `Calibration.efficiency`).
             reuse = p.reuse or intensity
             call_flops = (2 * p.macs if p.reuse else flops) / p.calls
-            if memory_s < COMPUTE_BOUND_SHARE * run_s and run_s > 0:
+            # Every benchmark counts, its memory time as a floor (`fit_curve`).
+            if run_s > 0:
                 eff_points.append((call_flops, reuse, min(1.0, ideal_s / run_s),
-                                   hw.memory_level(call_flops / reuse).name))
+                                   hw.memory_level(call_flops / reuse).name,
+                                   math.log(memory_s / run_s)))
         if eff_points:
-            f, i, e, lv = zip(*eff_points, strict=True)
-            curves[cls] = fit_curve(np.asarray(f), np.asarray(i), np.asarray(e), lv)
+            f, i, e, lv, floor = zip(*eff_points, strict=True)
+            curves[cls] = fit_curve(np.asarray(f), np.asarray(i), np.asarray(e), lv,
+                                    floor=np.asarray(floor))
     return Calibration(
         host=host_name(), cpu=detect_cpu().model, threads=threads,
         peak_fp32_tflops=peak / 1e12, gemm_tflops=square / 1e12,
@@ -381,17 +386,27 @@ def describe_fit_check(cal: Calibration) -> str:
 
 
 def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
-              levels: Sequence[str] = (), reuse: bool = True, per_call: bool = False) -> Curve:
+              levels: Sequence[str] = (), reuse: bool = True, per_call: bool = False,
+              floor: np.ndarray | None = None) -> Curve:
     """Least absolute deviations on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half · level
     factor), with e_max <= 1. The shape is fitted on the most common level's points (the
     reference, factor 1; all points when no levels are given): a grid over (f_half, i_half)
-    with e_max closed-form (the median log residual). Each other level with LEVEL_POINTS
+    with the best e_max for each (`_best_log_scale`). Each other level with LEVEL_POINTS
     points or more then takes the factor from LEVEL_GRID that fits its points best, and e_max
     is refitted on all. Intensities past the largest fitted one are read as it (no
     extrapolation). Absolute, not squared, deviations: one odd benchmark (a channel count ORT
     runs on a slow path) must not drag a whole class. Fewer than 3 points fit e_max alone;
-    `reuse` False fits no reuse factor (i_half 0); `per_call` offers F_HALF_LOW_GRID too."""
+    `reuse` False fits no reuse factor (i_half 0); `per_call` offers F_HALF_LOW_GRID too.
+
+    `floor`, per point, is ln(memory time / measured time): the estimator takes max(compute,
+    memory), so a curve that puts a point's compute time under its memory time predicts the
+    memory time, and its deviation is that floor whatever the curve says (`_deviations`).
+    A benchmark mostly spent streaming bytes then tells the curve only that its efficiency
+    is not lower than measured, and no cut decides which benchmarks count: a GEMV whose
+    memory share moved across a cut from one calibration to the next (0.78 / 1.09 of its
+    time) reshaped the whole GEMM curve with it. None: no point has a memory term."""
     y = np.log(eff)
+    floor = np.full_like(y, -np.inf) if floor is None else np.asarray(floor, float)
     names = np.asarray(levels if len(levels) else [""] * len(y))
     counts = {lv: int((names == lv).sum()) for lv in dict.fromkeys(names.tolist())}
     reference, *others = sorted(counts, key=lambda lv: -counts[lv])
@@ -402,10 +417,8 @@ def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
     i_grid = np.asarray(I_HALF_GRID if reuse and ref.sum() >= 3 else (0.0,))
     g = (np.log(flops[ref] / (flops[ref] + f_grid[:, None]))[:, None, :]
          + np.log(intensity[ref] / (intensity[ref] + i_grid[:, None]))[None, :, :])
-    r = y[ref] - g  # ln e_max each reference point asks for
-    log_e = np.minimum(np.median(r, axis=-1), 0.0)  # e_max <= 1
-    fi, ii = np.unravel_index(int(np.argmin(np.abs(r - log_e[..., None]).mean(axis=-1))),
-                              log_e.shape)
+    log_e, err = _best_log_scale(y[ref] - g, floor[ref])  # per (f_half, i_half)
+    fi, ii = np.unravel_index(int(np.argmin(err)), err.shape)
     f_half, i_half = float(f_grid[fi]), float(i_grid[ii])
     size = np.log(flops / (flops + f_half))
     scale = np.ones_like(y)  # each point's i_half factor
@@ -414,10 +427,33 @@ def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
         mask = names == level
         if mask.sum() >= LEVEL_POINTS:
             reuse = np.log(intensity[mask] / (intensity[mask] + i_half * LEVEL_GRID[:, None]))
-            level_err = np.abs(y[mask] - log_e[fi, ii] - size[mask] - reuse).mean(axis=-1)
+            level_err = _deviations(y[mask] - log_e[fi, ii] - size[mask] - reuse,
+                                    floor[mask]).mean(axis=-1)
             factors[level] = float(LEVEL_GRID[int(np.argmin(level_err))])
             scale[mask] = factors[level]
     shape = size + np.log(intensity / (intensity + i_half * scale))
-    e_max = min(float(np.median(y - shape)), 0.0)
+    e_max, error = _best_log_scale(y - shape, floor)
     return Curve(float(math.exp(e_max)), f_half, i_half, float(intensity.max()), factors,
-                 len(y), float(np.abs(y - shape - e_max).mean()))
+                 len(y), float(error))
+
+
+def _deviations(residual: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """|ln(estimate / measured)| of points whose ln(efficiency measured / fitted) is
+    `residual`: the compute term's deviation, or the memory term's (`floor`) where that one
+    is the longer."""
+    return np.abs(np.maximum(residual, floor))
+
+
+def _best_log_scale(r: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ln e_max <= 0 that minimizes the mean deviation (`_deviations`) of points whose
+    ln efficiency less the curve's shape is `r` (last axis: the points), and that mean. Each
+    point's deviation is piecewise linear in ln e_max, convex only where it meets zero
+    (ln e_max = r - max(floor, 0)), so the minimum is there for some point, or at the cap 0;
+    the median of r comes first among equals (without floors, the classic LAD answer)."""
+    candidates = np.minimum(np.concatenate(
+        [np.median(r, axis=-1, keepdims=True), r - np.maximum(floor, 0.0),
+         np.zeros((*r.shape[:-1], 1))], axis=-1), 0.0)
+    err = _deviations(r[..., None, :] - candidates[..., :, None], floor).mean(axis=-1)
+    best = np.argmin(err, axis=-1)[..., None]
+    return (np.take_along_axis(candidates, best, -1)[..., 0],
+            np.take_along_axis(err, best, -1)[..., 0])
