@@ -102,14 +102,18 @@ def test_skip_layer_norm(skip_rows: int, bias: bool, beta: bool, sum_out: bool) 
 
 
 def _gqa(batch: int, seq: int, past: int, packed: bool, interleaved: int = 0,
-         scale: float | None = None) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+         scale: float | None = None, window: int = -1, capacity: int | None = None,
+         sink: bool = False, **attrs: float) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A GroupQueryAttention of 4 query heads over 2 KV heads of 16 with rotary, `past` cached
-    tokens and `seq` new ones per batch (all valid: seqlens_k = past + seq - 1)."""
+    tokens and `seq` new ones per batch (all valid: seqlens_k = past + seq - 1); `window`: its
+    local_window_size; `capacity`: a sliding_window_cache of that many rows (past and present),
+    holding the latest min(past, capacity) tokens; `sink`: a head_sink input."""
     heads, kv_heads, head = 4, 2, 16
     total = past + seq
+    rows = past if capacity is None else capacity
     rng = np.random.default_rng(batch * 100 + seq * 10 + past)
-    inputs = {"past_key": _rand(rng, batch, kv_heads, past, head),
-              "past_value": _rand(rng, batch, kv_heads, past, head),
+    inputs = {"past_key": _rand(rng, batch, kv_heads, rows, head),
+              "past_value": _rand(rng, batch, kv_heads, rows, head),
               "seqlens_k": np.full(batch, total - 1, np.int32),
               "total_sequence_length": np.array(total, np.int32)}
     if packed:
@@ -122,13 +126,18 @@ def _gqa(batch: int, seq: int, past: int, packed: bool, interleaved: int = 0,
         qkv = ["query", "key", "value"]
     angles = np.outer(np.arange(32), 1.0 / 10000 ** (np.arange(head // 2) * 2 / head))
     weights = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
-    attrs = {"scale": scale} if scale is not None else {}
+    if sink:
+        weights["sink"] = _rand(rng, heads) * 2
+    attrs = {**attrs, **({"scale": scale} if scale is not None else {}),
+             **({"local_window_size": window} if window > 0 else {}),
+             **({"sliding_window_cache": 1} if capacity is not None else {})}
     node = helper.make_node(
         "GroupQueryAttention",
-        [*qkv, "past_key", "past_value", "seqlens_k", "total_sequence_length", "cos", "sin"],
+        [*qkv, "past_key", "past_value", "seqlens_k", "total_sequence_length", "cos", "sin",
+         *(["", "", "sink"] if sink else [])],
         ["out", "present_key", "present_value"], domain="com.microsoft", num_heads=heads,
         kv_num_heads=kv_heads, do_rotary=1, rotary_interleaved=interleaved, **attrs)
-    present = (TensorProto.FLOAT, (batch, kv_heads, total, head))
+    present = (TensorProto.FLOAT, (batch, kv_heads, rows if capacity else total, head))
     outs = {"out": (TensorProto.FLOAT, (batch, seq, heads * head)), "present_key": present,
             "present_value": present}
     return _model(node, inputs, weights, outs), inputs
@@ -162,6 +171,77 @@ def test_group_query_attention_past_the_rotary_positions_is_a_run_error() -> Non
     inputs["seqlens_k"] = np.array([40], np.int32)  # past 40 > the 8 cached tokens
     with pytest.raises(OnnxLensError, match="seqlens_k"):
         backend.run(inputs)
+
+
+@pytest.mark.parametrize(("batch", "seq", "past", "window"),
+                         [(1, 8, 0, 3), (2, 1, 12, 4), (1, 3, 6, 4), (1, 5, 2, 16)])
+def test_group_query_attention_local_window(batch: int, seq: int, past: int, window: int
+                                            ) -> None:
+    """local_window_size W without a sliding cache (the builder's Mistral / Phi-3): the query at
+    position p attends the W keys at (p - W, p], present = past + new as ever; prefill longer
+    than W, a decode step and a chunk past it, a window longer than the context."""
+    _check(*_gqa(batch, seq, past, packed=True, window=window))
+
+
+def _sliding(batch: int, seq: int, past: int, window: int, capacity: int, **kw: bool
+             ) -> None:
+    """A sliding_window_cache against ORT: the output, and present's kept rows (ORT leaves the
+    rest of the buffer unwritten): the last C of the past's min(past, C) rows and the new."""
+    model, inputs = _gqa(batch, seq, past, packed=True, window=window, capacity=capacity, **kw)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip(["out", "present_key", "present_value"], session.run(None, inputs),
+                    strict=True))
+    rows = min(past, capacity) + seq
+    kept = min(rows, capacity)
+    for isa in ISAS:
+        backend = NativeCpuBackend(1, isa)
+        backend.prepare(model)
+        got = backend.run(inputs)
+        np.testing.assert_allclose(got["out"], want["out"], rtol=1e-4, atol=1e-5,
+                                   err_msg=f"out on {isa}")
+        for name in ("present_key", "present_value"):
+            np.testing.assert_allclose(got[name][:, :, :kept], want[name][:, :, :kept],
+                                       rtol=1e-6, atol=1e-6, err_msg=f"{name} on {isa}")
+            assert not got[name][:, :, kept:].any()
+
+
+@pytest.mark.parametrize(("batch", "seq", "past"),
+                         [(1, 1, 20), (2, 1, 5), (1, 6, 0), (1, 11, 0), (1, 3, 13), (1, 3, 6)])
+def test_group_query_attention_sliding_window_cache(batch: int, seq: int, past: int) -> None:
+    """The builder's Gemma 2 / gpt-oss sliding layers: past and present one buffer of W = 8
+    rows holding the latest tokens: a decode step 12 tokens past the window, one before the
+    buffer fills, prefill shorter and longer than it, chunks after a full and a partial
+    buffer, overflowing it."""
+    _sliding(batch, seq, past, 8, 8)
+
+
+def test_a_sliding_window_cache_wider_than_its_window_is_refused() -> None:
+    """A buffer of C > W rows (a cache_slack): ORT infers how full it is from the token count
+    alone, a rule native-cpu does not follow; it says so rather than differ."""
+    from onnxlens.analyzer.errors import OnnxLensError
+
+    model, inputs = _gqa(1, 1, 7, packed=True, window=6, capacity=10)
+    backend = NativeCpuBackend(1)
+    with pytest.raises(OnnxLensError, match="local_window_size rows, got window 6"):
+        backend.prepare(model)
+        backend.run(inputs)
+
+
+@pytest.mark.parametrize(("seq", "past", "window", "capacity"),
+                         [(8, 0, -1, None), (1, 10, -1, None), (1, 20, 8, 8), (5, 0, 3, None)])
+def test_group_query_attention_head_sinks(seq: int, past: int, window: int,
+                                          capacity: int | None) -> None:
+    """gpt-oss's attention sinks: head_sink[h] one more logit in each softmax's denominator,
+    alone, with a window, with its sliding cache; prefill and a decode step."""
+    if capacity is None:
+        _check(*_gqa(1, seq, past, packed=True, window=window, sink=True))
+    else:
+        _sliding(1, seq, past, window, capacity, sink=True)
+
+
+def test_group_query_attention_smooth_softmax_and_softcap() -> None:
+    """smooth_softmax: a sink of 0 in every head; softcap: c·tanh(score / c) first."""
+    _check(*_gqa(1, 4, 6, packed=True, smooth_softmax=1, softcap=2.0))
 
 
 def _nbits(rng: np.random.Generator, n: int, k: int, block: int, zero_points: bool
@@ -307,6 +387,17 @@ def test_the_cuda_executor_names_the_kernels_it_lacks() -> None:
         backend.run(inputs)
 
 
+def _fixed_cache(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its past / present renamed: a cache of fixed length, not an LLM's (the
+    LLM view needs the past length named)."""
+    for value in [*model.graph.input, *model.graph.output]:
+        value.name = value.name.replace("past_", "cache_").replace("present_", "new_")
+    node = model.graph.node[0]
+    for names in (node.input, node.output):
+        names[:] = [n.replace("past_", "cache_").replace("present_", "new_") for n in names]
+    return model
+
+
 def test_the_kernel_model_charges_the_cache_copy() -> None:
     """native-cpu's estimate of a GroupQueryAttention adds the copy of past K and V into
     present: 2 tensors x [1, 2, 8, 16] float32 = 2048 bytes read and written again, one memcpy
@@ -315,12 +406,7 @@ def test_the_kernel_model_charges_the_cache_copy() -> None:
     from onnxlens.backends.native.kernel_model import _cache_copies
     from onnxlens.backends.native.plan import lower_groups
 
-    model, _ = _gqa(1, 1, 8, packed=True)
-    for value in [*model.graph.input, *model.graph.output]:  # fixed lengths: no LLM view
-        value.name = value.name.replace("past_", "cache_").replace("present_", "new_")
-    node = model.graph.node[0]
-    for names in (node.input, node.output):
-        names[:] = [n.replace("past_", "cache_").replace("present_", "new_") for n in names]
+    model = _fixed_cache(_gqa(1, 1, 8, packed=True)[0])
     result = onnxlens.analyze(model)
     lowered = lower_groups(result.model, result.graph, result.groups)
     [copy] = [c for step in lowered.steps
@@ -329,6 +415,27 @@ def test_the_kernel_model_charges_the_cache_copy() -> None:
         "data_movement", 2048, 2048, 4)
     assert not [c for step in lowered.steps for c in _cache_copies(step.kernels, result.model,
                                                                     True)]
+
+
+@pytest.mark.parametrize(("seq", "past", "window", "capacity", "keys"),
+                         [(8, 0, 3, None, 1 + 2 + 3 * 6), (1, 20, 8, 8, 8), (2, 4, 6, None, 5 + 6),
+                          (4, 2, -1, None, 3 + 4 + 5 + 6)])
+def test_the_kernel_model_counts_the_keys_in_the_window(seq: int, past: int, window: int,
+                                                        capacity: int | None, keys: int) -> None:
+    """native-cpu's estimate of a GroupQueryAttention does 2·D MACs per score (a dot product
+    and an axpy of D = 16), 4 heads, over the keys each new row attends: p + 1 at position p,
+    at most W; a sliding buffer of W rows is read as full (W keys a decode step)."""
+    import onnxlens
+    from onnxlens.analyzer.host import host_profile
+    from onnxlens.backends.native.kernel_model import NATIVE_CPU_MODEL
+
+    model = _fixed_cache(_gqa(1, seq, past, packed=True, window=window, capacity=capacity)[0])
+    result = onnxlens.analyze(model)
+    [[kernel]] = NATIVE_CPU_MODEL.kernels(
+        result.graph, result.groups, {n: c.cost for n, c in result.node_costs.items()},
+        {g: c.cost for g, c in result.group_costs.items()}, host_profile(1),
+        result.model).values()
+    assert (kernel.cls, kernel.cost.macs) == ("native_gqa", 2 * 16 * 4 * keys)
 
 
 def _native_point(bench):  # a catalogue Bench: its calibration Point through native-cpu

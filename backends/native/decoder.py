@@ -5,7 +5,8 @@
   an output of its own when the graph reads it;
 - SkipLayerNormalization (the model builder's Phi-2, ORT's optimized BERT): the skip sum an
   Elementwise kernel, then the core's LayerNormalization;
-- GroupQueryAttention: one kernel (k_attention.cpp), rotary, cache and attention together;
+- GroupQueryAttention: one kernel (k_attention.cpp), rotary, cache and attention together,
+  with a local window (and the builder's sliding-window cache of W rows), softcap and sinks;
 - MatMulNBits (4 bits): one kernel (k_nbits.cpp) on the packed weight (re-laid out here, still
   half a byte a value), dequantized as it multiplies (A in int8 at accuracy level 4);
 - GatherBlockQuantized (uint8 data): one kernel (k_nbits.cpp) reading the packed table as the
@@ -78,27 +79,28 @@ def skip_layer_norm(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 
 def group_query_attention(node: NodeInfo, low: Lowering) -> list[Kernel]:
-    """One kernel; what it does not implement (a sliding window; the inputs position_ids,
-    attention_bias, head_sink; output_qk) is refused by name."""
-    if int(node.attr("local_window_size", -1)) != -1:
-        raise Unsupported("GroupQueryAttention with a local_window_size")
-    extra = [i for i in range(9, len(node.inputs)) if _name(node, i)]
+    """One kernel, with a local window (`local_window_size`, and a `sliding_window_cache` of
+    that many rows: the kernel refuses a wider one), softcap and a sink per head (`head_sink`,
+    or `smooth_softmax`'s zero);
+    what it does not implement (the inputs position_ids, attention_bias and past them;
+    output_qk) is refused by name."""
+    extra = [i for i in (9, 10, *range(12, len(node.inputs))) if _name(node, i)]
     if extra:
         raise Unsupported(f"GroupQueryAttention's input {extra[0]} (position_ids, "
-                          "attention_bias, head_sink)")
+                          "attention_bias, k/v scales, q/k norms)")
     outs = [t.name for t in node.outputs]  # the graph keeps the named outputs only
     if int(node.attr("qk_output", 0)) or len(outs) != 3:
         raise Unsupported("GroupQueryAttention without both present outputs, or with output_qk")
-    _require_float(node, *node.inputs[:5])
-    ints = {"num_heads": [int(node.attr("num_heads"))],
-            "kv_num_heads": [int(node.attr("kv_num_heads"))],
-            "do_rotary": [int(node.attr("do_rotary", 0))],
-            "rotary_interleaved": [int(node.attr("rotary_interleaved", 0))]}
+    _require_float(node, *node.inputs[:5], node.input(11))
+    ints = {name: [int(node.attr(name, default))]
+            for name, default in (("num_heads", None), ("kv_num_heads", None), ("do_rotary", 0),
+                                  ("rotary_interleaved", 0), ("local_window_size", -1),
+                                  ("sliding_window_cache", 0), ("smooth_softmax", 0))}
     floats = {"scale": [float(node.attr("scale", 0.0))],
               "softcap": [float(node.attr("softcap", 0.0))]}
     rotary = bool(ints["do_rotary"][0])
     ins = [_name(node, i) for i in range(6)] + (
-        [_name(node, 7), _name(node, 8)] if rotary else [None, None])
+        [_name(node, 7), _name(node, 8)] if rotary else [None, None]) + [_name(node, 11)]
     return [Kernel("GroupQueryAttention", ins, outs, ints, floats)]
 
 

@@ -219,7 +219,8 @@ def row_attention(kernel: Kernel, k: lower.Kernel, dims: dict[str, tuple[int, ..
     """A GroupQueryAttention as k_attention.cpp runs it, one kernel of class NATIVE_GQA: it
     copies each KV head's past into the present (`extend_cache`), then takes the query rows
     (batch x heads x new tokens) one at a time (`attend`): rotary on the row, the scores over
-    its causal keys (past + s + 1 for new token s) as dot products of the head size D, a
+    its causal keys (past + s + 1 for new token s, at most local_window_size: `causal_keys`;
+    a sliding window's buffer read as full) as dot products of the head size D, a
     softmax's max and exp-sum passes over them, and the weighted values as axpys of D.
 
     - MACs: 2·D a score (a dot product and an axpy), causal scores only: the analysis counts
@@ -230,7 +231,8 @@ def row_attention(kernel: Kernel, k: lower.Kernel, dims: dict[str, tuple[int, ..
     - reuse: 4·D FLOPs a score, so the curve's i_half is a cost per score whatever D (its
       16-lane horizontal sum), as ORT's `gqa_decode`;
     - bytes: the node's boundary (past read, present written), and the present K and V read
-      again by the rows (the copy's re-read, once: a KV head's query heads share it in cache);
+      again by the rows (the copy's re-read, once: a KV head's query heads share it in cache;
+      twice with a sliding window's buffer: into it and out to present);
       of the rotary caches (the node's whole cos and sin) only the new tokens' rows.
     """
     q, y = dims.get(k.inputs[0] or "", ()), dims.get(k.outputs[0], ())
@@ -239,15 +241,32 @@ def row_attention(kernel: Kernel, k: lower.Kernel, dims: dict[str, tuple[int, ..
         return dataclasses.replace(kernel, cls=NATIVE_GQA)
     batch, seq = q[0], q[1]
     heads = k.ints["num_heads"][0]
-    past, head = present[0][2] - seq, present[0][3]
-    scores = batch * heads * (seq * past + seq * (seq + 1) // 2)
+    window = k.ints.get("local_window_size", [-1])[0]
+    sliding = bool(k.ints.get("sliding_window_cache", [0])[0])
+    past, head = present[0][2] - (0 if sliding else seq), present[0][3]
+    scores = batch * heads * causal_keys(past, seq, window)
     reread = 4 * sum(math.prod(p) for p in present)
+    if sliding:  # its keys a buffer apart: the past copied in, the kept rows copied out
+        reread *= 2
     unread = 4 * sum((c[0] - seq) * c[1] for name in k.inputs[6:8]
                      if len(c := dims.get(name or "", ())) == 2)
     cost = dataclasses.replace(kernel.cost, macs=2 * head * scores,
                                bytes_read=kernel.cost.bytes_read + reread - unread)
     return dataclasses.replace(kernel, cls=NATIVE_GQA, cost=cost, calls=batch * heads * seq,
                                reuse=4 * head)
+
+
+def causal_keys(past: int, seq: int, window: int) -> int:
+    """The keys the `seq` new query rows after `past` cached tokens attend, together: row s
+    sees n = past + s + 1 of them, at most `window` (local_window_size; <= 0: none). Sum of
+    min(n, W) over n = past + 1 .. past + seq: the c = clamp(W - past, 0, seq) rows under the
+    window see past + 1 .. past + c (c·past + c(c + 1)/2), the rest W each. A sliding window's
+    buffer of W rows is read as full (its tokens count is an input's value, not a shape):
+    prefill over it counts W keys a row, W(W - 1)/2 more than ORT's first rows attend."""
+    if window <= 0:
+        return seq * past + seq * (seq + 1) // 2
+    under = min(max(window - past, 0), seq)
+    return under * past + under * (under + 1) // 2 + (seq - under) * window
 
 
 # Copy kernels that read only the elements they write (a Slice, Transpose, Expand; a Gather,

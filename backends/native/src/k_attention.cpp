@@ -2,6 +2,17 @@
 // new tokens' queries, keys and values (packed in one tensor, or three), rotary embedding on
 // the queries and new keys, the KV cache extended (present = past + new), causal attention
 // with one KV head per group of num_heads / kv_num_heads query heads.
+//
+// ONNX Runtime 1.31's semantics, read off its outputs (tests/test_native_decoder.py):
+// - local_window_size W > 0: the query at position p attends the keys at (p - W, p], W of them;
+// - sliding_window_cache: past and present are buffers of W rows (the builder's capacity
+//   with its default cache_slack of 0) holding the latest tokens, oldest first. The new keys
+//   are appended to the past's valid rows (min(past tokens, W)), and present keeps the last W
+//   of them; rows past those are unspecified (zero here). A wider buffer is refused: ORT then
+//   infers how full it is from the token count as if it had been filled one decode step at a
+//   time (what it holds cycles with period C - W + 1);
+// - a sink (head_sink[h], or 0 for every head with smooth_softmax): one more logit in each
+//   softmax's denominator, with no value: p_j = exp(s_j) / (exp(sink) + sum_k exp(s_k)).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -51,7 +62,8 @@ using ProductFn = void (*)(const float*, const float*, int64_t, int64_t, float, 
 
 // Inputs: query, key, value (key and value -1 when the query packs all three), past_key,
 // past_value (-1 with no cache), seqlens_k (int32, per batch: total length - 1), cos_cache,
-// sin_cache (-1 without rotary). Outputs: output, present_key, present_value.
+// sin_cache (-1 without rotary), head_sink (-1 without). Outputs: output, present_key,
+// present_value.
 class GroupQueryAttentionKernel : public Kernel {
  public:
   explicit GroupQueryAttentionKernel(const KernelContext& ctx)
@@ -61,11 +73,14 @@ class GroupQueryAttentionKernel : public Kernel {
         heads_(ctx.attr("num_heads", 0)), kv_heads_(ctx.attr("kv_num_heads", 0)),
         rotary_(ctx.attr("do_rotary", 0) != 0),
         interleaved_(ctx.attr("rotary_interleaved", 0) != 0),
-        softcap_(static_cast<float>(ctx.attr_f("softcap", 0.0))) {
-    require(ctx.inputs() == 8 && ctx.spec.outputs.size() == 3 && ctx.has_input(0) &&
+        softcap_(static_cast<float>(ctx.attr_f("softcap", 0.0))),
+        window_(ctx.attr("local_window_size", -1)),
+        sliding_(ctx.attr("sliding_window_cache", 0) != 0),
+        smooth_(ctx.attr("smooth_softmax", 0) != 0) {
+    require(ctx.inputs() == 9 && ctx.spec.outputs.size() == 3 && ctx.has_input(0) &&
                 ctx.has_input(5),
-            "GroupQueryAttention: 8 inputs (query and seqlens_k given) and 3 outputs");
-    for (int i = 0; i < 8; ++i) {
+            "GroupQueryAttention: 9 inputs (query and seqlens_k given) and 3 outputs");
+    for (int i = 0; i < 9; ++i) {
       const DType want = i == 5 ? DType::i32 : DType::f32;
       require(!ctx.has_input(i) || ctx.input(i).dtype == want, "GroupQueryAttention: input ", i,
               " is ", ctx.has_input(i) ? dtype_name(ctx.input(i).dtype) : "", ", expected ",
@@ -137,12 +152,27 @@ class GroupQueryAttentionKernel : public Kernel {
       half_ = cos.dim(1);
       positions_ = cos.dim(0);
     }
+    if (ctx.has_input(8)) {
+      require(ctx.input(8).numel == heads_, "GroupQueryAttention: head_sink ",
+              show(ctx.input(8).shape), " for ", heads_, " heads");
+      sinks_ = ctx.input(8).f32();
+    }
+    if (sliding_) {
+      require(window_ > 0 && past_k_ && past_k_->dim(2) == total_ && total_ == window_,
+              "GroupQueryAttention: a sliding_window_cache needs past and present of ",
+              "local_window_size rows, got window ", window_, ", present ",
+              show(present_k_->shape));
+      key_rows_ = total_ + seq_;
+      keys_.assign(static_cast<size_t>(2 * batch_ * kv_heads_ * key_rows_ * head_), 0.0f);
+    } else {
+      key_rows_ = total_;
+    }
     const double scale = ctx.attr_f("scale", 0.0);
     scale_ = static_cast<float>(scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_)));
   }
 
   // A query head after rotary, the scores of one row, the weighted sum.
-  int64_t workspace_floats() const override { return 2 * head_ + total_; }
+  int64_t workspace_floats() const override { return 2 * head_ + key_rows_; }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
     past_lengths();
@@ -155,27 +185,44 @@ class GroupQueryAttentionKernel : public Kernel {
       for (int64_t r = begin; r < end; ++r) {
         attend(r / (heads_ * seq_), (r / seq_) % heads_, r % seq_, ws.get(tid));
       }
-    }, rows * total_ * head_ * 8);
+    }, rows * key_rows_ * head_ * 8);
+    if (!sliding_) return;
+    pool.for_range(kv_rows, 1, [&](int, int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) keep_latest(r / kv_heads_, r % kv_heads_);
+    }, present_k_->nbytes * 2);
   }
 
  private:
-  // Each batch's cached length: its total (seqlens_k + 1) less the new tokens, which must fit.
+  // Each batch's tokens before the new ones (its total, seqlens_k + 1, less the new tokens) and
+  // the past rows it reads: all of them, which must fit the cache, or in a sliding window's
+  // buffer the latest it holds.
   void past_lengths() {
+    seen_.assign(static_cast<size_t>(batch_), 0);
     past_len_.assign(static_cast<size_t>(batch_), 0);
     lengths_.assign(static_cast<size_t>(batch_), 0);
     const int64_t cached = past_k_ ? past_k_->dim(2) : 0;
     for (int64_t b = 0; b < batch_; ++b) {
       const int64_t total = static_cast<int64_t>(seqlens_->as<int32_t>()[b]) + 1;
-      const int64_t past = std::max<int64_t>(total - seq_, 0);
-      if (total < 1 || past > cached || past + seq_ > total_ ||
-          (rotary_ && past + seq_ > positions_)) {
+      const int64_t seen = std::max<int64_t>(total - seq_, 0);
+      const int64_t past = sliding_ ? std::min(seen, cached) : seen;
+      if (total < 1 || past > cached || (!sliding_ && past + seq_ > total_) ||
+          (rotary_ && seen + seq_ > positions_)) {
         throw RunError(cat("GroupQueryAttention: seqlens_k[", b, "] = ", total - 1, " for ",
                            seq_, " new tokens, a cache of ", cached, ", present ", total_,
                            rotary_ ? ", positions " : "", rotary_ ? positions_ : 0));
       }
+      seen_[static_cast<size_t>(b)] = seen;
       past_len_[static_cast<size_t>(b)] = past;
-      lengths_[static_cast<size_t>(b)] = total;
+      lengths_[static_cast<size_t>(b)] = total - (seen - past);  // in rows of the keys
     }
+  }
+
+  // Where batch b's KV head kvh keeps its keys (values: `value` true) while the node runs:
+  // the present itself, or with a sliding window a buffer of past + new rows apart.
+  float* keys_of(int64_t b, int64_t kvh, bool value) const {
+    const int64_t at = (b * kv_heads_ + kvh) * key_rows_ * head_;
+    if (!sliding_) return (value ? present_v_ : present_k_)->f32() + at;
+    return keys_.data() + (value ? batch_ * kv_heads_ * key_rows_ * head_ : 0) + at;
   }
 
   // Rotates a head of the token at `pos` (ONNX Runtime's rotary: halves, or interleaved pairs;
@@ -192,13 +239,14 @@ class GroupQueryAttentionKernel : public Kernel {
     }
   }
 
-  // present[b, kvh] = past[b, kvh, :past] + the new keys (rotated) and values; rows past the
+  // keys[b, kvh] = past[b, kvh, :past] + the new keys (rotated) and values; rows past the
   // batch's total are zero.
   void extend_cache(int64_t b, int64_t kvh) const {
     const int64_t past = past_len_[static_cast<size_t>(b)];
+    const int64_t seen = seen_[static_cast<size_t>(b)];
     const size_t row = static_cast<size_t>(head_) * sizeof(float);
-    float* pk = present_k_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
-    float* pv = present_v_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
+    float* pk = keys_of(b, kvh, false);
+    float* pv = keys_of(b, kvh, true);
     if (past > 0) {
       const int64_t from = (b * kv_heads_ + kvh) * past_k_->dim(2) * head_;
       std::memcpy(pk, past_k_->f32() + from, static_cast<size_t>(past) * row);
@@ -206,32 +254,54 @@ class GroupQueryAttentionKernel : public Kernel {
     }
     for (int64_t s = 0; s < seq_; ++s) {
       const int64_t at = (b * seq_ + s) * kv_stride_ + kvh * head_;
-      rotate(k_ + at, pk + (past + s) * head_, past + s);
+      rotate(k_ + at, pk + (past + s) * head_, seen + s);
       std::memcpy(pv + (past + s) * head_, v_ + at, row);
     }
-    const int64_t rest = total_ - past - seq_;
+    const int64_t rest = key_rows_ - past - seq_;
     std::memset(pk + (past + seq_) * head_, 0, static_cast<size_t>(rest) * row);
     std::memset(pv + (past + seq_) * head_, 0, static_cast<size_t>(rest) * row);
   }
 
-  // One query row: scores over the keys up to its own position, softmax, the weighted values.
+  // A sliding window's present: the buffer's last W rows (all of them when fewer), the rest
+  // zero.
+  void keep_latest(int64_t b, int64_t kvh) const {
+    const int64_t rows = past_len_[static_cast<size_t>(b)] + seq_;
+    const int64_t kept = std::min(rows, total_);
+    const size_t row = static_cast<size_t>(head_) * sizeof(float);
+    for (const bool value : {false, true}) {
+      float* present = (value ? present_v_ : present_k_)->f32() +
+                       (b * kv_heads_ + kvh) * total_ * head_;
+      std::memcpy(present, keys_of(b, kvh, value) + (rows - kept) * head_,
+                  static_cast<size_t>(kept) * row);
+      std::memset(present + kept * head_, 0, static_cast<size_t>(total_ - kept) * row);
+    }
+  }
+
+  // One query row: scores over the keys up to its own position (the last W with a window),
+  // softmax (with the head's sink), the weighted values.
   void attend(int64_t b, int64_t h, int64_t s, float* buf) const {
     const int64_t past = past_len_[static_cast<size_t>(b)], kvh = h / (heads_ / kv_heads_);
     // Causal, and never past the batch's own length: a right-padded prompt's pad rows attend to
     // its tokens only, as ONNX Runtime's do.
-    const int64_t keys = std::min(past + s + 1, lengths_[static_cast<size_t>(b)]);
+    const int64_t end = std::min(past + s + 1, lengths_[static_cast<size_t>(b)]);
+    const int64_t first = window_ > 0 ? std::max<int64_t>(end - window_, 0) : 0;
+    const int64_t keys = end - first;
     float* q = buf;
     float* acc = buf + head_;
     float* scores = buf + 2 * head_;
-    rotate(q_ + (b * seq_ + s) * q_stride_ + h * head_, q, past + s);
-    const float* pk = present_k_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
-    const float* pv = present_v_->f32() + (b * kv_heads_ + kvh) * total_ * head_;
+    rotate(q_ + (b * seq_ + s) * q_stride_ + h * head_, q, seen_[static_cast<size_t>(b)] + s);
+    const float* pk = keys_of(b, kvh, false) + first * head_;
+    const float* pv = keys_of(b, kvh, true) + first * head_;
     scores_(q, pk, keys, head_, scale_, scores);
     if (softcap_ > 0.0f) {
       for (int64_t j = 0; j < keys; ++j) scores[j] = softcap_ * std::tanh(scores[j] / softcap_);
     }
-    const float m = simd_.max(scores, keys);
-    const float inv = 1.0f / simd_.exp_shift_sum(scores, scores, m, keys);
+    const bool sink = sinks_ != nullptr || smooth_;
+    const float sink_logit = sinks_ ? sinks_[h] : 0.0f;
+    const float m = sink ? std::max(simd_.max(scores, keys), sink_logit)
+                         : simd_.max(scores, keys);
+    const float sum = simd_.exp_shift_sum(scores, scores, m, keys);
+    const float inv = 1.0f / (sink ? sum + std::exp(sink_logit - m) : sum);
     values_(scores, pv, keys, head_, inv, acc);
     std::memcpy(out_->f32() + (b * seq_ + s) * heads_ * head_ + h * head_, acc,
                 static_cast<size_t>(head_) * sizeof(float));
@@ -241,21 +311,31 @@ class GroupQueryAttentionKernel : public Kernel {
   ProductFn scores_, values_;  // the products' builds for the table's instruction set
   int64_t heads_, kv_heads_;
   bool rotary_, interleaved_;
-  float softcap_, scale_ = 1.0f;
+  float softcap_;
+  int64_t window_;       // local_window_size; <= 0: none
+  bool sliding_, smooth_;  // sliding_window_cache; smooth_softmax (a sink of 0 per head)
+  float scale_ = 1.0f;
   int64_t batch_ = 0, seq_ = 0, total_ = 0, head_ = 0, q_stride_ = 0, kv_stride_ = 0;
+  int64_t key_rows_ = 0;  // rows of keys a KV head attends over: present's, or past + new
   int64_t half_ = 0, positions_ = 0;
   const float* q_ = nullptr;
   const float* k_ = nullptr;
   const float* v_ = nullptr;
   const float* cos_ = nullptr;
   const float* sin_ = nullptr;
+  const float* sinks_ = nullptr;
   const Tensor* past_k_ = nullptr;
   const Tensor* past_v_ = nullptr;
   const Tensor* seqlens_ = nullptr;
   const Tensor* out_ = nullptr;
   const Tensor* present_k_ = nullptr;
   const Tensor* present_v_ = nullptr;
-  std::vector<int64_t> past_len_, lengths_;  // per batch: cached tokens, seqlens_k + 1
+  // Per batch: tokens before the new ones, past rows read, and the rows of keys its queries
+  // may attend (seqlens_k + 1 less the tokens a sliding window's buffer has dropped).
+  std::vector<int64_t> seen_, past_len_, lengths_;
+  // A sliding window's keys and values, past + new rows a KV head (written by run through
+  // its const helpers, as the outputs are).
+  mutable std::vector<float> keys_;
 };
 
 }  // namespace
