@@ -1133,6 +1133,27 @@ def _qgemm_shape(engine: Any, node: onnx.NodeProto) -> None:
         onnx.helper.make_tensor_value_info(node.output[0], elem_type, dims))
 
 
+def _qlinear_concat_shape(inference: Any, engine: Any, node: onnx.NodeProto) -> None:
+    """QLinearConcat's output, which ORT's symbolic inference lacks (it gave float, and a
+    QOperator ViT's class-token concat made the QLinearAdd and DequantizeLinear after it read
+    float against a uint8 zero point): the Concat of the quantized inputs (2, 5, 8, ...; each
+    followed by its scale and zero point) along `axis`, in the output zero point's type
+    (input 1)."""
+    data = onnx.NodeProto()
+    data.CopyFrom(node)
+    del data.input[:]
+    data.input.extend(node.input[2::3])
+    shapes = [engine._get_sympy_shape(data, i) for i in range(len(data.input))]
+    axis = inference.handle_negative_axis(
+        next(a.i for a in node.attribute if a.name == "axis"), len(shapes[0]))
+    dims = list(shapes[0])
+    dims[axis] = sum(shape[axis] for shape in shapes)
+    engine._update_computed_dims(dims)
+    elem_type = engine.known_vi_[node.input[1]].type.tensor_type.elem_type
+    engine.known_vi_[node.output[0]].CopyFrom(onnx.helper.make_tensor_value_info(
+        node.output[0], elem_type, inference.get_shape_from_sympy_shape(dims)))
+
+
 def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference fills what onnx's could not (needs sympy)."""
     try:
@@ -1152,6 +1173,8 @@ def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
     engine.dispatcher_.setdefault("QLinearGlobalAveragePool", functools.partial(
         _global_pool_shape, engine))
     engine.dispatcher_.setdefault("QGemm", functools.partial(_qgemm_shape, engine))
+    engine.dispatcher_.setdefault("QLinearConcat", functools.partial(
+        _qlinear_concat_shape, inference, engine))
     engine.dispatcher_["GatherBlockQuantized"] = functools.partial(
         _gather_block_quantized_shape, engine)
     if "GroupQueryAttention" in engine.dispatcher_:
