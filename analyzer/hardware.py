@@ -96,6 +96,7 @@ SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8"
                "grouped_conv_integer": "conv",
                "gemm_nbits": "gemm", "conv_int8_im2col": "conv", "conv_unpacked": "conv",
                "gqa_decode": "gemm", "native_nbits": "gemm", "native_gqa": "attention",
+               "moe": "gemm", "qmoe": "gemm",
                "skip_normalization": "normalization", "skip_rms_normalization": "normalization",
                "softmax": "normalization",
                "softmax_int8": "normalization",
@@ -134,6 +135,13 @@ GEMM_NBITS = "gemm_nbits"
 # decode_kernel`): measured (ORT 1.31, Zen 5) 8.3 ns a score at head size 32, 0.06 of the fp32
 # peak, where the gemm curve's per-call term read each head's products as 1.4 us calls.
 GQA_DECODE = "gqa_decode"
+# ORT's MoE and QMoE (com.microsoft) on CPU: per picked expert an unpacked MlasGemm for fc1
+# (B transposed and packed at each call), a scalar SwiGLU loop over its inter values (std::exp,
+# a divide and clamps: measured ~12 ns a value, ORT 1.31, Zen 5), fc2's MlasGemm, a scalar
+# weighted scatter (`ort_moe.moe_kernel`); QMoE's 4-bit experts run measured 1.15-1.4x MoE's
+# time at prefill. Their prefills ran at ~25 GMAC/s where the gemm curve read ~100: classes
+# of their own.
+MOE, QMOE = "moe", "qmoe"
 # The native executor's own decoder kernels (backends/native/kernel_model.py), each measured
 # on benchmarks of its own that only a native-cpu calibration times: MatMulNBits (k_nbits.cpp:
 # the 4-bit weights converted to floats as it multiplies, in C++ the compiler vectorizes) and

@@ -23,6 +23,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxlens
+from onnxlens.analyzer.cost.base import Cost
+from onnxlens.analyzer.estimate import estimate_kernel
+from onnxlens.analyzer.hardware import ORT_CPU, SUBCLASS_OF, load_profile, stored
+from onnxlens.analyzer.host import host_profile
+from onnxlens.analyzer.runtimes import Kernel
+from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+from onnxlens.backends.calibrate import catalogue, fit, measure
+from onnxlens.backends.ort_timing import profile_model
 
 T, H, E, INTER, K = 5, 16, 4, 8, 2
 MACS, FLOPS, TRANSCENDENTAL = T * 768, T * 235, T * 20
@@ -116,7 +124,7 @@ def test_a_moe_with_an_unknown_activation_is_refused_by_name(tmp_path) -> None:
 def test_ort_reads_the_experts_its_tokens_pick(tmp_path, tokens: int, touched: int) -> None:
     """On ORT's CPU kernel a step reads the weights, scales and biases of at most
     min(E, tokens · k) experts: one token 2 of the 4, five tokens all of them."""
-    from onnxlens.analyzer.runtimes.ort_cpu import picked_experts
+    from onnxlens.analyzer.runtimes.ort_moe import picked_experts
 
     model = _moe()
     for t in (*model.graph.input, *model.graph.output):
@@ -142,3 +150,77 @@ def test_a_qmoe_output_gets_its_shape_where_ort_inference_has_none(tmp_path) -> 
     result = onnxlens.analyze(tmp_path / "qmoe_relu.onnx")
     assert not result.incomplete
     assert result.total.flops() == 2 * MACS + FLOPS + T * 1536 + T * H  # + the Relu's
+
+
+def _kernel(model: onnx.ModelProto, tmp_path) -> tuple[Kernel, Cost]:
+    onnx.save(model, tmp_path / "m.onnx")
+    result = onnxlens.analyze(tmp_path / "m.onnx")
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    [kernel] = ort_kernels(result.graph, result.groups[0], costs, 16)
+    return kernel, next(iter(costs.values()))
+
+
+@pytest.mark.parametrize(("make", "cls", "dequantize"), [(_moe, "moe", 0), (_qmoe, "qmoe", 1536)])
+def test_ort_runs_a_moe_as_one_kernel_a_call_per_picked_expert(
+        tmp_path, make, cls: str, dequantize: int) -> None:
+    """ORT's kernel (`ort_moe`): T·k = 10 routes over E = 4 experts, all picked, a call each
+    (fc1's GEMM, the scalar SwiGLU loop, fc2's GEMM); its reuse is H = 16, the MACs each of
+    the F + 1 = 3 products does per activated inter value ((H·F·I + I·H) / (I·3)), so the
+    curve's I / (I + i_half) is a cost per value, as the loop's. The estimator reads its
+    class's curve at one call's FLOPs, 2·MACS / 4. QMoE's per-route dequantization (1536
+    FLOPs a token, the node's cost) is not charged: ORT does not dequantize per row."""
+    kernel, node = _kernel(make(), tmp_path)
+    assert (kernel.cls, kernel.calls, kernel.reuse) == (cls, E, H)
+    assert kernel.cost.macs == MACS
+    assert kernel.cost.other_flops == node.other_flops - T * dequantize
+    asked = []
+
+    def efficiency(c: str, flops: float, intensity: float) -> float:
+        asked.append((c, flops, intensity))
+        return 0.1
+
+    estimate_kernel(kernel, load_profile("xeon_8480"), stored("float32"), efficiency)
+    assert asked == [(cls, 2 * MACS / E, H)]
+    assert SUBCLASS_OF[cls] == "gemm"  # a calibration without its benchmarks
+
+
+@pytest.mark.parametrize(("bits", "op"), [(0, "MoE"), (4, "QMoE")])
+def test_a_moe_benchmark_is_one_kernel_of_its_class(bits: int, op: str) -> None:
+    """The catalogue's MoE node (8 tokens of 32, 4 experts of 32, top 2; QMoE at 4 bits) is
+    one ORT kernel; its point is its class's, a call per expert (16 routes pick all 4),
+    MACs 8·2·(32·64 + 32·32) = 49152, reuse H = 32."""
+    bench = catalogue.moe(8, 32, 32, 4, bits=bits)
+    model = bench.build()
+    assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [op]
+    point = measure._point(bench.name, model, 1e-4, 0.0, 0.0,
+                           measure._kernels_of(ORT_CPU, host_profile(1)))
+    assert point is not None
+    assert (point.op_class, point.calls, point.macs, point.reuse) == (
+        "qmoe" if bits else "moe", 4, 49152, 32)
+
+
+def test_the_moe_curve_recovers_a_cost_per_mac_per_value_and_per_expert() -> None:
+    """Synthetic MoE timings of the shape ORT's kernel has (module docstring of `ort_moe`):
+    7.5 ps a MAC, 9.4 ns an activated inter value, 2 us a picked expert, at a peak of 400
+    GFLOP/s, over the catalogue's shapes and two more. Read at its calls and reuse H, one
+    curve fits them within 5% (its cross term f_half·i_half / (F·H) aside), at i_half = b /
+    (3c) = 418 and e_max = 2 / (c·peak) = 0.67, and prices a shape it was not fitted on, 16
+    tokens over 8 experts of 384 x 768, within 5%."""
+    peak = 400e9
+
+    def timing(tokens: int, hidden: int, inter: int, experts: int) -> tuple[float, ...]:
+        routes = 2 * tokens
+        calls, macs = min(experts, routes), routes * 3 * hidden * inter
+        seconds = macs * 7.5e-12 + routes * inter * 9.4e-9 + calls * 2e-6
+        return 2 * macs / calls, hidden, 2 * macs / peak / seconds
+
+    shapes = [(128, 128, 128, 4), (32, 128, 128, 4), (1, 128, 128, 4), (128, 512, 128, 4),
+              (128, 128, 512, 4), (64, 512, 512, 8), (256, 256, 256, 8), (8, 256, 1024, 4)]
+    flops, reuse, eff = map(np.asarray, zip(*map(lambda s: timing(*s), shapes), strict=True))
+    curve = fit.fit_curve(flops, reuse, eff)
+    assert (curve.i_half, curve.e_max) == (pytest.approx(418, rel=0.05),
+                                           pytest.approx(0.667, rel=0.05))
+    for f, r, e in zip(flops, reuse, eff, strict=True):
+        assert curve(f, r) == pytest.approx(e, rel=0.05)
+    f, r, e = timing(16, 384, 768, 8)
+    assert curve(f, r) == pytest.approx(e, rel=0.05)

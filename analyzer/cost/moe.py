@@ -35,7 +35,7 @@ _ACTIVATION = {"relu": (1, 0), "gelu": (5, 1), "silu": (2, 1), "identity": (0, 0
                "swiglu": (5, 1)}
 
 
-def _layout(node: NodeInfo) -> tuple[int, int, int, int, int]:
+def moe_layout(node: NodeInfo) -> tuple[int, int, int, int, int]:
     """Token rows T, hidden H, experts E, inter I and fc1's fusion F."""
     x, fc1 = node.inputs[0], node.inputs[2]
     swiglu = node.attr("activation_type", "relu") == "swiglu"
@@ -45,7 +45,7 @@ def _layout(node: NodeInfo) -> tuple[int, int, int, int, int]:
 
 def _moe(node: NodeInfo, *, fc3: TensorInfo | None, biases: tuple[int, ...],
          dequantized: int = 0) -> Cost:
-    tokens, hidden, experts, inter, fusion = _layout(node)
+    tokens, hidden, experts, inter, fusion = moe_layout(node)
     k = node.attr("k", 1)
     act = node.attr("activation_type", "relu")  # one of _ACTIVATION (validate._moe_shapes)
     act_flops, act_transcendental = _ACTIVATION[act]
@@ -100,7 +100,7 @@ def qmoe(node: NodeInfo) -> Cost:
     # inputs: input, router_probs, fc1 (2), fc1_scales (3), fc1_bias (4), fc2 (5), fc2_scales
     # (6), fc2_bias (7), fc3 (8), fc3_scales (9), fc3_bias (10), ...; fc1's rows F·I, its K is
     # H (the stored last dim is H · bits / 8).
-    _, hidden, _, inter, fusion = _layout(node)
+    _, hidden, _, inter, fusion = moe_layout(node)
     fc3 = node.input(8)
     weights = hidden * fusion * inter + inter * hidden + (inter * hidden if fc3 else 0)
     return _moe(node, fc3=fc3, biases=(4, 7, 10), dequantized=2 * weights)

@@ -56,6 +56,7 @@ from . import (
     op_class,
 )
 from .ort_attention import gqa_kernels, in_attention_block, without_work_of
+from .ort_moe import moe_kernel
 
 NCHWC, NCHW, NHWC = "nchwc", "nchw", "nhwc"
 CACHE_LINE_BYTES = 64  # x86-64's
@@ -878,8 +879,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
     if head.op_type == "MatMulNBits":
         return n_bits_kernel(head, kernel_of(mg, nodes, costs, "gemm", NCHW, NCHW))
     if head.op_type in ("MoE", "QMoE"):
-        kernel = kernel_of(mg, nodes, costs, "gemm", NCHW, NCHW)
-        return replace(kernel, cost=picked_experts(head, kernel.cost))
+        return moe_kernel(head, kernel_of(mg, nodes, costs, "gemm", NCHW, NCHW))
     if moves_quantized_values(mg, head, nodes):
         kernel = kernel_of(mg, nodes, costs, node_class(head), NCHW, NCHW,
                            runs=transpose_runs(head))
@@ -1000,23 +1000,6 @@ def n_bits_kernel(info: NodeInfo, k: Kernel) -> Kernel:
 
 
 _GATHERS = frozenset({"Gather", "Slice", "GatherBlockQuantized"})
-
-
-def picked_experts(info: NodeInfo, cost: Cost) -> Cost:
-    """A MoE's or QMoE's cost as ORT's kernel runs it: its GEMMs at the GEMM class, reading
-    the weights (and scales, biases) of the experts its tokens pick, at most min(E, T·k) of E,
-    not the whole table the analysis charges (gpt-oss at one token: 2 of 4 experts' weights;
-    the estimate read 3x the measured time with all of them)."""
-    x, router = info.input(0), info.input(1)
-    if x is None or router is None or not x.known or not router.known:
-        return cost
-    experts = router.dims[-1]
-    touched = min(experts, x.size // x.dims[-1] * info.attr("k", 1))
-    tables = [t for i, t in enumerate(info.inputs) if i in info.const_inputs and t is not None
-              and t.known and t.rank >= 2 and t.dims[0] == experts]
-    skipped = sum(t.nbytes for t in tables) * (experts - touched) // experts
-    return replace(cost, bytes_read=cost.bytes_read - skipped,
-                   param_bytes=cost.param_bytes - skipped)
 
 
 def gathered(info: NodeInfo, cost: Cost) -> Cost:

@@ -379,6 +379,50 @@ def gqa_decode(heads: int, kv_heads: int, head: int, past: int, tier: int = 1, s
                              4 * 8 * (heads + kv_heads) * total * head))
 
 
+def moe(tokens: int, hidden: int, inter: int, experts: int, bits: int = 0, tier: int = 1
+        ) -> Bench:
+    """One MoE node as onnxruntime-genai's builder writes gpt-oss's (QMoE at `bits`, blocks of
+    32 along K): `tokens` rows of `hidden`, router logits an input, top 2 of `experts`, SwiGLU
+    fused into fc1 (interleaved, clamped at 7), fc1 and fc2 biases, routing weights
+    normalized. ORT runs it as per-expert GEMMs around a scalar SwiGLU loop
+    (`ort_moe.moe_kernel`): the estimator's `moe` / `qmoe` class."""
+    fc1, fc2 = (experts, 2 * inter, hidden), (experts, hidden, inter)
+
+    def weights(name: str, shape: tuple[int, int, int]) -> list[TensorProto]:
+        if not bits:
+            return [_const(name, shape)]
+        rows, k = shape[:2], shape[2]
+        packed = _RNG.integers(0, 256, (*rows, k * bits // 8), dtype=np.uint8)
+        return [numpy_helper.from_array(packed, name), _const(f"{name}_s", (*rows, k // 32))]
+
+    def build() -> onnx.ModelProto:
+        tables = [*weights("fc1", fc1), _const("b1", fc1[:2]), *weights("fc2", fc2),
+                  _const("b2", fc2[:2])]
+        quantized = {"expert_weight_bits": bits, "block_size": 32} if bits else {}
+        node = helper.make_node("QMoE" if bits else "MoE", ["X", "R", *(t.name for t in tables)],
+                                ["Y"], domain="com.microsoft", k=2, activation_type="swiglu",
+                                swiglu_fusion=1, swiglu_limit=7.0, activation_alpha=1.702,
+                                activation_beta=1.0, normalize_routing_weights=1, **quantized)
+        model = _model([node], [("X", (tokens, hidden)), ("R", (tokens, experts))],
+                       ("Y", (tokens, hidden)), tables)
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        return model
+    macs = tokens * 2 * 3 * hidden * inter
+    kind = f"QMoE int{bits}" if bits else "MoE"
+    return Bench(f"{kind} {tokens}x{hidden} I {inter} E {experts}", build, tier,
+                 _work(2 * macs, 4 * experts * 3 * hidden * inter))
+
+
+def _experts() -> list[Bench]:
+    """ORT's MoE and QMoE nodes (tokens, hidden, inter, experts; top 2): gpt-oss's tiny config
+    at a prefill of 128 and 32 tokens and a decode step, hidden and inter swapped at 512 (the
+    scalar SwiGLU loop's share), 8 experts of 512 x 512; its QMoE at four of them."""
+    shapes = ((128, 128, 128, 4), (32, 128, 128, 4), (1, 128, 128, 4), (128, 512, 128, 4),
+              (128, 128, 512, 4), (64, 512, 512, 8))
+    return ([moe(*shape) for shape in shapes]
+            + [moe(*shapes[i], bits=4) for i in (0, 2, 3, 5)])
+
+
 def chain(length: int) -> Bench:
     """`length` Relu kernels on 16 floats: almost nothing but per-kernel overhead."""
     return Bench(f"Relu chain {length}", lambda: _model(
@@ -708,6 +752,8 @@ def benchmarks(backend: str = ORT_CPU) -> list[Bench]:
         out += family()
     if backend == NATIVE_CPU:
         out += _native_decoder()
+    else:  # the native executor refuses MoE / QMoE
+        out += _experts()
     return sorted(out, key=lambda b: b.tier)
 
 
