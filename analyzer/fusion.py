@@ -362,6 +362,28 @@ def _attention() -> Op:
     return op("MatMul", optional(op("Reshape", guarded, ANY)), _kv_heads(ANY))
 
 
+def _qlinear(ops: str, a: Pat, b: Pat) -> Op:
+    """An ONNX Runtime QLinear op (com.microsoft) of `a` and `b`: it reads (tensor, scale,
+    zero point) triples, so its two tensors are inputs 0 and 3."""
+    return op(ops, a, ANY, ANY, b)
+
+
+def _qlinear_attention() -> Op:
+    """`_attention` as quantize_static's QOperator format writes it (QLinearMatMul, QLinearMul
+    by a quantized constant scale, QLinearAdd of the mask, QLinearSoftmax); torch's SDPA guard
+    runs on the dequantized probabilities, quantized again for P·V."""
+    view = op("Reshape", op("Transpose", op("Reshape", ANY)))  # dynamo's kᵀ in a 3-D view
+    kt = Alt((op("Transpose", ANY), view, ANY))
+    q = Alt((_qlinear("QLinearMul", ANY, CONST), ANY))
+    k = Alt((_qlinear("QLinearMul", kt, CONST), kt))
+    scores = _qlinear("QLinearMatMul", q, k)
+    masked = Alt((_qlinear("QLinearAdd", scores, bind("mask", ANY)), scores))
+    probs = bind("p", op("QLinearSoftmax", masked))
+    real = bind("real", op(DEQUANTIZE, probs))
+    guarded = op(f"{QUANTIZE}|{SATURATING_Q}", op("Where", op("IsNaN", real), CONST, real))
+    return _qlinear("QLinearMatMul", Alt((guarded, probs)), ANY)
+
+
 def _rope() -> Alt:
     x = Leaf("x")
     rotated = op("Concat", op("Neg", op("Slice", x)), op("Slice", x))  # rotate_half(x)
@@ -405,6 +427,14 @@ PATTERNS: tuple[Pattern, ...] = (
             "Bloom adds ALiBi in a 3-D view (baddbmm) before the mask; HF Gemma 2 soft-caps "
             "the scores, c·tanh(s / c)",
             _attention()),
+    Pattern(ATTENTION, """
+        q ─[QLinearMul s]────┐
+        k ─[QLinearMul s]─ QLinearMatMul ─[QLinearAdd mask]─ QLinearSoftmax ─┐
+                  ┌─[DequantizeLinear ─ Where(IsNaN) ─ QuantizeLinear]─────┘
+              v ─ QLinearMatMul ─►
+        (each QLinear op reads (tensor, scale, zero point) triples)""",
+            "ONNX Runtime quantize_static, QOperator format, of the torch exports above "
+            "(HF BERT, ViT: dynamo and TorchScript)", _qlinear_attention()),
     Pattern(ADD_LAYER_NORM, """
         a ─┐
         b ─ Add ─ LayerNorm ─►     (LayerNorm: the op or spelled out as in LayerNorm)

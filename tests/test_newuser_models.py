@@ -6,9 +6,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
+import torch
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 from onnxlens.analyzer.analysis import analyze
+from onnxlens.analyzer.fusion import ATTENTION
 
 MS = "com.microsoft"
 
@@ -47,3 +51,56 @@ def test_qlinear_concat_keeps_the_quantized_type_and_concatenates() -> None:
     assert tuple(tensors["cat"].shape) == (1, 5, 8)
     assert tuple(tensors["y"].shape) == expected.shape == (1, 5, 8)
     assert result.totals["complete"]
+
+
+class _Encoder(torch.nn.Module):
+    """Two pre-norm layers of SDPA attention with a padding mask, hidden 32, 4 heads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(HIDDEN, 3 * HIDDEN)
+                                       for _ in range(LAYERS))
+        self.out = torch.nn.ModuleList(torch.nn.Linear(HIDDEN, HIDDEN) for _ in range(LAYERS))
+
+    def forward(self, x, mask):
+        b, s, _ = x.shape
+        bias = (1.0 - mask[:, None, None, :]) * -1e4
+        for qkv, out in zip(self.qkv, self.out, strict=True):
+            q, k, v = (t.view(b, s, HEADS, -1).transpose(1, 2)
+                       for t in qkv(x).chunk(3, dim=-1))
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            x = x + out(a.transpose(1, 2).reshape(b, s, HIDDEN))
+        return x
+
+
+LAYERS, HIDDEN, HEADS, SEQ = 2, 32, 4, 16
+
+
+class _Reader(CalibrationDataReader):
+    def __init__(self) -> None:
+        rng = np.random.default_rng(0)
+        self.feeds = iter([{"x": rng.standard_normal((1, SEQ, HIDDEN), np.float32),
+                            "mask": np.ones((1, SEQ), np.float32)} for _ in range(2)])
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self.feeds, None)
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_qoperator_attention_is_one_group_a_layer(tmp_path, dynamo: bool) -> None:
+    """quantize_static's QOperator format (QLinearMatMul, QLinearAdd of the mask,
+    QLinearSoftmax; dynamo's SDPA guard on the dequantized probabilities) matched no attention
+    pattern: 0 groups for 2 layers."""
+    fp32, q = tmp_path / "fp32.onnx", tmp_path / "qop.onnx"
+    args = (torch.randn(1, SEQ, HIDDEN), torch.ones(1, SEQ))
+    torch.onnx.export(_Encoder().eval(), args, str(fp32), dynamo=dynamo, input_names=["x", "mask"],
+                      output_names=["y"], **({} if dynamo else {"opset_version": 17}))
+    quantize_static(str(fp32), str(q), _Reader(), quant_format=QuantFormat.QOperator,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    result = analyze(str(q))
+    attention = [g for g in result.groups if g.pattern == ATTENTION]
+    assert len(attention) == LAYERS
+    # Q·Kᵀ and P·V: S² scores a head, d MACs each, twice: 2·S²·H MACs a layer
+    assert [result.group_costs[g.id].cost.macs for g in attention] == [2 * SEQ * SEQ * HIDDEN] * 2
+    ops = {result.graph.infos[k].op_type for k in attention[0].nodes}
+    assert {"QLinearMatMul", "QLinearSoftmax"} <= ops
