@@ -214,6 +214,7 @@ class _Parsed:
     initializers: dict[str, onnx.TensorProto]
     weights: dict[str, TensorInfo]
     produced: list[str]
+    warnings: tuple[str, ...] = ()
 
 
 def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
@@ -224,8 +225,40 @@ def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
     nodes = read_nodes(graph.node)
     external = _load_external_data(proto, nodes, base)
     initializers, weights = _initializers(graph)
-    produced = _check_structure(graph, nodes, initializers)
-    return _Parsed(proto, path, base, nodes, external, initializers, weights, produced)
+    produced, order = _check_structure(graph, nodes, initializers)
+    if order is None:
+        return _Parsed(proto, path, base, nodes, external, initializers, weights, produced)
+    # Nodes out of order but no cycle: ONNX Runtime sorts the graph itself and runs it (its
+    # float16 converter with keep_io_types appends the input Casts last), so sort it as it does.
+    early = _early_read(nodes, order)
+    sorted_nodes = [_copied_node(graph.node[i]) for i in order]
+    del graph.node[:]
+    graph.node.extend(sorted_nodes)
+    nodes = read_nodes(graph.node)
+    produced, _ = _check_structure(graph, nodes, initializers)
+    return _Parsed(proto, path, base, nodes, external, initializers, weights, produced,
+                   (f"{UNSORTED_NODES} ({early}; ONNX requires sorted nodes): analyzed "
+                    "sorted, as ONNX Runtime sorts them before running",))
+
+
+UNSORTED_NODES = "nodes are not in topological order"
+
+
+def _copied_node(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    return copy
+
+
+def _early_read(nodes: list[NodeFields], order: list[int]) -> str:
+    """The first read of a tensor before its producer, in the file's order, in words."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.outputs if out}
+    for index, node in enumerate(nodes):
+        for name in node.inputs:
+            if producer.get(name, -1) > index:
+                return (f"node {_node_label(node, index)} reads tensor {name!r} before node "
+                        f"{_node_label(nodes[producer[name]], producer[name])} produces it")
+    return f"{len(order)} nodes"
 
 
 def _typed(parsed: _Parsed, input_shapes: Mapping[str, tuple[int, ...]], batch: int | None,
@@ -235,7 +268,7 @@ def _typed(parsed: _Parsed, input_shapes: Mapping[str, tuple[int, ...]], batch: 
     proto, nodes, initializers = parsed.proto, parsed.nodes, parsed.initializers
     max_tensor_bytes = limits.max_tensor_bytes
     graph = proto.graph
-    warnings: list[str] = []
+    warnings: list[str] = list(parsed.warnings)
     pinned = _pin_input_dims(graph, initializers, input_shapes, batch, dims, warnings)
     inputs = [i for i in graph.input if i.name not in initializers]
     for value in inputs:
@@ -590,11 +623,13 @@ def _initializers(graph: onnx.GraphProto
 
 
 def _check_structure(graph: onnx.GraphProto, nodes: list[NodeFields],
-                     initializers: Mapping[str, onnx.TensorProto]) -> list[str]:
-    """Dangling inputs, tensors produced twice, cycles and unsorted nodes, named in our words.
+                     initializers: Mapping[str, onnx.TensorProto]
+                     ) -> tuple[list[str], list[int] | None]:
+    """Dangling inputs, tensors produced twice and cycles, named in our words (onnx's checker
+    reports all of them as "not topologically sorted"; these messages say which).
 
-    onnx's checker reports all of them as "not topologically sorted"; these messages say which.
-    Returns the names of the tensors the nodes produce.
+    Returns the names of the tensors the nodes produce, and for nodes out of order without a
+    cycle a topological order of their indices (None when sorted already).
     """
     provided = dict.fromkeys(initializers, "an initializer")
     for t in graph.sparse_initializer:
@@ -631,30 +666,24 @@ def _check_structure(graph: onnx.GraphProto, nodes: list[NodeFields],
     for out in graph.output:
         if out.name not in producer and out.name not in provided:
             raise InvalidModelError(f"graph output {out.name!r} is produced by no node")
-    if early_reads:
-        _explain_early_reads(nodes, producer, early_reads)
-    return list(producer)
+    return list(producer), _sorted_order(nodes, producer) if early_reads else None
 
 
-def _explain_early_reads(node_list: list[NodeFields], producer: dict[str, int],
-                         early_reads: list[tuple[str, int]]) -> None:
-    """A node reads a tensor produced later in the file: a cycle, or nodes out of order."""
+def _sorted_order(node_list: list[NodeFields], producer: dict[str, int]) -> list[int]:
+    """A node reads a tensor produced later in the file: a cycle (refused), or nodes out of
+    order, whose topological order is returned, the file's wherever it allows."""
     import networkx as nx
 
     g = nx.DiGraph()
+    g.add_nodes_from(range(len(node_list)))
     for index, node in enumerate(node_list):
         g.add_edges_from((producer[name], index) for name in node.inputs if name in producer)
     try:
         cycle = [a for a, _ in nx.find_cycle(g)]
-        start = cycle.index(min(cycle))  # from the node that comes first in the file
-        cycle = cycle[start:] + cycle[:start]
     except nx.NetworkXNoCycle:
-        name, reader = early_reads[0]
-        raise InvalidModelError(
-            f"nodes are not in topological order: node {_node_label(node_list[reader], reader)} "
-            f"reads tensor {name!r} before node "
-            f"{_node_label(node_list[producer[name]], producer[name])} produces it (ONNX "
-            "requires sorted nodes)") from None
+        return list(nx.lexicographical_topological_sort(g))
+    start = cycle.index(min(cycle))  # from the node that comes first in the file
+    cycle = cycle[start:] + cycle[:start]
     names = " -> ".join(_node_label(node_list[i], i) for i in [*cycle, cycle[0]])
     raise InvalidModelError(f"graph has a cycle: nodes {names}")
 

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 from onnxlens.analyzer.analysis import analyze
+from onnxlens.analyzer.errors import InvalidModelError
 from onnxlens.analyzer.fusion import ATTENTION
 
 MS = "com.microsoft"
@@ -104,3 +105,37 @@ def test_qoperator_attention_is_one_group_a_layer(tmp_path, dynamo: bool) -> Non
     assert [result.group_costs[g.id].cost.macs for g in attention] == [2 * SEQ * SEQ * HIDDEN] * 2
     ops = {result.graph.infos[k].op_type for k in attention[0].nodes}
     assert {"QLinearMatMul", "QLinearSoftmax"} <= ops
+
+
+def _chain(nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [1, "n"])],
+                              [value("y", TensorProto.FLOAT, [1, "n"])])
+    return helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_nodes_out_of_order_are_analyzed_sorted_as_ort_runs_them() -> None:
+    """ORT's convert_float_to_float16(keep_io_types=True) appends the input Casts after the
+    nodes reading them; ORT sorts and runs such a graph, the analysis refused it."""
+    ops = [helper.make_node("Mul", ["h", "h"], ["y"]),  # reads h before the Cast makes it
+           helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT)]
+    unsorted = _chain(ops)
+    x = np.arange(3, dtype=np.float32)[None]
+    got = ort.InferenceSession(unsorted.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, x * x)  # ORT runs it
+    result = analyze(unsorted, dims={"n": 3})
+    assert [result.graph.infos[k].op_type for g in result.groups for k in g.nodes] == [
+        "Cast", "Mul"]
+    assert result.totals["flops"] == analyze(_chain(ops[::-1]), dims={"n": 3}).totals["flops"]
+    assert any("not in topological order" in w and "'h'" in w for w in result.warnings)
+    symbolic = analyze(unsorted)  # reloads the sorted proto per sample: the warning stays
+    assert any("not in topological order" in w for w in symbolic.warnings)
+
+
+def test_a_cycle_is_still_refused() -> None:
+    cycle = _chain([helper.make_node("Relu", ["b"], ["a"]),
+                    helper.make_node("Mul", ["a", "x"], ["b"]),
+                    helper.make_node("Identity", ["a"], ["y"])])
+    with pytest.raises(InvalidModelError, match="cycle"):
+        analyze(cycle)
