@@ -244,6 +244,128 @@ def test_group_query_attention_smooth_softmax_and_softcap() -> None:
     _check(*_gqa(1, 4, 6, packed=True, smooth_softmax=1, softcap=2.0))
 
 
+_SWIGLU = {"swiglu_fusion": 1, "activation_alpha": 1.702, "activation_beta": 1.0,
+           "swiglu_limit": 7.0}  # gpt-oss's, as the builder writes them
+
+
+def _moe_model(op: str, x: np.ndarray, experts: int, weights: dict[str, np.ndarray],
+               names: list[str], **attrs: object) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A MoE / QMoE node over token rows `x` and router logits of `experts` experts."""
+    rng = np.random.default_rng(x.size)
+    inputs = {"x": x, "router": _rand(rng, x.size // x.shape[-1], experts)}
+    node = helper.make_node(op, ["x", "router", *names], ["y"], domain="com.microsoft", **attrs)
+    return _model(node, inputs, weights, {"y": (TensorProto.FLOAT, x.shape)}), inputs
+
+
+@pytest.mark.parametrize(("activation", "k", "normalize", "bias", "rows"),
+                         [("swiglu", 2, 1, True, (5,)), ("swiglu", 2, 1, True, (1, 1)),
+                          ("silu", 1, 0, False, (2, 3)), ("relu", 3, 1, True, (4,)),
+                          ("gelu", 2, 0, True, (3,)), ("identity", 4, 1, False, (2,))])
+def test_moe(activation: str, k: int, normalize: int, bias: bool, rows: tuple[int, ...]
+             ) -> None:
+    """MoE as the builder writes gpt-oss (SwiGLU halves interleaved, alpha 1.702, beta 1,
+    limit 7) and the other activations ORT's CPU kernel runs: 4 experts of hidden 32, inter
+    16, top k of the router's softmax (renormalized or not), biases or none; prefill rows, a
+    decode step [1, 1, H]."""
+    rng = np.random.default_rng(k)
+    hidden, inter, experts = 32, 16, 4
+    fusion = 2 if activation == "swiglu" else 1
+    weights = {"w1": _rand(rng, experts, fusion * inter, hidden) * 0.3,
+               "w2": _rand(rng, experts, hidden, inter) * 0.3}
+    if bias:
+        weights.update(b1=_rand(rng, experts, fusion * inter), b2=_rand(rng, experts, hidden))
+    names = ["w1", "b1" if bias else "", "w2", "b2" if bias else ""]
+    attrs = {"k": k, "activation_type": activation, "normalize_routing_weights": normalize,
+             **(_SWIGLU if activation == "swiglu" else {})}
+    _check(*_moe_model("MoE", _rand(rng, *rows, hidden), experts, weights, names, **attrs))
+
+
+@pytest.mark.parametrize(("bits", "block"), [(4, 16), (4, 0), (8, 0)])
+def test_qmoe(bits: int, block: int) -> None:
+    """QMoE as the builder writes gpt-oss int4: uint8 experts (4 bits two a byte, low nibble
+    first), (q - 2^(bits - 1)) · scale, a scale per block of 16 or per row; against ORT."""
+    rng = np.random.default_rng(bits + block)
+    hidden, inter, experts, per_byte = 32, 16, 4, 8 // bits
+    weights = {}
+    for fc, (rows, cols) in (("1", (2 * inter, hidden)), ("2", (hidden, inter))):
+        weights[f"q{fc}"] = rng.integers(0, 256, (experts, rows, cols // per_byte), np.uint8)
+        scale = (experts, rows, cols // block) if block else (experts, rows)
+        weights[f"s{fc}"] = rng.random(scale, dtype=np.float32) * 0.05
+        weights[f"b{fc}"] = _rand(rng, experts, rows)
+    attrs = {"k": 2, "activation_type": "swiglu", "normalize_routing_weights": 1,
+             "expert_weight_bits": bits, **_SWIGLU, **({"block_size": block} if block else {})}
+    _check(*_moe_model("QMoE", _rand(rng, 3, hidden), experts, weights,
+                       ["q1", "s1", "b1", "q2", "s2", "b2"], **attrs))
+
+
+def test_moe_refusals_name_what_they_lack() -> None:
+    """8-bit QMoE in blocks (ORT 1.31's CPU kernel is 1% off the dequantized product there)
+    and an fc3 (which ORT's CPU MoE refuses too) are refused by name."""
+    from onnxlens.analyzer.errors import OnnxLensError
+
+    rng = np.random.default_rng(0)
+    weights = {"q1": rng.integers(0, 256, (2, 32, 32), np.uint8),
+               "s1": np.ones((2, 32, 2), np.float32),
+               "q2": rng.integers(0, 256, (2, 32, 16), np.uint8),
+               "s2": np.ones((2, 32, 1), np.float32)}
+    model, inputs = _moe_model("QMoE", _rand(rng, 1, 32), 2, weights, ["q1", "s1", "", "q2",
+                                                                       "s2"],
+                               k=1, activation_type="swiglu", expert_weight_bits=8,
+                               block_size=16, **_SWIGLU)
+    with pytest.raises(OnnxLensError, match="8-bit experts in blocks"):
+        backend = NativeCpuBackend(1)
+        backend.prepare(model)
+        backend.run(inputs)
+    weights = {"w": _rand(rng, 2, 8, 32), "w2": _rand(rng, 2, 32, 8)}
+    model, inputs = _moe_model("MoE", _rand(rng, 1, 32), 2, weights,
+                               ["w", "", "w2", "", "w", ""], k=1, activation_type="silu")
+    with pytest.raises(OnnxLensError, match=r"input 6 \(fc3"):
+        backend = NativeCpuBackend(1)
+        backend.prepare(model)
+        backend.run(inputs)
+
+
+@pytest.mark.parametrize(("op", "rows", "used"), [("MoE", 3, 4), ("QMoE", 3, 4), ("MoE", 1, 2),
+                                                  ("QMoE", 1, 2)])
+def test_the_kernel_model_runs_the_used_experts_as_float_gemms(op: str, rows: int, used: int
+                                                               ) -> None:
+    """native-cpu's estimate of a MoE / QMoE (4 experts, top 2, SwiGLU's 2 x 16 rows of 32,
+    fc2 32 x 16: 1536 weights an expert): two GEMMs (class gemm, fp32 peak) per expert used
+    (3 tokens x 2 picks reach all 4, one token 2), reading those experts' float32 weights,
+    4 x 1536 bytes each, whatever the model stores (QMoE: int4, dequantized at plan time, so
+    its other FLOPs are MoE's); MACs 2 picks x 1536 a token."""
+    import onnxlens
+    from onnxlens.analyzer.host import host_profile
+    from onnxlens.backends.native.kernel_model import NATIVE_CPU_MODEL
+
+    rng = np.random.default_rng(0)
+    experts, hidden, inter = 4, 32, 16
+    if op == "MoE":
+        weights = {"w1": _rand(rng, experts, 2 * inter, hidden),
+                   "w2": _rand(rng, experts, hidden, inter)}
+        names, extra = ["w1", "", "w2", ""], {}
+    else:
+        weights = {"q1": rng.integers(0, 256, (experts, 2 * inter, hidden // 2), np.uint8),
+                   "s1": np.ones((experts, 2 * inter, 2), np.float32),
+                   "q2": rng.integers(0, 256, (experts, hidden, inter // 2), np.uint8),
+                   "s2": np.ones((experts, hidden, 1), np.float32)}
+        names, extra = ["q1", "s1", "", "q2", "s2", ""], {"expert_weight_bits": 4,
+                                                          "block_size": 16}
+    model, _ = _moe_model(op, _rand(rng, rows, hidden), experts, weights, names, k=2,
+                          activation_type="swiglu", normalize_routing_weights=1, **_SWIGLU,
+                          **extra)
+    result = onnxlens.analyze(model)
+    [[kernel]] = NATIVE_CPU_MODEL.kernels(
+        result.graph, result.groups, {n: c.cost for n, c in result.node_costs.items()},
+        {g: c.cost for g, c in result.group_costs.items()}, host_profile(1),
+        result.model).values()
+    [node_cost] = [c.cost for c in result.node_costs.values()]
+    moe_flops = node_cost.other_flops - (2 * 1536 * rows * 2 if op == "QMoE" else 0)
+    assert (kernel.cls, kernel.peak, kernel.calls, kernel.cost.param_bytes,
+            kernel.cost.macs, kernel.cost.other_flops) == (
+        "gemm", "fp32", 2 * used, 4 * 1536 * used, rows * 2 * 1536, moe_flops)
+
+
 def _nbits(rng: np.random.Generator, n: int, k: int, block: int, zero_points: bool
            ) -> dict[str, np.ndarray]:
     blocks = -(-k // block)

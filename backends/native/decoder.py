@@ -11,7 +11,10 @@
   half a byte a value), dequantized as it multiplies (A in int8 at accuracy level 4);
 - GatherBlockQuantized (uint8 data): one kernel (k_nbits.cpp) reading the packed table as the
   model lays it out (a tied embedding reads lm_head's weight, which MatMulNBits re-lays in a
-  copy of its own) and dequantizing the picked rows.
+  copy of its own) and dequantizing the picked rows;
+- MoE: one kernel (k_moe.cpp) routing each token to its top k experts; QMoE the same kernel on
+  its expert weights dequantized here to float32 (4 bytes a weight where the model keeps 1/2
+  or 1: the native executor trades memory for one kernel).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from .lower import FLOAT, Instr, Kernel, Lowering, Unsupported, _axis, _require_
 
 # The contrib ops lowered here (their domain is com.microsoft).
 CONTRIB_OPS = frozenset({"SkipSimplifiedLayerNormalization", "SkipLayerNormalization",
-                         "GroupQueryAttention", "MatMulNBits", "GatherBlockQuantized"})
+                         "GroupQueryAttention", "MatMulNBits", "GatherBlockQuantized", "MoE",
+                         "QMoE"})
 
 
 def _name(node: NodeInfo, i: int) -> str | None:
@@ -176,6 +180,81 @@ def gather_block_quantized(node: NodeInfo, low: Lowering) -> list[Kernel]:
         ins.append(low.add_const(f"{node.name}::zeros", np.ascontiguousarray(zero)))
     return [Kernel("GatherBlockQuantized", ins, [node.outputs[0].name],
                    {"bits": [bits], "block_size": [int(node.attr("block_size", 128))]})]
+
+
+# MoE's activation_type as k_moe.cpp numbers it.
+_MOE_ACTIVATIONS = {"relu": 0, "gelu": 1, "silu": 2, "identity": 3, "swiglu": 4}
+
+
+def moe(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    """One MoE kernel: input, router_probs, fc1 [E, F·I, H] and fc2 [E, H, I] weights (out
+    rows of in values, ORT's layout; the legacy transposed one is refused) with their biases.
+    What ORT's CPU kernel does not run either is refused by name: fc3, the sparse mixer,
+    SwiGLU halves not interleaved (swiglu_fusion != 1)."""
+    _require_float(node, *node.inputs[:6])
+    _check_experts(node, node.inputs[2].dims, node.inputs[4].dims)
+    return [_moe_kernel(node, [_name(node, i) for i in range(6)], fc3_at=6)]
+
+
+def qmoe(node: NodeInfo, low: Lowering) -> list[Kernel]:
+    """QMoE as MoE's kernel on float32 experts: each weight (q - 2^(bits - 1)) · scale, q
+    unsigned (4 bits: two a byte, low nibble first), the scale per output row [E, N] or per
+    `block_size` values of a row [E, N, blocks]; zero points refused, and 8 bits in blocks
+    (ORT 1.31's CPU kernel differs there from that dequantization by 1%)."""
+    _require_float(node, node.inputs[0], node.inputs[1], node.input(4), node.input(7))
+    weights: list[np.ndarray] = []
+    for fc, (q_at, scale_at) in ((1, (2, 3)), (2, (5, 6))):
+        bits = int(node.attr(f"fc{fc}_expert_weight_bits", node.attr("expert_weight_bits", 4)))
+        block = int(node.attr("block_size", 0))
+        if bits not in (4, 8) or (bits == 8 and block):
+            raise Unsupported(f"QMoE with {bits}-bit experts{' in blocks' if block else ''} "
+                              "(4 bits, or 8 by rows)")
+        q = low.need_const(node, q_at, f"QMoE's fc{fc} weight")
+        scales = low.need_const(node, scale_at, f"QMoE's fc{fc} scales")
+        if q is None or q.dtype != np.uint8 or q.ndim != 3 or scales is None:
+            raise Unsupported(f"QMoE's fc{fc} weight is not a uint8 [E, N, K·{bits}/8] constant")
+        cols = q.shape[-1] * 8 // bits
+        values = _unpack(q, bits).astype(np.float32) - 2 ** (bits - 1)
+        scale = (np.repeat(scales, block, axis=-1)[..., :cols] if block
+                 else scales[..., None]).astype(np.float32)
+        if scale.shape[:2] != q.shape[:2]:
+            raise Unsupported(f"QMoE's fc{fc} scales {list(scales.shape)} for its weight "
+                              f"{list(q.shape)}")
+        weights.append(np.ascontiguousarray(values * scale))
+    _check_experts(node, weights[0].shape, weights[1].shape)
+    fc1, fc2 = (low.add_const(f"{node.name}::fc{fc}", w) for fc, w in ((1, weights[0]),
+                                                                      (2, weights[1])))
+    return [_moe_kernel(node, [_name(node, 0), _name(node, 1), fc1, _name(node, 4), fc2,
+                               _name(node, 7)], fc3_at=8)]
+
+
+def _check_experts(node: NodeInfo, fc1: tuple[int, ...], fc2: tuple[int, ...]) -> None:
+    """fc1's and fc2's shapes against ORT's layout (out rows of in values)."""
+    hidden = node.inputs[0].dims[-1]
+    experts, inter = fc2[0], fc2[-1]
+    fusion = 2 if node.attr("activation_type", "relu") == "swiglu" else 1
+    if list(fc1) != [experts, fusion * inter, hidden] or list(fc2) != [experts, hidden, inter]:
+        raise Unsupported(f"{node.op_type}'s expert weights fc1 {list(fc1)}, fc2 {list(fc2)} "
+                          f"(ORT's layout: [E, {fusion}·I, H], [E, H, I])")
+
+
+def _moe_kernel(node: NodeInfo, ins: list[str | None], fc3_at: int) -> Kernel:
+    activation = node.attr("activation_type", "relu")
+    if activation not in _MOE_ACTIVATIONS:
+        raise Unsupported(f"{node.op_type} with activation_type {activation!r}")
+    fc3 = [i for i in range(fc3_at, len(node.inputs)) if _name(node, i)]
+    if fc3:
+        raise Unsupported(f"{node.op_type}'s input {fc3[0]} (fc3 or zero points)")
+    if int(node.attr("use_sparse_mixer", 0)):
+        raise Unsupported(f"{node.op_type} with use_sparse_mixer")
+    if activation == "swiglu" and int(node.attr("swiglu_fusion", 0)) != 1:
+        raise Unsupported(f"{node.op_type}'s SwiGLU with swiglu_fusion != 1 (interleaved)")
+    ints = {"k": [int(node.attr("k", 1))], "activation": [_MOE_ACTIVATIONS[activation]],
+            "normalize_routing_weights": [int(node.attr("normalize_routing_weights", 0))]}
+    floats = {"activation_alpha": [float(node.attr("activation_alpha", 1.0))],
+              "activation_beta": [float(node.attr("activation_beta", 0.0))],
+              "swiglu_limit": [float(node.attr("swiglu_limit", float("inf")))]}
+    return Kernel("MoE", ins, [node.outputs[0].name], ints, floats)
 
 
 def _unpack(data: np.ndarray, bits: int) -> np.ndarray:

@@ -53,6 +53,7 @@ import math
 from collections.abc import Callable
 
 from ...analyzer.cost.base import Cost
+from ...analyzer.cost.moe import moe_layout
 from ...analyzer.cost.ops import VIEWS
 from ...analyzer.fusion import Group
 from ...analyzer.graph import ModelGraph
@@ -178,6 +179,8 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
             kernel = dataclasses.replace(kernel, cls=NATIVE_NBITS, peak="fp32")  # the group's
     if cpu and k.op == "GroupQueryAttention" and own_class(hw, NATIVE_GQA):
         return row_attention(kernel, k, dims)
+    if cpu and k.op == "MoE":
+        return expert_gemms(kernel, mg.info(k.nodes[0]))
     if cpu and cls == "depthwise":
         work = depthwise_work(k, dims.get(k.outputs[0], (1,)), dims.get(k.inputs[0], (1,)))
         cost = dataclasses.replace(cost, macs=round(cost.macs * work))
@@ -267,6 +270,30 @@ def causal_keys(past: int, seq: int, window: int) -> int:
         return seq * past + seq * (seq + 1) // 2
     under = min(max(window - past, 0), seq)
     return under * past + under * (under + 1) // 2 + (seq - under) * window
+
+
+def expert_gemms(kernel: Kernel, info: NodeInfo) -> Kernel:
+    """MoE / QMoE as k_moe.cpp runs them: each used expert's routed rows through two GEMMs
+    (fc1, fc2) on float32 weights, QMoE's dequantized by the planner: class gemm at the fp32
+    peak, where the analysis has no class for the op (elementwise);
+    - calls: 2 per expert used, at most min(E, T·k) of the E;
+    - weights read: the used experts' float32 fc1 and fc2, 4·(F·I·H + H·I) bytes each, and
+      their biases, where the analysis charges every expert at its stored width (QMoE: 1/2
+      or 1 byte a weight);
+    - QMoE's dequantization (2 FLOPs a picked weight in the analysis) is the planner's, once,
+      not the run's."""
+    tokens, hidden, experts, inter, fusion = moe_layout(info)
+    k = info.attr("k", 1)
+    used = min(experts, tokens * k)
+    per_expert = fusion * inter * hidden + hidden * inter
+    biases = (4, 7) if info.op_type == "QMoE" else (3, 5)
+    bias_bytes = sum(b.nbytes for at in biases if (b := info.input(at)) is not None)
+    weights = used * (4 * per_expert + bias_bytes // experts)
+    dequantized = 2 * per_expert * tokens * k if info.op_type == "QMoE" else 0
+    cost = dataclasses.replace(kernel.cost, other_flops=kernel.cost.other_flops - dequantized,
+                               bytes_read=kernel.cost.bytes_read - kernel.cost.param_bytes
+                               + weights, param_bytes=weights)
+    return dataclasses.replace(kernel, cls="gemm", peak="fp32", cost=cost, calls=2 * used)
 
 
 # Copy kernels that read only the elements they write (a Slice, Transpose, Expand; a Gather,

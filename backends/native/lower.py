@@ -791,12 +791,14 @@ def _resize(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 
 @lowering("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
-          "SkipLayerNormalization", "GroupQueryAttention", "MatMulNBits", "GatherBlockQuantized")
+          "SkipLayerNormalization", "GroupQueryAttention", "MatMulNBits", "GatherBlockQuantized",
+          "MoE", "QMoE")
 def _decoder(node: NodeInfo, low: Lowering) -> list[Kernel]:
     from . import decoder
 
     lower_op = {"GroupQueryAttention": decoder.group_query_attention,
                 "SkipLayerNormalization": decoder.skip_layer_norm,
                 "MatMulNBits": decoder.matmul_nbits,
-                "GatherBlockQuantized": decoder.gather_block_quantized}
+                "GatherBlockQuantized": decoder.gather_block_quantized, "MoE": decoder.moe,
+                "QMoE": decoder.qmoe}
     return lower_op.get(node.op_type, decoder.rms_norm)(node, low)

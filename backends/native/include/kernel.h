@@ -126,6 +126,22 @@ decltype(Body) isa_build(const SimdKernels& simd) {
   return &Builds::template generic<Body>;
 }
 
+// Σ a[i]·b[i] in sixteen independent sums (one vector of AVX-512, two of AVX2), which the
+// compiler keeps in flight without reassociating one chain: inlined into a hot loop built per
+// instruction set (isa_build), a dot product of a head or a weight row.
+__attribute__((always_inline)) inline float dot16(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return acc[0];
+}
+
 // Calls f(T{}) with T the unsigned integer of `size` bytes (1, 2, 4, else 8): kernels that
 // move elements as bits of their width, whatever their type (Where, GatherElements, strided
 // copies).
@@ -148,6 +164,7 @@ void register_norm(KernelRegistry& r);
 void register_rms_norm(KernelRegistry& r);
 void register_attention(KernelRegistry& r);
 void register_nbits(KernelRegistry& r);
+void register_moe(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
 void register_data(KernelRegistry& r);
 void register_misc(KernelRegistry& r);

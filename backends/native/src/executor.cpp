@@ -104,6 +104,7 @@ const KernelRegistry& kernel_registry() {
     register_rms_norm(r);
     register_attention(r);
     register_nbits(r);
+    register_moe(r);
     register_reduce(r);
     register_data(r);
     register_misc(r);

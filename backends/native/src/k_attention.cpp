@@ -24,26 +24,11 @@ namespace onnxlens {
 
 namespace {
 
-// Sixteen independent sums (one vector of AVX-512, two of AVX2): a dot product of a head (32 to
-// 256 values) that the compiler keeps in flight without reassociating one chain.
-__attribute__((always_inline)) inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  for (; i < n; ++i) acc[0] += a[i] * b[i];
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  }
-  return acc[0];
-}
-
 // scores[j] = scale · q · k_j for `keys` rows of `head` values.
 __attribute__((always_inline)) inline void key_scores(const float* q, const float* k,
                                                       int64_t keys, int64_t head, float scale,
                                                       float* scores) {
-  for (int64_t j = 0; j < keys; ++j) scores[j] = scale * dot(q, k + j * head, head);
+  for (int64_t j = 0; j < keys; ++j) scores[j] = scale * dot16(q, k + j * head, head);
 }
 
 // acc = Σ_j p_j · scale · v_j.
