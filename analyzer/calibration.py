@@ -160,7 +160,7 @@ VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
 OWN_VECTOR_CLASSES = ("pool", "normalization", "skip_normalization", "skip_rms_normalization",
                       "softmax", "softmax_int8", "gelu", "elementwise_int8", "quantize",
-                      "dequantize", "reduce", "reduce_squares")
+                      "dequantize", "reduce", "reduce_squares", "where")
 DEFAULT_BACKEND = ORT_CPU
 # Never predict less than this fraction of peak: a curve far outside its data must not blow up.
 MIN_EFFICIENCY = 1e-4

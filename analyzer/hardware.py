@@ -96,7 +96,7 @@ SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8"
                "grouped_conv_integer": "conv",
                "gemm_nbits": "gemm", "conv_int8_im2col": "conv", "conv_unpacked": "conv",
                "gqa_decode": "gemm", "native_nbits": "gemm", "native_gqa": "attention",
-               "moe": "gemm", "qmoe": "gemm",
+               "moe": "gemm", "qmoe": "gemm", "where": "elementwise",
                "skip_normalization": "normalization", "skip_rms_normalization": "normalization",
                "softmax": "normalization",
                "softmax_int8": "normalization",
@@ -142,6 +142,11 @@ GQA_DECODE = "gqa_decode"
 # time at prefill. Their prefills ran at ~25 GMAC/s where the gemm curve read ~100: classes
 # of their own.
 MOE, QMOE = "moe", "qmoe"
+# ORT's Where on CPU: two broadcast select passes (cond ? X : 0, !cond ? Y : 0) into
+# temporaries and a merge pass, in Eigen's scalar selects (`ort_cpu.where_passes`): measured
+# (ORT 1.31, Zen 5) 0.6-0.8 ns an element over [4, 128, 128] (an encoder's SDPA guard, Where(
+# IsNaN(p), 0, p)), 2.5x what the elementwise curve read for it: a class of its own.
+WHERE = "where"
 # The native executor's own decoder kernels (backends/native/kernel_model.py), each measured
 # on benchmarks of its own that only a native-cpu calibration times: MatMulNBits (k_nbits.cpp:
 # the 4-bit weights converted to floats as it multiplies, in C++ the compiler vectorizes) and

@@ -17,7 +17,7 @@ from onnxlens.analyzer.estimate import cold_weights, estimate_group, estimate_ke
 from onnxlens.analyzer.hardware import SUBCLASS_OF, Runtime, load_profile, stored, what_if
 from onnxlens.analyzer.ir import NodeInfo
 from onnxlens.analyzer.runtimes import node_class
-from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels
+from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels, where_passes
 from onnxlens.backends.ort_timing import profile_model
 
 VOCAB, HIDDEN, TOKENS = 4096, 64, 3
@@ -231,7 +231,8 @@ def test_an_attention_groups_mask_kernels_run_apart_from_its_products() -> None:
     Where as kernels of their own (profiled); the group is costed as the calibrated products
     (the two MatMuls and the scale, with the group's boundary traffic: Q, Kᵀ, V, the mask and
     the two scalars in, Y out), the Softmax at the softmax class over its 1·2·4 rows of 4, and
-    the three mask kernels at their nodes' costs."""
+    the mask's Add and IsNaN at their nodes' costs, the Where at ORT's three passes
+    (`where_passes`: its class's own)."""
     model = _masked_attention()
     assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [
         "FusedMatMul", "Add", "Softmax", "IsNaN", "Where", "MatMul"]
@@ -242,9 +243,9 @@ def test_an_attention_groups_mask_kernels_run_apart_from_its_products() -> None:
     assert [(k.cls, k.nodes, k.rows) for k in apart] == [("elementwise", ("mask_add",), 0),
                                                          ("softmax", ("softmax",), 8),
                                                          ("elementwise", ("isnan",), 0),
-                                                         ("elementwise", ("where",), 0)]
-    assert [k.cost for k in apart] == [costs[k] for k in ("mask_add", "softmax", "isnan",
-                                                          "where")]
+                                                         ("where", ("where",), 0)]
+    assert [k.cost for k in apart] == [*(costs[k] for k in ("mask_add", "softmax", "isnan")),
+                                       where_passes(r.graph.info("where"), costs["where"])]
     assert block.cls == "attention" and block.cost.macs == 2 * (2 * 4 * 4 * 8)
     assert block.cost.other_flops == costs["scale"].other_flops == 2 * 4 * 4
     assert block.cost.transcendental == 0

@@ -413,14 +413,38 @@ def moe(tokens: int, hidden: int, inter: int, experts: int, bits: int = 0, tier:
                  _work(2 * macs, 4 * experts * 3 * hidden * inter))
 
 
-def _experts() -> list[Bench]:
-    """ORT's MoE and QMoE nodes (tokens, hidden, inter, experts; top 2): gpt-oss's tiny config
-    at a prefill of 128 and 32 tokens and a decode step, hidden and inter swapped at 512 (the
-    scalar SwiGLU loop's share), 8 experts of 512 x 512; its QMoE at four of them."""
+def where(shape: Sequence[int], cond: Sequence[int] | None = None, tier: int = 1) -> Bench:
+    """Where(C, 0, Y): Y of `shape`, a scalar X, the condition C of `cond` (broadcast; the
+    whole shape by default), as an encoder's SDPA guard Where(IsNaN(p), 0, p) or masked_fill
+    writes it. ORT runs two select passes and a merge (`ort_cpu.where_passes`): the
+    estimator's `where` class."""
+    cond = tuple(cond or shape)
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "Z")
+    n = math.prod(shape)
+
+    def build() -> onnx.ModelProto:
+        model = _model([helper.make_node("Where", ["C", "Z", "Y"], ["W"])],
+                       [("C", cond), ("Y", shape)], ("W", shape), [zero])
+        model.graph.input[0].type.tensor_type.elem_type = TensorProto.BOOL
+        return model
+    return Bench(f"Where {'x'.join(map(str, shape))} cond {'x'.join(map(str, cond))}", build,
+                 tier, _work(3 * n, 24 * n))
+
+
+def _ort_only() -> list[Bench]:
+    """ORT's kernels with classes of their own that only an ORT calibration times (the
+    native executor refuses MoE / QMoE and runs Where in one pass). MoE and QMoE nodes
+    (tokens, hidden, inter, experts; top 2): gpt-oss's tiny config at a prefill of 128 and 32
+    tokens and a decode step, hidden and inter swapped at 512 (the scalar SwiGLU loop's
+    share), 8 experts of 512 x 512; its QMoE at four of them. Where: the SDPA guard of a
+    hidden-256 encoder (4 heads, 128 tokens) and ViT-B's (12 heads, 197), a small one, and
+    masked_fill's mask broadcast over the heads."""
     shapes = ((128, 128, 128, 4), (32, 128, 128, 4), (1, 128, 128, 4), (128, 512, 128, 4),
               (128, 128, 512, 4), (64, 512, 512, 8))
     return ([moe(*shape) for shape in shapes]
-            + [moe(*shapes[i], bits=4) for i in (0, 2, 3, 5)])
+            + [moe(*shapes[i], bits=4) for i in (0, 2, 3, 5)]
+            + [where((1, 4, 128, 128)), where((12, 197, 197)), where((8, 32, 32)),
+               where((1, 4, 128, 128), (1, 1, 128, 128))])
 
 
 def chain(length: int) -> Bench:
@@ -752,8 +776,8 @@ def benchmarks(backend: str = ORT_CPU) -> list[Bench]:
         out += family()
     if backend == NATIVE_CPU:
         out += _native_decoder()
-    else:  # the native executor refuses MoE / QMoE
-        out += _experts()
+    else:
+        out += _ort_only()
     return sorted(out, key=lambda b: b.tier)
 
 
