@@ -14,6 +14,8 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 from onnxlens.analyzer.analysis import analyze
 from onnxlens.analyzer.errors import InvalidModelError
 from onnxlens.analyzer.fusion import ATTENTION
+from onnxlens.analyzer.host import host_profile
+from onnxlens.backends.native.kernel_model import NATIVE_CPU_MODEL
 
 MS = "com.microsoft"
 
@@ -139,3 +141,24 @@ def test_a_cycle_is_still_refused() -> None:
                     helper.make_node("Identity", ["a"], ["y"])])
     with pytest.raises(InvalidModelError, match="cycle"):
         analyze(cycle)
+
+
+def test_native_estimate_of_an_empty_copy() -> None:
+    """A strided copy of an empty tensor (a Slice of a KV cache at prefill, past 0):
+    native-cpu's kernel model divided by its zero-length run (ZeroDivisionError in `compare`
+    of a dynamo Mistral at past 0). It copies nothing."""
+    value = helper.make_tensor_value_info
+    bounds = [numpy_helper.from_array(np.array([v], np.int64), n)
+              for n, v in (("start", -8), ("end", 2**62), ("axis", 2))]
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "start", "end", "axis"], ["y"])], "g",  # the last 8
+        [value("x", TensorProto.FLOAT, [1, 2, "past", 4])],
+        [value("y", TensorProto.FLOAT, [1, 2, "kept", 4])], bounds)
+    model = helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)])
+    r = analyze(model, dims={"past": 0})
+    kernels = NATIVE_CPU_MODEL.kernels(r.graph, r.groups,
+                                       {k: nc.cost for k, nc in r.node_costs.items()},
+                                       {g: nc.cost for g, nc in r.group_costs.items()},
+                                       host_profile(1), r.model)
+    (k,) = [k for ks in kernels.values() for k in ks]
+    assert (k.runs, k.elements, k.cost.bytes_read, k.cost.bytes_written) == (0, 0, 0, 0)

@@ -452,6 +452,8 @@ def copies(k: lower.Kernel, dims: dict[str, tuple[int, ...]]) -> tuple[int, int]
     if not k.outputs or any(n not in dims for n in [*k.inputs, *k.outputs] if n):
         return 0, 0
     y = dims[k.outputs[0]]
+    if not math.prod(y):  # an empty tensor (a KV cache at prefill, past 0) copies nothing
+        return 0, 0
     if k.op == "Copy" and "strides" in k.ints:
         run = 1
         for size, stride in reversed(list(zip(y, k.ints["strides"], strict=True))):
