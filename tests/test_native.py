@@ -276,6 +276,24 @@ def test_matmul_constant_b_past_one_block(epilogue: str) -> None:
         check(model, feeds, threads=2)
 
 
+@pytest.mark.parametrize(("m", "k", "n"), [(13, 1000, 3), (26, 300, 19), (1, 1000, 40),
+                                           (14, 1024, 1000), (38, 520, 1000)])
+def test_matmul_a_in_place(m: int, k: int, n: int) -> None:
+    """gemm.cpp reads a row-major A in place (its rows not a multiple of 1024 floats apart):
+    tiles of every row count (13 = 12 + a one-row matrix-vector product; 26, 38 = 3 x 12 + 2),
+    narrow columns (3, 19 = 16 + 3: gemm_ucols, which must not read A's rows past the tile's),
+    a column vector and a half (40), K past one block (300, 520, 1000: accumulating into C)
+    and the Add + Relu stored by the micro-kernel; K = 1024 keeps A packed. Against
+    onnx.reference on every instruction set."""
+    rng = np.random.default_rng(m + k + n)
+    feeds = {"a": rand(rng, m, k)}
+    weights = {"b": rand(rng, k, n), "bias": rand(rng, n)}
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["p"]),
+             helper.make_node("Add", ["p", "bias"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    check(model_of(nodes, feeds, weights, ["y"]), feeds)
+
+
 @pytest.mark.parametrize(("images", "side"), [(1, 7), (1, 14), (2, 7), (2, 10), (1, 20)])
 def test_conv_two_threads(images: int, side: int) -> None:
     """A 3x3 convolution with its epilogue at 2 threads against onnx.reference, on as many

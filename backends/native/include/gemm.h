@@ -41,7 +41,8 @@ struct GemmA {
   const float* p = nullptr;
   int64_t rs = 0, cs = 0;
   // Strided A packed whole once per call, into the workspace's first gemm_a_once_floats
-  // (where per column block it is packed again for each block of nc columns).
+  // (where per column block it is packed again for each block of nc columns); ignored when
+  // A is read in place (gemm_reads_a_in_place).
   bool pack_once = false;
 };
 
@@ -70,10 +71,15 @@ struct GemmC {
 int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue,
                               int64_t a_once_floats = 0);
 
-// The floats a strided M x K A packed once takes, when worth it: when B is wider than one
-// column block (else A is packed once anyway) and A is at most kMaxAOnceFloats; else 0.
+// Whether gemm() reads a strided A (A(i, k) = p[i * rs + k * cs]) in place, unpacked.
+bool gemm_reads_a_in_place(int64_t rs, int64_t cs);
+
+// The floats a strided M x K A packed once takes, when worth it: when it is not read in
+// place, B is wider than one column block (else A is packed once anyway) and A is at most
+// kMaxAOnceFloats; else 0.
 constexpr int64_t kMaxAOnceFloats = int64_t{1} << 20;  // 4 MiB per thread
-int64_t gemm_a_once_floats(const SimdKernels& s, int64_t M, int64_t K, int64_t N);
+int64_t gemm_a_once_floats(const SimdKernels& s, int64_t M, int64_t K, int64_t N, int64_t rs,
+                           int64_t cs);
 
 // C[m0:m1, n0:n1] of an M x N x K product. m0 must be a multiple of the micro-tile's rows
 // when A is packed, n0 of its columns when B is packed or an im2col.

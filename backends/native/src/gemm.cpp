@@ -56,28 +56,29 @@ inline TileEpilogue tile_epilogue(const GemmC& c, int64_t i, int64_t j) {
 
 // The micro-kernel over m rows and n columns of a tile: the columns past its whole vectors
 // (nr / 2 wide), when they are few, run narrow (gemm_ucols) instead of as a whole vector.
-void columns(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, float* c,
-             int64_t ldc, bool acc, const TileEpilogue* e, int64_t n, int64_t m) {
+void columns(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, const float* bp,
+             float* c, int64_t ldc, bool acc, const TileEpilogue* e, int64_t n, int64_t m) {
   const int64_t narrow = n % (s.nr / 2);
   if (narrow == 0 || narrow > kNarrowCols) {
-    s.gemm_ukernel(kc, ap, bp, c, ldc, acc, e, n, m);
+    s.gemm_ukernel(kc, ap, lda, bp, c, ldc, acc, e, n, m);
     return;
   }
   const int64_t wide = n - narrow;
-  if (wide > 0) s.gemm_ukernel(kc, ap, bp, c, ldc, acc, e, wide, m);
+  if (wide > 0) s.gemm_ukernel(kc, ap, lda, bp, c, ldc, acc, e, wide, m);
   TileEpilogue shifted{};
   if (e) {
     shifted = *e;
     if (shifted.col_bias) shifted.col_bias += wide;
     if (shifted.residual) shifted.residual += wide;
   }
-  s.gemm_ucols(kc, ap, bp + wide, c + wide, ldc, acc, e ? &shifted : nullptr, narrow, m);
+  s.gemm_ucols(kc, ap, lda, bp + wide, c + wide, ldc, acc, e ? &shifted : nullptr, narrow, m);
 }
 
-// One micro-tile at C(i, j) of m x n valid elements; the last K block also runs a fast
-// epilogue.
-void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, const GemmC& c,
-          int64_t i, int64_t j, int64_t m, int64_t n, bool acc, bool last, float* buf) {
+// One micro-tile at C(i, j) of m x n valid elements, A a packed panel (lda 0) or read in
+// place; the last K block also runs a fast epilogue.
+void tile(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, const float* bp,
+          const GemmC& c, int64_t i, int64_t j, int64_t m, int64_t n, bool acc, bool last,
+          float* buf) {
   TileEpilogue e{};
   const bool fused = last && c.fast != nullptr;
   if (m > 1) {
@@ -90,7 +91,7 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, co
       int64_t t1 = contiguous(c, j + t0, n - t0) ? n : t0 + 1;  // the whole rest, usually
       while (t1 < n && contiguous(c, j + t0, t1 - t0 + 1)) ++t1;
       if (fused) e = tile_epilogue(c, i, j + t0);
-      columns(s, kc, ap, bp + t0, c_at(c, i, j + t0), c.ldc, acc, fused ? &e : nullptr,
+      columns(s, kc, ap, lda, bp + t0, c_at(c, i, j + t0), c.ldc, acc, fused ? &e : nullptr,
               t1 - t0, m);
       t0 = t1;
     }
@@ -98,7 +99,7 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, const float* bp, co
   }
   // One row: a matrix-vector product (batch-1 classifier), or the last row of M.
   if (fused) e = tile_epilogue(c, i, j);
-  s.gemv_panel(kc, ap, s.mr, bp, buf);
+  s.gemv_panel(kc, ap, lda > 0 ? 1 : s.mr, bp, buf);
   for (int64_t t = 0; t < n; ++t) {
     float* dst = c_at(c, i, j + t);
     float v = acc ? *dst + buf[t] : buf[t];
@@ -152,7 +153,17 @@ int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue,
          (epilogue ? epilogue->scratch_floats() : 0);
 }
 
-int64_t gemm_a_once_floats(const SimdKernels& s, int64_t M, int64_t K, int64_t N) {
+// A strided A whose rows are contiguous is read in place by the micro-kernel, 12 rows of a
+// tile as 12 streams (MLAS reads A so), where packing it cost a transposing copy of all of A
+// per call. Not when its rows are a multiple of 4 KiB apart: then a tile's rows fall into one
+// L1 set (ViT's 197 x 3072 x 768 was even either way). One MatMul node, 1 thread, Zen 5,
+// AVX-512, thread CPU time: 3136 x 256 x 64 (a 1x1 convolution channels-last) 762 -> 587 us,
+// 12544 x 16 x 96 433 -> 366, 196 x 576 x 96 141 -> 114, 197 x 768 x 768 1162 -> 1153.
+bool gemm_reads_a_in_place(int64_t rs, int64_t cs) { return cs == 1 && rs % 1024 != 0; }
+
+int64_t gemm_a_once_floats(const SimdKernels& s, int64_t M, int64_t K, int64_t N, int64_t rs,
+                           int64_t cs) {
+  if (gemm_reads_a_in_place(rs, cs)) return 0;
   const GemmBlocking bl = gemm_blocking(s);
   const int64_t floats = round_up(M, s.mr) * K;
   return N > bl.nc && floats <= kMaxAOnceFloats ? floats : 0;
@@ -202,8 +213,10 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
   (void)N;
   if (m0 >= m1 || n0 >= n1) return;
   const GemmBlocking bl = gemm_blocking(s);
-  // A packed once, whole, at the start of the workspace: rows [m0, m1) K block by K block.
-  const bool once = a.pack_once && !a.packed && K > 0;
+  // A read in place, or packed once, whole, at the start of the workspace: rows [m0, m1) K
+  // block by K block.
+  const bool in_place = !a.packed && gemm_reads_a_in_place(a.rs, a.cs);
+  const bool once = a.pack_once && !a.packed && !in_place && K > 0;
   const int64_t once_rows = round_up(m1 - m0, s.mr);
   const Buffers buf = carve(s, workspace + (a.pack_once ? round_up(M, s.mr) * K : 0));
   if (once) {
@@ -233,7 +246,9 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
       for (int64_t ic = m0; ic < m1; ic += bl.mc) {
         const int64_t mc = std::min(bl.mc, m1 - ic);
         const float* ap = buf.a;
-        if (a.packed) {
+        if (in_place) {
+          ap = a.p + ic * a.rs + pc;
+        } else if (a.packed) {
           ap = packed_block(*a.packed, pc, kc, ic, s.mr);
         } else if (once) {
           ap = workspace + once_rows * pc + (ic - m0) * kc;
@@ -245,8 +260,9 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
           const int64_t n = std::min<int64_t>(s.nr, nc - jr);
           for (int64_t ir = 0; ir < mc; ir += s.mr) {
             const int64_t m = std::min<int64_t>(s.mr, mc - ir);
-            tile(s, kc, ap + (ir / s.mr) * s.mr * kc, bpanel, c, ic + ir, jc + jr, m, n,
-                 pc > 0, last, buf.tile);
+            const float* at = in_place ? ap + ir * a.rs : ap + (ir / s.mr) * s.mr * kc;
+            tile(s, kc, at, in_place ? a.rs : 0, bpanel, c, ic + ir, jc + jr, m, n, pc > 0,
+                 last, buf.tile);
           }
         }
         if (last && c.fast == nullptr) epilogue(s, c, ic, ic + mc, jc, jc + nc, buf.epilogue);

@@ -38,7 +38,7 @@ class MatMulKernel : public Kernel {
       // Per-row values index rows of one matrix: only without batches.
       if (!fast_.row_scale.empty() && (a_off_.size() > 1 || M_ != m_rows)) fast_.ok = false;
     }
-    a_once_ = gemm_a_once_floats(simd_, M_, K_, N_);
+    a_once_ = gemm_a_once_floats(simd_, M_, K_, N_, am_.rs, am_.cs);
     if (b.storage == Storage::constant) {
       for (int64_t off : distinct_b_offsets()) {
         packed_.emplace_back(off, pack_b_const(simd_, b_ + off, bm_.rs, bm_.cs, K_, N_));
