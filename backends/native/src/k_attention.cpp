@@ -24,12 +24,40 @@ namespace onnxlens {
 
 namespace {
 
+// Query rows a KV head serves from which its keys are transposed first (transposed_scores).
+constexpr int64_t kTransposeRows = 8;
+
 // scores[j] = scale · q · k_j for `keys` rows of `head` values.
 __attribute__((always_inline)) inline void key_scores(const float* q, const float* k,
                                                       int64_t keys, int64_t head, float scale,
                                                       float* scores) {
   for (int64_t j = 0; j < keys; ++j) scores[j] = scale * dot16(q, k + j * head, head);
 }
+
+// scores[j] = scale · Σ_d q[d] · kt[d, first + j] for `keys` columns of a head's keys stored
+// transposed (kt: [head, stride]): every pass runs along the keys, no horizontal sums.
+__attribute__((always_inline)) inline void transposed_scores(const float* q, const float* kt,
+                                                             int64_t stride, int64_t keys,
+                                                             int64_t head, float scale,
+                                                             float* scores) {
+  std::fill(scores, scores + keys, 0.0f);
+  int64_t d = 0;
+  for (; d + 4 <= head; d += 4) {
+    const float* r = kt + d * stride;
+    const float q0 = q[d], q1 = q[d + 1], q2 = q[d + 2], q3 = q[d + 3];
+    for (int64_t j = 0; j < keys; ++j) {
+      scores[j] += q0 * r[j] + q1 * r[stride + j] + q2 * r[2 * stride + j] +
+                   q3 * r[3 * stride + j];
+    }
+  }
+  for (; d < head; ++d) {
+    for (int64_t j = 0; j < keys; ++j) scores[j] += q[d] * kt[d * stride + j];
+  }
+  for (int64_t j = 0; j < keys; ++j) scores[j] *= scale;
+}
+
+using TransposedFn = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float,
+                              float*);
 
 // acc = Σ_j p_j · scale · v_j.
 __attribute__((always_inline)) inline void weighted_values(const float* p, const float* v,
@@ -54,6 +82,7 @@ class GroupQueryAttentionKernel : public Kernel {
   explicit GroupQueryAttentionKernel(const KernelContext& ctx)
       : simd_(ctx.simd),
         scores_(isa_build<&key_scores>(ctx.simd)),
+        transposed_(isa_build<&transposed_scores>(ctx.simd)),
         values_(isa_build<&weighted_values>(ctx.simd)),
         heads_(ctx.attr("num_heads", 0)), kv_heads_(ctx.attr("kv_num_heads", 0)),
         rotary_(ctx.attr("do_rotary", 0) != 0),
@@ -152,6 +181,11 @@ class GroupQueryAttentionKernel : public Kernel {
     } else {
       key_rows_ = total_;
     }
+    // With several query rows to a KV head (prefill, a chunk), its keys are transposed once
+    // so that each row's scores run along the keys.
+    if (seq_ * (heads_ / kv_heads_) >= kTransposeRows) {
+      kt_.assign(static_cast<size_t>(batch_ * kv_heads_ * head_ * key_rows_), 0.0f);
+    }
     const double scale = ctx.attr_f("scale", 0.0);
     scale_ = static_cast<float>(scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_)));
   }
@@ -245,6 +279,11 @@ class GroupQueryAttentionKernel : public Kernel {
     const int64_t rest = key_rows_ - past - seq_;
     std::memset(pk + (past + seq_) * head_, 0, static_cast<size_t>(rest) * row);
     std::memset(pv + (past + seq_) * head_, 0, static_cast<size_t>(rest) * row);
+    if (kt_.empty()) return;
+    float* kt = kt_.data() + (b * kv_heads_ + kvh) * head_ * key_rows_;
+    for (int64_t j = 0; j < past + seq_; ++j) {
+      for (int64_t d = 0; d < head_; ++d) kt[d * key_rows_ + j] = pk[j * head_ + d];
+    }
   }
 
   // A sliding window's present: the buffer's last W rows (all of them when fewer), the rest
@@ -277,9 +316,17 @@ class GroupQueryAttentionKernel : public Kernel {
     rotate(q_ + (b * seq_ + s) * q_stride_ + h * head_, q, seen_[static_cast<size_t>(b)] + s);
     const float* pk = keys_of(b, kvh, false) + first * head_;
     const float* pv = keys_of(b, kvh, true) + first * head_;
-    scores_(q, pk, keys, head_, scale_, scores);
+    // With a softcap c: c · tanh(score / c), the 1 / c folded into the scale.
+    const float scale = softcap_ > 0.0f ? scale_ / softcap_ : scale_;
+    if (kt_.empty()) {
+      scores_(q, pk, keys, head_, scale, scores);
+    } else {
+      transposed_(q, kt_.data() + (b * kv_heads_ + kvh) * head_ * key_rows_ + first,
+                  key_rows_, keys, head_, scale, scores);
+    }
     if (softcap_ > 0.0f) {
-      for (int64_t j = 0; j < keys; ++j) scores[j] = softcap_ * std::tanh(scores[j] / softcap_);
+      simd_.unary(EwOp::Tanh, scores, Src{scores, 1}, keys, 0.0f, 0.0f);
+      for (int64_t j = 0; j < keys; ++j) scores[j] *= softcap_;
     }
     const bool sink = sinks_ != nullptr || smooth_;
     const float sink_logit = sinks_ ? sinks_[h] : 0.0f;
@@ -293,7 +340,9 @@ class GroupQueryAttentionKernel : public Kernel {
   }
 
   const SimdKernels& simd_;
-  ProductFn scores_, values_;  // the products' builds for the table's instruction set
+  ProductFn scores_;  // the products' builds for the table's instruction set
+  TransposedFn transposed_;
+  ProductFn values_;
   int64_t heads_, kv_heads_;
   bool rotary_, interleaved_;
   float softcap_;
@@ -321,6 +370,8 @@ class GroupQueryAttentionKernel : public Kernel {
   // A sliding window's keys and values, past + new rows a KV head (written by run through
   // its const helpers, as the outputs are).
   mutable std::vector<float> keys_;
+  // Per batch and KV head its keys transposed, [head, key rows] (empty: not worth it).
+  mutable std::vector<float> kt_;
 };
 
 }  // namespace
