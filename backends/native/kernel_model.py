@@ -235,7 +235,9 @@ def row_attention(kernel: Kernel, k: lower.Kernel, dims: dict[str, tuple[int, ..
       16-lane horizontal sum), as ORT's `gqa_decode`;
     - bytes: the node's boundary (past read, present written), and the present K and V read
       again by the rows (the copy's re-read, once: a KV head's query heads share it in cache;
-      twice with a sliding window's buffer: into it and out to present);
+      twice with a sliding window's buffer: into it and out to present); with
+      GQA_TRANSPOSE_ROWS query rows or more to a KV head its keys transposed, written and read
+      once more;
       of the rotary caches (the node's whole cos and sin) only the new tokens' rows.
     """
     q, y = dims.get(k.inputs[0] or "", ()), dims.get(k.outputs[0], ())
@@ -251,6 +253,8 @@ def row_attention(kernel: Kernel, k: lower.Kernel, dims: dict[str, tuple[int, ..
     reread = 4 * sum(math.prod(p) for p in present)
     if sliding:  # its keys a buffer apart: the past copied in, the kept rows copied out
         reread *= 2
+    if seq * heads // k.ints["kv_num_heads"][0] >= GQA_TRANSPOSE_ROWS:
+        reread += 2 * 4 * math.prod(present[0][:2]) * (past + seq) * head  # keys transposed
     unread = 4 * sum((c[0] - seq) * c[1] for name in k.inputs[6:8]
                      if len(c := dims.get(name or "", ())) == 2)
     cost = dataclasses.replace(kernel.cost, macs=2 * head * scores,
@@ -294,6 +298,10 @@ def expert_gemms(kernel: Kernel, info: NodeInfo) -> Kernel:
                                bytes_read=kernel.cost.bytes_read - kernel.cost.param_bytes
                                + weights, param_bytes=weights)
     return dataclasses.replace(kernel, cls="gemm", peak="fp32", cost=cost, calls=2 * used)
+
+
+# Query rows to a KV head from which k_attention.cpp transposes its keys (kTransposeRows).
+GQA_TRANSPOSE_ROWS = 8
 
 
 # Copy kernels that read only the elements they write (a Slice, Transpose, Expand; a Gather,
