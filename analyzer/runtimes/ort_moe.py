@@ -18,9 +18,10 @@ fixed cost). Measured (the node alone, ORT 1.31, 1 thread, Zen 5, load 3-5,
 /tmp/ortest/moe_probe.py, T tokens of H, top 2 of E experts of I): T = 128, H = I = 128, E =
 4 (gpt-oss as the builder writes a tiny config) 390-550 us, 1.5-2.1 us a route for its 49k
 MACs; H and I swapped at H·I = 64k (same MACs, weights and packing) 0.91 ms at I = 128
-against 1.83 at I = 512: b = 9.4 ns a value (the scalar loop), c = 7.5 ps a MAC (133
-GMAC/s, about MLAS's rate), so the loop is 418 / H of the products' time (3.3x at H = 128,
-15% at H = 2880); a = 0.3 ns a weight, from 8 experts of 512 x 512 at 16 rows each.
+against 1.83 at I = 512: b = 9.4 ns a value (the scalar loop); c 7-9 ps a MAC (MLAS's
+rate, the calibrated peak's 8.7), so the loop is ~400 / H of the products' time (3x at H =
+128, 14% at H = 2880); a = 0.2-0.3 ns a weight packed from L3 (8 experts of 512 x 512 at 16
+rows each, 3.4 ms), far less from L1 or L2 (a decode step's 2 experts of 49k weights, 7.8 us).
 
 The estimator prices it as one kernel of class `moe` (`qmoe` for QMoE, whose 4-bit experts
 ran 0.9-1.4x MoE's time, at one token the same: nothing is dequantized per route): its MACs, a
@@ -28,9 +29,12 @@ call per picked expert (the curve's per-call term f_half: d, and the packing as 
 experts' sizes are alike) and reuse H, the MACs each of the F + 1 products does per activated
 value (fc1 H for each of its F outputs a value, fc2 H), so that the curve's I / (I + i_half)
 is b's cost per value whatever H: c·MACs·(1 + i_half / H) with i_half = b / (c·(F + 1)).
-Fitted on the catalogue's MoE (QMoE) nodes (`catalogue.moe`). Not modelled apart: the packing
-(a, ~a / (c·M) of the products: 1/4 at 16 rows an expert), routing skew (every expert a
-token may pick is assumed picked, `picked_experts`).
+Fitted on the catalogue's MoE (QMoE) nodes (`catalogue.moe`); on Zen 5 (BENCHMARKS.md, 01:10)
+the fit keeps no per-value term (i_half ~0, e_max 0.31, the six within 0.8-1.55x): its 8 x
+512² benchmark is bound by the packing, which one f_half and one i_half cannot hold beside the
+loop. Not modelled apart: the packing (a, ~a / (c·M) of the products: from L3 about the
+products' time at 16 rows an expert), routing skew (every expert a token may pick is assumed
+picked, `picked_experts`).
 """
 
 from __future__ import annotations
