@@ -53,20 +53,25 @@ from .errors import UsageError
 from .graph import ModelGraph
 from .ir import TensorInfo, dtype_bytes
 
+
 # `past_key_values.3.key`, `past.3.value`, `past_key_values_3_key`, an encoder-decoder's
 # `past_key_values.3.decoder.key` (self) / `.encoder.key` (cross); `past_key` (one layer) and
 # `past_key_self_3` / `past_key_cross_3` (onnxruntime-genai's Whisper).
-_CACHE_NAMES = (
-    re.compile(r"^past(?:_key_values)?[._](?P<layer>\d+)[._](?:(?P<side>decoder|encoder)[._])?"
-               r"(?P<kv>key|value)$"),
-    re.compile(r"^past_(?P<kv>key|value)(?:_(?P<side>self|cross)_(?P<layer>\d+))?$"),
-)
+# The grown cache a step returns is named alike, `present` for `past` / `past_key_values`.
+def _cache_names(prefix: str) -> tuple[re.Pattern[str], ...]:
+    return (re.compile(rf"^{prefix}[._](?P<layer>\d+)[._](?:(?P<side>decoder|encoder)[._])?"
+                       r"(?P<kv>key|value)$"),
+            re.compile(rf"^{prefix}_(?P<kv>key|value)(?:_(?P<side>self|cross)_(?P<layer>\d+))?$"))
+
+
+_CACHE_NAMES = {"past": _cache_names("past(?:_key_values)?"), "present": _cache_names("present")}
 _CROSS_SIDES = ("encoder", "cross")
 
 
-def _cache_slot(name: str) -> tuple[int, bool] | None:
-    """(layer, is cross-attention) of a KV-cache input's name; None for any other input."""
-    for pattern in _CACHE_NAMES:
+def _cache_slot(name: str, io: str = "past") -> tuple[int, bool] | None:
+    """(layer, is cross-attention) of a KV-cache input's (`io` "present": output's) name; None
+    for any other tensor."""
+    for pattern in _CACHE_NAMES[io]:
         if m := pattern.match(name):
             return int(m["layer"] or 0), m["side"] in _CROSS_SIDES
     return None
@@ -344,13 +349,31 @@ def decode_dims(layout: KvLayout, context_len: int) -> dict[str, int]:
     return phase_dims(layout, new=1, past=context_len - 1)
 
 
+def present_rows(layout: KvLayout, outputs: Sequence[TensorInfo]) -> int | None:
+    """Cache entries (layer-tokens) a step's present outputs hold, which the next step reads:
+    the sum of each self-attention layer's present key length, when every layer's is known.
+    HF's sliding-window layers (Mistral, Gemma 2 exported through transformers' cache) return
+    only their last W - 1 tokens, whatever the context."""
+    rows: dict[int, object] = {}
+    for t in outputs:
+        slot = _cache_slot(t.name, "present")
+        if slot is not None and not slot[1] and t.shape is not None and len(t.shape) == 4:
+            rows.setdefault(slot[0], t.shape[2])  # key and value hold the same rows
+    if len(rows) != layout.layers or not all(isinstance(r, int) for r in rows.values()):
+        return None
+    return sum(rows.values())  # type: ignore[arg-type]
+
+
 def memory_at_context(layout: KvLayout, *, weight_bytes: int, batch: int, context_len: int,
-                      activation_bytes: int | None, encoder_len: int = 0
-                      ) -> dict[str, int | None]:
+                      activation_bytes: int | None, encoder_len: int = 0,
+                      held: int | None = None) -> dict[str, int | None]:
     """Weights + KV cache (+ an encoder-decoder's cross-attention cache at `encoder_len`) +
-    activations at a context length (bytes)."""
+    activations at a context length (bytes). `held`: the layer-tokens the step's present
+    outputs hold (`present_rows`), when known; else every layer holds the context, a window
+    cache its capacity."""
     per_layer_token = layout.kv_cache_bytes_per_token // layout.layers
-    kv = batch * layout.tokens_held(context_len) * per_layer_token
+    tokens = held if held is not None else layout.tokens_held(context_len)
+    kv = batch * tokens * per_layer_token
     cross = batch * encoder_len * layout.cross.bytes_per_encoder_token if layout.cross else 0
     total = (weight_bytes + kv + cross + activation_bytes if activation_bytes is not None
              else None)

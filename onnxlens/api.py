@@ -118,7 +118,7 @@ def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
               ) -> dict[str, Any]:
     """Prefill and decode of a KV-cache decoder, each analyzed at its pinned dims (`--dim`'s
     path: the caller's dims, every other named dim at `batch`, then the phase's)."""
-    from .analyzer.llm import decode_dims, memory_at_context, prefill_dims
+    from .analyzer.llm import decode_dims, memory_at_context, prefill_dims, present_rows
 
     batch = layout.batch or batch  # a batch dim --dim pinned: the MACs follow it, so do tokens
     inputs = result.declared_inputs
@@ -164,7 +164,8 @@ def _llm_view(source: Source, result: AnalysisResult, layout: KvLayout,
         row["memory"] = memory_at_context(layout, weight_bytes=r.total.param_bytes,
                                           batch=batch, context_len=c,
                                           activation_bytes=max(peaks) if peaks else None,
-                                          encoder_len=encoder_len)
+                                          encoder_len=encoder_len,
+                                          held=present_rows(layout, r.model.graph_outputs))
         decodes.append(row)
     return {**layout.as_dict(), "batch": batch, "precision": precision or result.default_precision,
             "prefill": prefill,

@@ -11,6 +11,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
+from onnxlens import analyze as analyze_with_views
 from onnxlens.analyzer.analysis import analyze
 from onnxlens.analyzer.errors import InvalidModelError
 from onnxlens.analyzer.fusion import ATTENTION
@@ -162,3 +163,41 @@ def test_native_estimate_of_an_empty_copy() -> None:
                                        host_profile(1), r.model)
     (k,) = [k for ks in kernels.values() for k in ks]
     assert (k.runs, k.elements, k.cost.bytes_read, k.cost.bytes_written) == (0, 0, 0, 0)
+
+
+WINDOW = 8  # the sliding window: a layer keeps its last WINDOW - 1 tokens, as HF's does
+
+
+class _SlidingDecoder(torch.nn.Module):
+    """One attention layer whose cache slides, as transformers' sliding-window layers export
+    (Mistral): present holds the last WINDOW - 1 rows of past + new."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kv = torch.nn.Linear(HIDDEN, 2 * HIDDEN, bias=False)
+
+    def forward(self, x, past_k, past_v):
+        k, v = (t.view(1, -1, 1, HIDDEN).transpose(1, 2) for t in self.kv(x).chunk(2, -1))
+        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        q = x.view(1, -1, 1, HIDDEN).transpose(1, 2)
+        y = torch.softmax(q @ k.transpose(2, 3), dim=-1) @ v
+        return y, k[:, :, 1 - WINDOW:], v[:, :, 1 - WINDOW:]
+
+
+def test_the_cache_held_is_what_present_returns(tmp_path) -> None:
+    """A cache that slides holds WINDOW - 1 tokens at any context: the LLM view's memory
+    counted the context (Mistral's at 2048: 2 MiB where it holds 63 KiB)."""
+    path = tmp_path / "sliding.onnx"
+    cache = {2: "past_sequence_length"}
+    torch.onnx.export(_SlidingDecoder().eval(),
+                      (torch.randn(1, 3, HIDDEN), torch.randn(1, 1, 20, HIDDEN),
+                       torch.randn(1, 1, 20, HIDDEN)), str(path), dynamo=False,
+                      input_names=["x", "past_key_values.0.key", "past_key_values.0.value"],
+                      output_names=["y", "present.0.key", "present.0.value"],
+                      dynamic_axes={"x": {1: "sequence_length"},
+                                    "past_key_values.0.key": cache,
+                                    "past_key_values.0.value": cache})
+    llm = analyze_with_views(str(path), prompt_len=4, context_len=[6, 64]).llm
+    per_token = 2 * HIDDEN * 4  # K and V of one head of HIDDEN, fp32
+    held = [d["memory"]["kv_cache_bytes"] for d in llm["context_sweep"]]
+    assert held == [6 * per_token, (WINDOW - 1) * per_token]  # under the window, then capped
