@@ -433,7 +433,8 @@ def where(shape: Sequence[int], cond: Sequence[int] | None = None, tier: int = 1
 
 def _ort_only() -> list[Bench]:
     """ORT's kernels with classes of their own that only an ORT calibration times (the
-    native executor refuses MoE / QMoE and runs Where in one pass). MoE and QMoE nodes
+    native executor's MoE and Where are kernels of its own, which its kernel model prices
+    at its `gemm` and `elementwise` curves). MoE and QMoE nodes
     (tokens, hidden, inter, experts; top 2): gpt-oss's tiny config at a prefill of 128 and 32
     tokens and a decode step, hidden and inter swapped at 512 (the scalar SwiGLU loop's
     share), 8 experts of 512 x 512; its QMoE at four of them. Where: the SDPA guard of a
