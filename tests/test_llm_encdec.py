@@ -45,18 +45,20 @@ class _Layer(nn.Module):
 
 
 class _Decoder(nn.Module):
+    """The layers between an embedding and the LM head tied to it (BART, Marian, T5 and
+    Whisper tie them)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, HIDDEN)
-        self.layers = nn.ModuleList(_Layer() for _ in range(LAYERS))
-        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+        self.blocks = nn.ModuleList(_Layer() for _ in range(LAYERS))
 
     def forward(self, input_ids, *past):
         x, present = self.embed(input_ids), []
-        for i, layer in enumerate(self.layers):
-            x, k, v = layer(x, *past[4 * i:4 * i + 4])
+        for i, block in enumerate(self.blocks):
+            x, k, v = block(x, *past[4 * i:4 * i + 4])
             present += [k, v, past[4 * i + 2], past[4 * i + 3]]
-        return (self.head(x), *present)
+        return (x @ self.embed.weight.T, *present)
 
 
 def _export(path, *, new_tokens_named: bool) -> str:
