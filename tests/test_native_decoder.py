@@ -327,13 +327,15 @@ def test_moe_refusals_name_what_they_lack() -> None:
 
 @pytest.mark.parametrize(("op", "rows", "used"), [("MoE", 3, 4), ("QMoE", 3, 4), ("MoE", 1, 2),
                                                   ("QMoE", 1, 2)])
-def test_the_kernel_model_runs_the_used_experts_as_float_gemms(op: str, rows: int, used: int
-                                                               ) -> None:
+def test_the_kernel_model_runs_the_used_experts(op: str, rows: int, used: int) -> None:
     """native-cpu's estimate of a MoE / QMoE (4 experts, top 2, SwiGLU's 2 x 16 rows of 32,
-    fc2 32 x 16: 1536 weights an expert): two GEMMs (class gemm, fp32 peak) per expert used
-    (3 tokens x 2 picks reach all 4, one token 2), reading those experts' float32 weights,
-    4 x 1536 bytes each, whatever the model stores (QMoE: int4, dequantized at plan time, so
-    its other FLOPs are MoE's); MACs 2 picks x 1536 a token."""
+    fc2 32 x 16: 1536 weights an expert) reads the experts it uses (3 tokens x 2 picks reach
+    all 4, one token 2), two products each: MoE's on the GEMM (class gemm, fp32 peak) over
+    float32 weights, 4 x 1536 bytes an expert, MACs 2 picks x 1536 a token; QMoE's 4-bit ones
+    on MatMulNBits' product (class native_nbits: its MACs doubled, a conversion per value
+    for 1 or 2 rows an expert), reading per expert fc1's 32 rows x 2 blocks of 16 (8 bytes,
+    a scale and a zero point: 16) and fc2's 32 x 1 block: 1536 bytes; its dequantization
+    FLOPs (2 a picked weight) are not the run's."""
     import onnxlens
     from onnxlens.analyzer.host import host_profile
     from onnxlens.backends.native.kernel_model import NATIVE_CPU_MODEL
@@ -360,10 +362,13 @@ def test_the_kernel_model_runs_the_used_experts_as_float_gemms(op: str, rows: in
         {g: c.cost for g, c in result.group_costs.items()}, host_profile(1),
         result.model).values()
     [node_cost] = [c.cost for c in result.node_costs.values()]
-    moe_flops = node_cost.other_flops - (2 * 1536 * rows * 2 if op == "QMoE" else 0)
-    assert (kernel.cls, kernel.peak, kernel.calls, kernel.cost.param_bytes,
-            kernel.cost.macs, kernel.cost.other_flops) == (
-        "gemm", "fp32", 2 * used, 4 * 1536 * used, rows * 2 * 1536, moe_flops)
+    quantized = op == "QMoE"
+    assert (kernel.cls, kernel.peak, kernel.calls, kernel.cost.param_bytes, kernel.cost.macs,
+            kernel.cost.other_flops) == (
+        "native_nbits" if quantized else "gemm", "fp32", 2 * used,
+        1536 * used if quantized else 4 * 1536 * used,
+        rows * 2 * 1536 * (2 if quantized else 1),
+        node_cost.other_flops - (2 * 1536 * rows * 2 if quantized else 0))
 
 
 def _nbits(rng: np.random.Generator, n: int, k: int, block: int, zero_points: bool

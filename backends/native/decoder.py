@@ -13,8 +13,8 @@
   model lays it out (a tied embedding reads lm_head's weight, which MatMulNBits re-lays in a
   copy of its own) and dequantizing the picked rows;
 - MoE: one kernel (k_moe.cpp) routing each token to its top k experts; QMoE the same kernel on
-  its expert weights dequantized here to float32 (4 bytes a weight where the model keeps 1/2
-  or 1: the native executor trades memory for one kernel).
+  its 4-bit experts laid out as MatMulNBits' weights, or its 8-bit ones dequantized here to
+  float32 (4 bytes a weight where the model keeps 1).
 """
 
 from __future__ import annotations
@@ -197,35 +197,64 @@ def moe(node: NodeInfo, low: Lowering) -> list[Kernel]:
 
 
 def qmoe(node: NodeInfo, low: Lowering) -> list[Kernel]:
-    """QMoE as MoE's kernel on float32 experts: each weight (q - 2^(bits - 1)) · scale, q
-    unsigned (4 bits: two a byte, low nibble first), the scale per output row [E, N] or per
-    `block_size` values of a row [E, N, blocks]; zero points refused, and 8 bits in blocks
-    (ORT 1.31's CPU kernel differs there from that dequantization by 1%)."""
+    """QMoE as MoE's kernel: each weight (q - 2^(bits - 1)) · scale, q unsigned (4 bits: two a
+    byte, low nibble first), the scale per output row [E, N] or per `block_size` values of a
+    row [E, N, blocks]. 4-bit experts stay packed, laid out per expert as MatMulNBits' weight
+    (`_nbits_experts`: a row's scale one block of the whole row); 8-bit ones by rows are
+    dequantized to float32 here; zero points are refused, and 8 bits in blocks (ORT 1.31's
+    CPU kernel differs there from that dequantization by 1%)."""
     _require_float(node, node.inputs[0], node.inputs[1], node.input(4), node.input(7))
-    weights: list[np.ndarray] = []
+    block = int(node.attr("block_size", 0))
+    bits = [int(node.attr(f"fc{fc}_expert_weight_bits", node.attr("expert_weight_bits", 4)))
+            for fc in (1, 2)]
+    if any(b not in (4, 8) or (b == 8 and block) for b in bits) or bits[0] != bits[1]:
+        raise Unsupported(f"QMoE with {'/'.join(map(str, bits))}-bit experts"
+                          f"{' in blocks' if block else ''} (4 bits, or 8 by rows)")
+    fcs = []
     for fc, (q_at, scale_at) in ((1, (2, 3)), (2, (5, 6))):
-        bits = int(node.attr(f"fc{fc}_expert_weight_bits", node.attr("expert_weight_bits", 4)))
-        block = int(node.attr("block_size", 0))
-        if bits not in (4, 8) or (bits == 8 and block):
-            raise Unsupported(f"QMoE with {bits}-bit experts{' in blocks' if block else ''} "
-                              "(4 bits, or 8 by rows)")
         q = low.need_const(node, q_at, f"QMoE's fc{fc} weight")
         scales = low.need_const(node, scale_at, f"QMoE's fc{fc} scales")
         if q is None or q.dtype != np.uint8 or q.ndim != 3 or scales is None:
-            raise Unsupported(f"QMoE's fc{fc} weight is not a uint8 [E, N, K·{bits}/8] constant")
-        cols = q.shape[-1] * 8 // bits
-        values = _unpack(q, bits).astype(np.float32) - 2 ** (bits - 1)
-        scale = (np.repeat(scales, block, axis=-1)[..., :cols] if block
-                 else scales[..., None]).astype(np.float32)
-        if scale.shape[:2] != q.shape[:2]:
+            raise Unsupported(f"QMoE's fc{fc} weight is not a uint8 [E, N, K·{bits[0]}/8] "
+                              "constant")
+        blocks = -(-q.shape[-1] * 8 // bits[0] // block) if block else 1
+        if scales.shape[:2] != q.shape[:2] or scales.size != q.shape[0] * q.shape[1] * blocks:
             raise Unsupported(f"QMoE's fc{fc} scales {list(scales.shape)} for its weight "
                               f"{list(q.shape)}")
-        weights.append(np.ascontiguousarray(values * scale))
-    _check_experts(node, weights[0].shape, weights[1].shape)
-    fc1, fc2 = (low.add_const(f"{node.name}::fc{fc}", w) for fc, w in ((1, weights[0]),
-                                                                      (2, weights[1])))
-    return [_moe_kernel(node, [_name(node, 0), _name(node, 1), fc1, _name(node, 4), fc2,
-                               _name(node, 7)], fc3_at=8)]
+        fcs.append((q, np.asarray(scales, np.float32).reshape(*q.shape[:2], blocks)))
+    _check_experts(node, (*fcs[0][0].shape[:2], fcs[0][0].shape[2] * 8 // bits[0]),
+                   (*fcs[1][0].shape[:2], fcs[1][0].shape[2] * 8 // bits[0]))
+    if bits[0] == 8:
+        weights = [(_unpack(q, 8).astype(np.float32) - 128) * scale for q, scale in fcs]
+        fc1, fc2 = (low.add_const(f"{node.name}::fc{i}", np.ascontiguousarray(w))
+                    for i, w in ((1, weights[0]), (2, weights[1])))
+        return [_moe_kernel(node, [_name(node, 0), _name(node, 1), fc1, _name(node, 4), fc2,
+                                   _name(node, 7)], fc3_at=8)]
+    ins = [_name(node, 0), _name(node, 1)]
+    for fc, (q, scale) in zip((1, 2), fcs, strict=True):
+        packed, zeros = _nbits_experts(q, scale)
+        ins += [low.add_const(f"{node.name}::fc{fc}_packed", packed),
+                low.add_const(f"{node.name}::fc{fc}_scales",
+                              np.ascontiguousarray(scale.transpose(0, 2, 1))),
+                low.add_const(f"{node.name}::fc{fc}_zeros", zeros), _name(node, 4 + 3 * (fc - 1))]
+    kernel = _moe_kernel(node, ins, fc3_at=8)
+    kernel.ints.update(bits=[4], inter=[fcs[1][0].shape[2] * 2],
+                       block_size=[fcs[0][0].shape[2] * 2 // fcs[0][1].shape[2],
+                                   fcs[1][0].shape[2] * 2 // fcs[1][1].shape[2]])
+    return [kernel]
+
+
+def _nbits_experts(q: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """E experts' 4-bit [E, N, K / 2] bytes in `blocks` blocks a row (scale [E, N, blocks])
+    laid out as MatMulNBits' (k_nbits.cpp): [E, blocks, block / 2, N], the last block padded
+    with zero bytes (the kernel reads only K values), and their zero points (8) [E, blocks, N]."""
+    experts, n, half = q.shape
+    blocks = scale.shape[-1]
+    per_block = -(-half // blocks)
+    padded = np.zeros((experts, n, blocks * per_block), np.uint8)
+    padded[..., :half] = q
+    by_block = padded.reshape(experts, n, blocks, per_block).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(by_block), np.full((experts, blocks, n), 8.0, np.float32)
 
 
 def _check_experts(node: NodeInfo, fc1: tuple[int, ...], fc2: tuple[int, ...]) -> None:

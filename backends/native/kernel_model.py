@@ -180,7 +180,7 @@ def _kernel(mg: ModelGraph, k: lower.Kernel, costs: dict[str, Cost | None],
     if cpu and k.op == "GroupQueryAttention" and own_class(hw, NATIVE_GQA):
         return row_attention(kernel, k, dims)
     if cpu and k.op == "MoE":
-        return expert_gemms(kernel, mg.info(k.nodes[0]))
+        return expert_gemms(kernel, k, mg.info(k.nodes[0]), hw)
     if cpu and cls == "depthwise":
         work = depthwise_work(k, dims.get(k.outputs[0], (1,)), dims.get(k.inputs[0], (1,)))
         cost = dataclasses.replace(cost, macs=round(cost.macs * work))
@@ -276,28 +276,44 @@ def causal_keys(past: int, seq: int, window: int) -> int:
     return under * past + under * (under + 1) // 2 + (seq - under) * window
 
 
-def expert_gemms(kernel: Kernel, info: NodeInfo) -> Kernel:
-    """MoE / QMoE as k_moe.cpp runs them: each used expert's routed rows through two GEMMs
-    (fc1, fc2) on float32 weights, QMoE's dequantized by the planner: class gemm at the fp32
-    peak, where the analysis has no class for the op (elementwise);
-    - calls: 2 per expert used, at most min(E, T·k) of the E;
-    - weights read: the used experts' float32 fc1 and fc2, 4·(F·I·H + H·I) bytes each, and
-      their biases, where the analysis charges every expert at its stored width (QMoE: 1/2
-      or 1 byte a weight);
-    - QMoE's dequantization (2 FLOPs a picked weight in the analysis) is the planner's, once,
-      not the run's."""
+def expert_gemms(kernel: Kernel, k: lower.Kernel, info: NodeInfo, hw: HardwareProfile
+                 ) -> Kernel:
+    """MoE / QMoE as k_moe.cpp runs them: each used expert's routed rows through two products
+    (fc1, fc2), where the analysis has no class for the op (elementwise):
+    - float experts (MoE; QMoE's 8-bit, dequantized by the planner): the core's GEMM, class
+      gemm at the fp32 peak, reading the used experts' float32 weights, 4·(F·I·H + H·I) bytes
+      each;
+    - 4-bit experts (QMoE): MatMulNBits' product (class NATIVE_NBITS where the profile prices
+      it, its conversions `nbits_work` at the mean rows an expert gets), reading each used
+      expert's packed weight (a byte per 2 values, blocks padded) and a float scale and zero
+      point per block and row;
+    - calls: 2 per expert used, at most min(E, T·k) of the E; and their biases;
+    - QMoE's dequantization (2 FLOPs a picked weight in the analysis) is not a float
+      expert's: the planner's, once; a 4-bit product's conversions are its MACs' factor."""
     tokens, hidden, experts, inter, fusion = moe_layout(info)
-    k = info.attr("k", 1)
-    used = min(experts, tokens * k)
+    picks = tokens * info.attr("k", 1)
+    used = min(experts, picks)
     per_expert = fusion * inter * hidden + hidden * inter
     biases = (4, 7) if info.op_type == "QMoE" else (3, 5)
     bias_bytes = sum(b.nbytes for at in biases if (b := info.input(at)) is not None)
-    weights = used * (4 * per_expert + bias_bytes // experts)
-    dequantized = 2 * per_expert * tokens * k if info.op_type == "QMoE" else 0
-    cost = dataclasses.replace(kernel.cost, other_flops=kernel.cost.other_flops - dequantized,
+    macs, cls = kernel.cost.macs, "gemm"
+    if k.ints.get("bits", [0])[0] == 4:
+        packed = 0
+        for rows, depth, block in ((fusion * inter, hidden, k.ints["block_size"][0]),
+                                   (hidden, inter, k.ints["block_size"][1])):
+            blocks = -(-depth // block)
+            packed += rows * blocks * (block // 2 + 8)  # bytes, scale and zero point floats
+        macs = round(macs * nbits_work(-(-picks // used)))
+        cls = NATIVE_NBITS if own_class(hw, NATIVE_NBITS) else "gemm"
+    else:
+        packed = 4 * per_expert
+    weights = used * (packed + bias_bytes // experts)
+    dequantized = 2 * per_expert * picks if info.op_type == "QMoE" else 0
+    cost = dataclasses.replace(kernel.cost, macs=macs,
+                               other_flops=kernel.cost.other_flops - dequantized,
                                bytes_read=kernel.cost.bytes_read - kernel.cost.param_bytes
                                + weights, param_bytes=weights)
-    return dataclasses.replace(kernel, cls="gemm", peak="fp32", cost=cost, calls=2 * used)
+    return dataclasses.replace(kernel, cls=cls, peak="fp32", cost=cost, calls=2 * used)
 
 
 # Query rows to a KV head from which k_attention.cpp transposes its keys (kTransposeRows).

@@ -1,5 +1,6 @@
 // MoE (ONNX Runtime's mixture-of-experts contrib op, as onnxruntime-genai writes gpt-oss; its
-// QMoE reaches here with the expert weights dequantized by the planner): each token row's
+// QMoE reaches here with 4-bit experts laid out as MatMulNBits' weights, 8-bit ones
+// dequantized by the planner): each token row's
 // router logits softmaxed over the E experts, its top k picked (ties to the higher index, as
 // ORT's partial sort of (probability, index) pairs), their probabilities renormalized to sum 1
 // when normalize_routing_weights; then for each picked expert e
@@ -9,8 +10,8 @@
 //                              limit), l = clamp(l, ±limit), a = g · σ(alpha · g) · (l + beta))
 //   y += weight · (fc2[e] · a + b2[e])   (fc2 [E, H, I])
 // Experts are taken in order, each over the rows routed to it at once: two products on the
-// core's GEMM (gemm.h), the expert weights packed once as its B panels, the columns split
-// among the threads.
+// core's GEMM (gemm.h, the float weights packed once as its B panels) or on MatMulNBits'
+// 4-bit product (nbits.h), the columns split among the threads.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,6 +20,7 @@
 
 #include "gemm.h"
 #include "kernel.h"
+#include "nbits.h"
 
 namespace onnxlens {
 
@@ -30,8 +32,11 @@ float sigmoid(float x) {
   return x > 0.0f ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
 }
 
-// Inputs: input [.., H], router_probs [T, E], fc1 [E, F·I, H], fc1 bias [E, F·I] (-1 without),
-// fc2 [E, H, I], fc2 bias [E, H] (-1 without). Output: [.., H].
+// Inputs: input [.., H], router_probs [T, E], then per fc (fc1 [E, F·I, H], fc2 [E, H, I],
+// out rows of in values) either its float weight and bias [E, rows] (bits 0: six inputs), or
+// (bits 4: QMoE's 4-bit experts, ten inputs) its weight laid out per expert as MatMulNBits'
+// (nbits.h: packed [E, blocks, block / 2, rows], scales and zeros [E, blocks, rows]) and bias.
+// Output: [.., H].
 class MoEKernel : public Kernel {
  public:
   explicit MoEKernel(const KernelContext& ctx)
@@ -42,42 +47,31 @@ class MoEKernel : public Kernel {
         alpha_(static_cast<float>(ctx.attr_f("activation_alpha", 1.0))),
         beta_(static_cast<float>(ctx.attr_f("activation_beta", 0.0))),
         limit_(static_cast<float>(ctx.attr_f("swiglu_limit", INFINITY))),
-        x_(ctx.input(0)), router_(ctx.input(1)), fc1_(ctx.input(2)), fc2_(ctx.input(4)),
-        y_(ctx.output(0)) {
-    require(x_.rank() >= 2 && router_.rank() == 2 && fc1_.rank() == 3 && fc2_.rank() == 3,
-            "MoE: input ", show(x_.shape), ", router ", show(router_.shape), ", fc1 ",
-            show(fc1_.shape), ", fc2 ", show(fc2_.shape));
+        x_(ctx.input(0)), router_(ctx.input(1)), y_(ctx.output(0)) {
+    const bool nbits = ctx.attr("bits", 0) == 4;
+    require(x_.rank() >= 2 && router_.rank() == 2 && y_.shape == x_.shape, "MoE: input ",
+            show(x_.shape), ", router ", show(router_.shape), ", output ", show(y_.shape));
     hidden_ = x_.shape.back();
     tokens_ = x_.numel / std::max<int64_t>(hidden_, 1);
     experts_ = router_.dim(1);
-    const int64_t fusion = activation_ == Activation::kSwiGlu ? 2 : 1;
-    inter_ = fc2_.dim(2);
-    fc1_rows_ = fusion * inter_;
-    require(router_.dim(0) == tokens_ && fc1_.shape == std::vector<int64_t>{experts_, fc1_rows_,
-                                                                            hidden_} &&
-                fc2_.shape == std::vector<int64_t>{experts_, hidden_, inter_} &&
-                y_.shape == x_.shape && k_ >= 1 && k_ <= experts_,
-            "MoE: input ", show(x_.shape), ", router ", show(router_.shape), ", fc1 ",
-            show(fc1_.shape), ", fc2 ", show(fc2_.shape), ", k ", k_);
-    if (ctx.has_input(3)) {
-      require(ctx.input(3).numel == experts_ * fc1_rows_, "MoE: fc1 bias ",
-              show(ctx.input(3).shape));
-      b1_ = ctx.input(3).f32();
+    inter_ = nbits ? ctx.attr("inter", 0) : ctx.input(4).shape.back();
+    fc1_rows_ = (activation_ == Activation::kSwiGlu ? 2 : 1) * inter_;
+    require(router_.dim(0) == tokens_ && k_ >= 1 && k_ <= experts_ && inter_ > 0, "MoE: router ",
+            show(router_.shape), " for ", tokens_, " tokens, k ", k_, ", inter ", inter_);
+    const int bias1 = nbits ? 5 : 3, bias2 = nbits ? 9 : 5;
+    if (nbits) {
+      const std::vector<int64_t> block = ctx.ints("block_size");  // fc1's, fc2's
+      require(block.size() == 2, "MoE: 4-bit experts need fc1's and fc2's block_size");
+      fc1_ = nbits_experts(ctx, 2, hidden_, fc1_rows_, block[0]);
+      fc2_ = nbits_experts(ctx, 6, inter_, hidden_, block[1]);
+    } else {
+      fc1_ = gemm_experts(ctx.input(2), hidden_, fc1_rows_);
+      fc2_ = gemm_experts(ctx.input(4), inter_, hidden_);
     }
-    if (ctx.has_input(5)) {
-      require(ctx.input(5).numel == experts_ * hidden_, "MoE: fc2 bias ",
-              show(ctx.input(5).shape));
-      b2_ = ctx.input(5).f32();
-    }
+    b1_ = bias(ctx, bias1, fc1_rows_);
+    b2_ = bias(ctx, bias2, hidden_);
     rows_.resize(static_cast<size_t>(tokens_ * (hidden_ + fc1_rows_ + inter_ + hidden_)));
     routes_.resize(static_cast<size_t>(experts_));
-    // B(k, j) = w[e][j, k]: each expert's rows of k values as the GEMM's columns.
-    for (int64_t e = 0; e < experts_; ++e) {
-      fc1_packed_.push_back(pack_b_const(simd_, fc1_.f32() + e * fc1_rows_ * hidden_, 1,
-                                         hidden_, hidden_, fc1_rows_));
-      fc2_packed_.push_back(pack_b_const(simd_, fc2_.f32() + e * hidden_ * inter_, 1, inter_,
-                                         inter_, hidden_));
-    }
   }
 
   int64_t workspace_floats() const override { return gemm_workspace_floats(simd_, nullptr); }
@@ -98,11 +92,11 @@ class MoEKernel : public Kernel {
         std::memcpy(a + r * hidden_, x_.f32() + routes[static_cast<size_t>(r)].first * hidden_,
                     static_cast<size_t>(hidden_) * sizeof(float));
       }
-      product(pool, ws, a, m, fc1_packed_[static_cast<size_t>(e)], h);
+      product(pool, ws, a, m, fc1_, e, h);
       for (int64_t r = 0; r < m; ++r) {
         activate(h + r * fc1_rows_, b1_ ? b1_ + e * fc1_rows_ : nullptr, act + r * inter_);
       }
-      product(pool, ws, act, m, fc2_packed_[static_cast<size_t>(e)], out);
+      product(pool, ws, act, m, fc2_, e, out);
       for (int64_t r = 0; r < m; ++r) {
         const auto [token, weight] = routes[static_cast<size_t>(r)];
         const float* bias = b2_ ? b2_ + e * hidden_ : nullptr;
@@ -115,10 +109,64 @@ class MoEKernel : public Kernel {
   }
 
  private:
+  // One fc's experts: float weights as the GEMM's packed B panels, or 4-bit ones.
+  struct Experts {
+    std::vector<PackedOperand> gemm;
+    std::vector<NbitsWeight> nbits;
+  };
+
   static const KernelContext& checked(const KernelContext& ctx) {
-    ctx.expect_arity(3, 6, 1);  // fc1 bias (3) and fc2 bias (5) optional
-    ctx.expect_f32_io();
+    ctx.expect_arity(3, ctx.attr("bits", 0) == 4 ? 10 : 6, 1);  // the biases optional
+    for (int i : {0, 1}) {
+      require(ctx.input(i).dtype == DType::f32, "MoE: input ", i, " must be float32");
+    }
+    require(ctx.output(0).dtype == DType::f32, "MoE: output must be float32");
     return ctx;
+  }
+
+  // B(k, j) = w[e][j, k]: each expert's rows of k values as the GEMM's columns.
+  Experts gemm_experts(const Tensor& w, int64_t k, int64_t n) const {
+    require(w.dtype == DType::f32 && w.shape == std::vector<int64_t>{experts_, n, k},
+            "MoE: expert weight ", show(w.shape), ", expected [", experts_, ", ", n, ", ", k,
+            "] float32");
+    Experts out;
+    for (int64_t e = 0; e < experts_; ++e) {
+      out.gemm.push_back(pack_b_const(simd_, w.f32() + e * n * k, 1, k, k, n));
+    }
+    return out;
+  }
+
+  // Inputs at..at + 2: the packed weight, scales and zeros of E experts' k x n products in
+  // blocks of `block` values of k.
+  Experts nbits_experts(const KernelContext& ctx, int at, int64_t k, int64_t n,
+                        int64_t block) const {
+    const Tensor& packed = ctx.input(at);
+    const Tensor& scales = ctx.input(at + 1);
+    const Tensor& zeros = ctx.input(at + 2);
+    const int64_t blocks = block > 0 ? (k + block - 1) / block : 0;
+    require(block >= 2 && block % 2 == 0 && packed.dtype == DType::u8 &&
+                packed.numel == experts_ * blocks * (block / 2) * n &&
+                scales.dtype == DType::f32 && scales.numel == experts_ * blocks * n &&
+                zeros.dtype == DType::f32 && zeros.numel == scales.numel,
+            "MoE: 4-bit experts ", show(packed.shape), ", scales ", show(scales.shape),
+            ", zeros ", show(zeros.shape), " for ", experts_, " x ", k, " x ", n, " in blocks of ",
+            block);
+    Experts out;
+    for (int64_t e = 0; e < experts_; ++e) {
+      out.nbits.push_back({packed.as<uint8_t>() + e * blocks * (block / 2) * n,
+                           scales.f32() + e * blocks * n, zeros.f32() + e * blocks * n, k, n,
+                           block});
+    }
+    return out;
+  }
+
+  // Input i as a float32 bias of `width` values an expert, or null when absent.
+  const float* bias(const KernelContext& ctx, int i, int64_t width) const {
+    if (!ctx.has_input(i)) return nullptr;
+    const Tensor& b = ctx.input(i);
+    require(b.dtype == DType::f32 && b.numel == experts_ * width, "MoE: bias ",
+            show(b.shape), " for ", experts_, " experts of ", width);
+    return b.f32();
   }
 
   // Each token's top k experts and weights, appended (in token order) to the experts' routes.
@@ -145,10 +193,14 @@ class MoEKernel : public Kernel {
     }
   }
 
-  // out [m, N] = a [m, K] · B (an expert's packed weight), B's column tiles split among the
-  // threads.
+  // out [m, N] = a [m, K] · expert e's weight, its columns split among the threads.
   void product(ThreadPool& pool, const Workspace& ws, const float* a, int64_t m,
-               const PackedOperand& b, float* out) const {
+               const Experts& experts, int64_t e, float* out) const {
+    if (!experts.nbits.empty()) {
+      nbits_product(simd_, pool, a, m, experts.nbits[static_cast<size_t>(e)], nullptr, out);
+      return;
+    }
+    const PackedOperand& b = experts.gemm[static_cast<size_t>(e)];
     const int64_t k = b.rows, n = b.cols, tiles = (n + simd_.nr - 1) / simd_.nr;
     GemmA ga;
     ga.p = a;
@@ -195,13 +247,11 @@ class MoEKernel : public Kernel {
   float alpha_, beta_, limit_;
   const Tensor& x_;
   const Tensor& router_;
-  const Tensor& fc1_;
-  const Tensor& fc2_;
   const Tensor& y_;
+  Experts fc1_, fc2_;
   const float* b1_ = nullptr;
   const float* b2_ = nullptr;
   int64_t hidden_ = 0, tokens_ = 0, experts_ = 0, inter_ = 0, fc1_rows_ = 0;
-  std::vector<PackedOperand> fc1_packed_, fc2_packed_;  // per expert
   std::vector<float> rows_;  // the routed rows of x, h, act(h) and fc2's products
   std::vector<std::vector<std::pair<int64_t, float>>> routes_;  // per expert: token, weight
 };

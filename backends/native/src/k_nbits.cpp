@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernel.h"
+#include "nbits.h"
 
 namespace onnxlens {
 
@@ -99,12 +100,37 @@ __attribute__((always_inline)) inline void accumulate(const Chunk& c) {
 
 using AccumulateFn = void (*)(const Chunk&);
 
+}  // namespace
+
+void nbits_product(const SimdKernels& simd, ThreadPool& pool, const float* a, int64_t rows,
+                   const NbitsWeight& w, const float* bias, float* y) {
+  const AccumulateFn accumulate_fn = isa_build<&accumulate>(simd);
+  const int64_t tasks = (w.n + kCols - 1) / kCols;
+  pool.for_range(tasks, pool.chunk_for(tasks), [&](int, int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t n0 = t * kCols, cols = std::min(kCols, w.n - n0);
+      for (int64_t m = 0; m < rows; ++m) {
+        float* row = y + m * w.n + n0;
+        if (bias) {
+          std::memcpy(row, bias + n0, static_cast<size_t>(cols) * sizeof(float));
+        } else {
+          std::fill(row, row + cols, 0.0f);
+        }
+      }
+      accumulate_fn({a, w.packed + n0, w.scales + n0, w.zeros + n0, y + n0, rows, w.k, w.n,
+                     cols, w.block});
+    }
+  }, rows * w.k * w.n * 2);
+}
+
+namespace {
+
 // Inputs: A (float32 [..., K]), B (uint8 [blocks, block / 2, N]), scales and zero points
 // (float32 [blocks, N]), bias (float32 [N], or -1). Ints: K, N, block_size, accuracy_level.
 class MatMulNBitsKernel : public Kernel {
  public:
   explicit MatMulNBitsKernel(const KernelContext& ctx)
-      : accumulate_(isa_build<&accumulate>(ctx.simd)),
+      : simd_(ctx.simd),
         a_(ctx.input(0)), y_(ctx.output(0)),
         k_(ctx.attr("K", 0)), n_(ctx.attr("N", 0)), block_(ctx.attr("block_size", 0)) {
     ctx.expect_arity(4, 5, 1);
@@ -135,22 +161,8 @@ class MatMulNBitsKernel : public Kernel {
   void run(ThreadPool& pool, const Workspace&) override {
     if (!int8_a_.empty()) quantize_a();
     const float* a = int8_a_.empty() ? a_.f32() : int8_a_.data();
-    const int64_t tasks = (n_ + kCols - 1) / kCols;
-    pool.for_range(tasks, pool.chunk_for(tasks), [&](int, int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        const int64_t n0 = t * kCols, cols = std::min(kCols, n_ - n0);
-        for (int64_t m = 0; m < rows_; ++m) {
-          float* y = y_.f32() + m * n_ + n0;
-          if (bias_) {
-            std::memcpy(y, bias_ + n0, static_cast<size_t>(cols) * sizeof(float));
-          } else {
-            std::fill(y, y + cols, 0.0f);
-          }
-        }
-        accumulate_({a, packed_ + n0, scales_ + n0, zeros_ + n0, y_.f32() + n0, rows_, k_, n_,
-                     cols, block_});
-      }
-    }, rows_ * k_ * n_ * 2);
+    nbits_product(simd_, pool, a, rows_, {packed_, scales_, zeros_, k_, n_, block_}, bias_,
+                  y_.f32());
   }
 
  private:
@@ -181,7 +193,7 @@ class MatMulNBitsKernel : public Kernel {
     return t.f32();
   }
 
-  AccumulateFn accumulate_;
+  const SimdKernels& simd_;
   const Tensor& a_;
   const Tensor& y_;
   int64_t k_, n_, block_, blocks_ = 0, rows_ = 0;
