@@ -129,14 +129,14 @@ def test_matmul_n_bits_prefill_reads_its_curve_at_2k_flops_per_output() -> None:
     assert asked == [("gemm_nbits", 2 * 8 * 64 * 32, 128)]
 
 
-def _gqa(past: int, new: int = 1) -> onnxlens.AnalysisResult:
+def _gqa(past: int, new: int = 1, **attrs: int) -> onnxlens.AnalysisResult:
     """GroupQueryAttention on `new` tokens (1: a decode step) after a past of `past`: packed
-    QKV [1, new, (4 + 2·2)·8], 4 query heads over 2 KV heads of 8."""
+    QKV [1, new, (4 + 2·2)·8], 4 query heads over 2 KV heads of 8; `attrs` the node's own."""
     heads, kv_heads, head = 4, 2, 8
     node = helper.make_node(
         "GroupQueryAttention", ["qkv", "", "", "past_k", "past_v", "seqlens_k", "total"],
         ["y", "present_key", "present_value"], name="gqa", domain="com.microsoft",
-        num_heads=heads, kv_num_heads=kv_heads)
+        num_heads=heads, kv_num_heads=kv_heads, **attrs)
     cache = [1, kv_heads, past, head]
     graph = helper.make_graph(
         [node], "g",
@@ -204,6 +204,25 @@ def test_group_query_attention_prefill_softmaxes_row_by_row_beside_its_products(
     assert (softmax.cost.bytes_read, softmax.cost.bytes_written) == (256, 256)
     # the vector width is the profile's: AVX2's 8 lanes, 8 FLOPs a score
     assert ort_kernels(r.graph, r.groups[0], costs, 8)[2].cost.other_flops == 288 + 8 * 64
+
+
+def test_a_sliding_window_prompt_multiplies_every_prompt_key() -> None:
+    """A sliding-window layer (window W = 2, its past the cache's capacity, 2) on a prompt of
+    4 tokens: the node's cost attends min(W, 2 + 4) = 2 keys a query (16 rows: 512 MACs, 2
+    FLOPs a score and a softmax of (5·2 - 2)·16 = 128 FLOPs, 32 exps), where ORT 1.31
+    multiplies each head's 4 query rows by the prompt's 4 keys and applies the window in the
+    softmax: the products 1024 MACs (the unwindowed prompt's), the scale and mask's 64
+    FLOPs, no exps left (none negative); the row softmax over 16 rows of 4, as without the
+    window."""
+    r = _gqa(2, new=4, sliding_window_cache=1, local_window_size=2)
+    costs = {k: nc.cost for k, nc in r.node_costs.items()}
+    assert (costs["gqa"].macs, costs["gqa"].other_flops, costs["gqa"].transcendental) == (
+        512, 64 + 128, 32)
+    _, products, softmax = ort_kernels(r.graph, r.groups[0], costs, 16)
+    assert (products.cost.macs, products.cost.other_flops, products.cost.transcendental) == (
+        1024, 64, 0)
+    assert (softmax.rows, softmax.cost.other_flops, softmax.cost.transcendental) == (
+        16, 288 + 16 * 64, 64)
 
 
 def _masked_attention() -> onnx.ModelProto:
