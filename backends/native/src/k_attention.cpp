@@ -352,12 +352,9 @@ class GroupQueryAttentionKernel : public Kernel {
   int64_t batch_ = 0, seq_ = 0, total_ = 0, head_ = 0, q_stride_ = 0, kv_stride_ = 0;
   int64_t key_rows_ = 0;  // rows of keys a KV head attends over: present's, or past + new
   int64_t half_ = 0, positions_ = 0;
-  const float* q_ = nullptr;
-  const float* k_ = nullptr;
-  const float* v_ = nullptr;
-  const float* cos_ = nullptr;
-  const float* sin_ = nullptr;
-  const float* sinks_ = nullptr;
+  const float *q_ = nullptr, *k_ = nullptr, *v_ = nullptr;  // the new tokens' Q, K, V
+  const float *cos_ = nullptr, *sin_ = nullptr;  // the rotary caches
+  const float* sinks_ = nullptr;                  // head_sink, or null
   const Tensor* past_k_ = nullptr;
   const Tensor* past_v_ = nullptr;
   const Tensor* seqlens_ = nullptr;
