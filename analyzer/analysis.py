@@ -23,7 +23,7 @@ from .fusion import Group, fuse
 from .graph import ModelGraph, build_graph, collector_paused
 from .ir import NodeInfo, Shape, TensorInfo, UnknownShape, dtype_name
 from .llm import head_dim_pins, several_past_dims, unpinned_head_dims, window_pins
-from .loader import UNSORTED_NODES, LoadedModel, load_model
+from .loader import REWRITE_NOTES, LoadedModel, load_model
 from .memory import activation_peak_bytes
 from .symbolic import MAX_SYMBOLS, formulas, pinned_shapes, sample_points, symbolic_dims
 from .validate import DEFAULT_LIMITS, Limits
@@ -267,9 +267,9 @@ def analyze(
                   else _analyze_model(model, strict, flops_per_mac))
     result.declared_inputs = model.graph_inputs
     result.dims_added = added
-    # The symbolic path reloads the proto loading sorted: say that the file was not.
+    # The symbolic path reloads the proto loading rewrote: say what the file was.
     result.warnings[:0] = [w for w in model.warnings
-                           if w.startswith(UNSORTED_NODES) and w not in result.warnings]
+                           if w.startswith(REWRITE_NOTES) and w not in result.warnings]
     result.warnings += [f"--dim {name}={size} added: the KV cache's head size or sliding-window "
                         "capacity, read from the attention node that reads it"
                         for name, size in added.items()]

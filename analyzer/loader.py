@@ -226,8 +226,15 @@ def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
     external = _load_external_data(proto, nodes, base)
     initializers, weights = _initializers(graph)
     produced, order = _check_structure(graph, nodes, initializers)
+    notes = _inline_ifs(graph)
+    if notes is not None:  # the branches' nodes in the If's place: read and checked again
+        nodes = read_nodes(graph.node)
+        initializers, weights = _initializers(graph)
+        produced, order = _check_structure(graph, nodes, initializers)
+    notes = notes or []
     if order is None:
-        return _Parsed(proto, path, base, nodes, external, initializers, weights, produced)
+        return _Parsed(proto, path, base, nodes, external, initializers, weights, produced,
+                       tuple(notes))
     # Nodes out of order but no cycle: ONNX Runtime sorts the graph itself and runs it (its
     # float16 converter with keep_io_types appends the input Casts last), so sort it as it does.
     early = _early_read(nodes, order)
@@ -237,11 +244,121 @@ def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
     nodes = read_nodes(graph.node)
     produced, _ = _check_structure(graph, nodes, initializers)
     return _Parsed(proto, path, base, nodes, external, initializers, weights, produced,
-                   (f"{UNSORTED_NODES} ({early}; ONNX requires sorted nodes): analyzed "
-                    "sorted, as ONNX Runtime sorts them before running",))
+                   (*notes, f"{UNSORTED_NODES} ({early}; ONNX requires sorted nodes): analyzed "
+                    "sorted, as ONNX Runtime sorts them before running"))
+
+
+def _inline_ifs(graph: onnx.GraphProto) -> list[str] | None:
+    """Each top-level If replaced by the nodes of the branch it runs, nested ones too (up to
+    `Limits.max_nesting_depth` levels); a warning for each whose condition is not a constant
+    (None: no If). An If costs what its branch costs, which the analysis can only see inlined:
+    Hugging Face optimum's merged decoders (decoder_model_merged.onnx: GPT-2, T5, Whisper ...)
+    are one If on the `use_cache_branch` input, the decoder with the cache in its then branch,
+    analyzed as 0 MACs before. A condition known only at run time takes the then branch
+    (optimum's cached step). A malformed If stays, for validation to name."""
+    if not any(_is_if(n) for n in graph.node):
+        return None
+    notes: list[str] = []
+    for _ in range(DEFAULT_LIMITS.max_nesting_depth):
+        constants = {t.name: t for t in graph.initializer} | {
+            n.output[0]: a.t for n in graph.node if n.op_type == "Constant" and n.output
+            for a in n.attribute if a.name == "value"}
+        kept: list[onnx.NodeProto] = []
+        inlined_any = False
+        for node in graph.node:
+            inlined = _inlined_if(graph, node, constants, notes) if _is_if(node) else None
+            kept += [_copied_node(node)] if inlined is None else inlined
+            inlined_any = inlined_any or inlined is not None
+        if not inlined_any:
+            break
+        del graph.node[:]
+        graph.node.extend(kept)
+    return notes
+
+
+def _is_if(node: onnx.NodeProto) -> bool:
+    return node.op_type == "If" and node.domain in ("", "ai.onnx")
+
+
+def _inlined_if(graph: onnx.GraphProto, node: onnx.NodeProto,
+                constants: Mapping[str, onnx.TensorProto], notes: list[str]
+                ) -> list[onnx.NodeProto] | None:
+    """The nodes of the branch `node` runs (None when it is malformed)."""
+    condition = constants.get(node.input[0]) if node.input else None
+    taken = True
+    if condition is not None:
+        try:
+            values = onnx.numpy_helper.to_array(condition).reshape(-1)
+        except Exception:  # a tensor numpy cannot read: validation names it
+            return None
+        if values.size != 1:
+            return None
+        taken = bool(values[0])
+    wanted = "then_branch" if taken else "else_branch"
+    branch = next((a.g for a in node.attribute
+                   if a.name == wanted and a.type == onnx.AttributeProto.GRAPH), None)
+    if branch is None or len(branch.output) != len(node.output):
+        return None
+    label = node.name or f"If -> {node.output[0]}"
+    if condition is None:
+        notes.append(f"{INLINED_IF} {label!r}: its condition {node.input[0]!r} is known only at "
+                     "run time; analyzed its then branch (an optimum merged decoder's step "
+                     "with the cache)")
+    return _branch_nodes(graph, branch, f"{label}/{branch.name or wanted}/", list(node.output))
+
+
+def _branch_nodes(graph: onnx.GraphProto, branch: onnx.GraphProto, prefix: str,
+                  outputs: list[str]) -> list[onnx.NodeProto]:
+    """`branch`'s nodes for the outer graph: what it computes and its initializers renamed
+    under `prefix` (the initializers moved out), its outputs renamed to the If's `outputs`
+    (an Identity where a branch passes a tensor through); outer names it reads stay."""
+    inner = {t.name for t in branch.initializer} | {o for n in branch.node for o in n.output
+                                                    if o}
+    rename = {name: prefix + name for name in inner}
+    produced_here = {o for n in branch.node for o in n.output if o}
+    passed = []
+    for value, out in zip(branch.output, outputs, strict=True):
+        if value.name in produced_here and value.name not in rename.values():
+            rename[value.name] = out
+        else:
+            passed.append(onnx.helper.make_node("Identity", [rename.get(value.name, value.name)],
+                                                [out], name=f"{prefix}{out}"))
+    for t in branch.initializer:
+        moved = onnx.TensorProto()
+        moved.CopyFrom(t)
+        moved.name = rename[t.name]
+        graph.initializer.append(moved)
+    nodes = []
+    for n in branch.node:
+        copy = _copied_node(n)
+        copy.name = prefix + n.name if n.name else ""
+        copy.input[:] = [rename.get(i, i) for i in n.input]
+        copy.output[:] = [rename.get(o, o) for o in n.output]
+        _rename_outer_reads(copy, rename)
+        nodes.append(copy)
+    return nodes + passed
+
+
+def _rename_outer_reads(node: onnx.NodeProto, rename: Mapping[str, str]) -> None:
+    """What the bodies of `node` (a nested If, Loop, Scan) read from the branch, renamed as
+    the branch's tensors were; a body's own tensors of the same names shadow them."""
+    for attr in node.attribute:
+        for body in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+            own = ({t.name for t in body.initializer} | {i.name for i in body.input}
+                   | {o for n in body.node for o in n.output})
+            outer = {k: v for k, v in rename.items() if k not in own}
+            for value in body.output:
+                value.name = outer.get(value.name, value.name)
+            for inner in body.node:
+                inner.input[:] = [outer.get(i, i) for i in inner.input]
+                _rename_outer_reads(inner, outer)
 
 
 UNSORTED_NODES = "nodes are not in topological order"
+INLINED_IF = "inlined If"
+# What loading rewrote in the file, said once: an analysis that reloads the rewritten proto
+# (the symbolic path) finds nothing to say again.
+REWRITE_NOTES = (UNSORTED_NODES, INLINED_IF)
 
 
 def _copied_node(node: onnx.NodeProto) -> onnx.NodeProto:

@@ -193,7 +193,8 @@ def random_inputs(specs: Sequence[InputSpec], *, count: int, batch: int, seed: i
     more. An integer attention mask (an input named `attention_mask`, or ending in `_mask`)
     is all ones: every token attended, as a decoder's caller passes it (random 0/1 masks make
     ONNX Runtime's GroupQueryAttention refuse the step: its past length comes from the mask's
-    sum). The same seed gives the same inputs to every backend.
+    sum). An optimum merged decoder's `use_cache_branch` is true: the step with the cache,
+    the If branch the analysis inlines. The same seed gives the same inputs to every backend.
     """
     rng = np.random.default_rng(seed)
     samples = []
@@ -203,6 +204,8 @@ def random_inputs(specs: Sequence[InputSpec], *, count: int, batch: int, seed: i
             shape = concrete_shape(spec, batch)
             if np.issubdtype(spec.dtype, np.floating):
                 value = rng.standard_normal(shape).astype(spec.dtype)
+            elif spec.dtype == np.bool_ and spec.name == "use_cache_branch":
+                value = np.ones(shape, np.bool_)  # optimum's cached step, the branch analyzed
             elif spec.dtype == np.bool_:
                 value = rng.random(shape) < 0.5
             elif np.issubdtype(spec.dtype, np.integer) and _is_mask(spec.name):

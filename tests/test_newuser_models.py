@@ -201,3 +201,86 @@ def test_the_cache_held_is_what_present_returns(tmp_path) -> None:
     per_token = 2 * HIDDEN * 4  # K and V of one head of HIDDEN, fp32
     held = [d["memory"]["kv_cache_bytes"] for d in llm["context_sweep"]]
     assert held == [6 * per_token, (WINDOW - 1) * per_token]  # under the window, then capped
+
+
+def _merged(condition: np.ndarray | None) -> onnx.ModelProto:
+    """An If as optimum's merged decoders write it: then x·A (32 MACs a row), else x·B·C (16 +
+    32 a row), each branch holding its own weights, and a second output, a bias, returned as
+    the branch's initializer."""
+    value = helper.make_tensor_value_info
+
+    def branch(name: str, weights: dict[str, tuple[int, int]]) -> onnx.GraphProto:
+        names = list(weights)
+        nodes = [helper.make_node("MatMul", [src, w], [f"{name}{i}"])
+                 for i, (src, w) in enumerate(zip(["x", *(f"{name}{i}" for i in range(
+                     len(names) - 1))], names, strict=True))]
+        inits = [numpy_helper.from_array(np.full(shape, 0.5, np.float32), w)
+                 for w, shape in weights.items()]
+        inits.append(numpy_helper.from_array(np.full(4, 2.0, np.float32), "bias"))
+        return helper.make_graph(nodes, name, [], [value(f"{name}{len(names) - 1}",
+                                                         TensorProto.FLOAT, None),
+                                                   value("bias", TensorProto.FLOAT, None)], inits)
+
+    inputs = [value("x", TensorProto.FLOAT, ["n", 4])]
+    inits = []
+    if condition is None:
+        inputs.append(value("use_cache_branch", TensorProto.BOOL, [1]))
+    else:
+        inits.append(numpy_helper.from_array(condition, "use_cache_branch"))
+    node = helper.make_node("If", ["use_cache_branch"], ["y", "bias"], name="optimum::if",
+                            then_branch=branch("then", {"A": (4, 8)}),
+                            else_branch=branch("else", {"B": (4, 4), "C": (4, 8)}))
+    graph = helper.make_graph([node], "merged", inputs,
+                              [value("y", TensorProto.FLOAT, ["n", 8]),
+                               value("bias", TensorProto.FLOAT, [4])], inits)
+    return helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_if_on_an_input_is_analyzed_as_its_then_branch() -> None:
+    """optimum's decoder_model_merged.onnx: an If on `use_cache_branch` was one node of
+    unknown cost (0 MACs). Its then branch is inlined, as ORT runs it when the input is true."""
+    model = _merged(None)
+    x = np.ones((3, 4), np.float32)
+    y, bias = ort.InferenceSession(model.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, {"x": x, "use_cache_branch": np.array([True])})
+    result = analyze(model, dims={"n": 3})
+    assert result.totals["macs"] == 3 * 4 * 8 and result.totals["complete"]
+    tensors = result.model.tensors
+    assert tuple(tensors["y"].shape) == y.shape and tuple(tensors["bias"].shape) == bias.shape
+    assert any("inlined If 'optimum::if'" in w and "use_cache_branch" in w
+               for w in result.warnings)
+    assert any("inlined If" in w for w in analyze(model).warnings)  # the symbolic path too
+
+
+def test_an_if_on_a_constant_is_analyzed_as_the_branch_it_takes() -> None:
+    result = analyze(_merged(np.array([False])), dims={"n": 3})
+    assert result.totals["macs"] == 3 * 4 * 4 + 3 * 4 * 8
+    assert not any("inlined If" in w for w in result.warnings)
+
+
+def test_nested_ifs_read_the_inlined_branch() -> None:
+    """An If inside the then branch reading a tensor that branch computes: inlined twice, its
+    read follows the tensor's new name. 3 x 4 x 8 MACs, then a Relu."""
+    value = helper.make_tensor_value_info
+    leaf = helper.make_graph([helper.make_node("Relu", ["h"], ["r"])], "leaf", [],
+                             [value("r", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["h"], ["m"])], "other", [],
+                              [value("m", TensorProto.FLOAT, None)])
+    inner = helper.make_node("If", ["c"], ["out"], name="inner", then_branch=leaf,
+                             else_branch=other)
+    weight = numpy_helper.from_array(np.ones((4, 8), np.float32), "w")
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), inner], "then", [],
+                             [value("out", TensorProto.FLOAT, None)], [weight])
+    outer = helper.make_node("If", ["c"], ["y"], name="outer", then_branch=then,
+                             else_branch=other)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w0"], ["h"]), outer], "g",
+                              [value("x", TensorProto.FLOAT, [3, 4]),
+                               value("c", TensorProto.BOOL, [1])],
+                              [value("y", TensorProto.FLOAT, [3, 8])],
+                              [numpy_helper.from_array(np.ones((4, 8), np.float32), "w0")])
+    result = analyze(helper.make_model(graph, ir_version=9,
+                                       opset_imports=[helper.make_opsetid("", 17)]))
+    assert result.totals["macs"] == 2 * 3 * 4 * 8  # the outer MatMul and the branch's
+    relu = next(i for i in result.graph.infos.values() if i.op_type == "Relu")
+    assert relu.inputs[0].name == "outer/then/h"  # the branch's h, not the outer one
+    assert sum("inlined If" in w for w in result.warnings) == 2
