@@ -188,7 +188,7 @@ def load_model(
     dims = _check_dims_request(dims or {})
     if max_tensor_bytes is not None:
         limits = replace(limits, max_tensor_bytes=max_tensor_bytes)
-    parsed = _read_model(source, base_dir)
+    parsed = _read_model(source, base_dir, limits)
     if more_dims is None:
         return _typed(parsed, input_shapes, batch, dims, limits)
     declared = _declared_io(parsed.proto.graph)
@@ -218,7 +218,7 @@ class _Parsed:
 
 
 def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
-                base_dir: str | os.PathLike | None) -> _Parsed:
+                base_dir: str | os.PathLike | None, limits: Limits) -> _Parsed:
     path, proto = _parse(source)
     base = Path(base_dir) if base_dir is not None else (path.parent if path else None)
     graph = proto.graph
@@ -226,6 +226,10 @@ def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
     external = _load_external_data(proto, nodes, base)
     initializers, weights = _initializers(graph)
     produced, order = _check_structure(graph, nodes, initializers)
+    if order is None and any(_is_if(n) for n in graph.node):
+        # Bodies validated where the file has them (their nesting, their nodes' attributes,
+        # named as in the file), before their nodes join the graph
+        validate_model(proto, limits=limits, nodes=nodes)
     notes = _inline_ifs(graph)
     if notes is not None:  # the branches' nodes in the If's place: read and checked again
         nodes = read_nodes(graph.node)

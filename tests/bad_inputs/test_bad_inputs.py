@@ -160,10 +160,6 @@ def _cycle(f: Folders) -> Call:
                          [vi("y", TensorProto.FLOAT, [2])]))
 
 
-def _unsorted(f: Folders) -> Call:
-    return f.save(chain(("Relu", ["t"], "y", "second"), ("Relu", ["x"], "t", "first")))
-
-
 def _self_loop(f: Folders) -> Call:
     return f.save(chain(("Add", ["x", "y"], "y", "loop")))
 
@@ -558,8 +554,6 @@ CASES = [
     Case("cycle", _cycle, InvalidModelError, "graph has a cycle: nodes 'add' -> 'relu' -> 'add'"),
     Case("node reads its own output", _self_loop, InvalidModelError,
          "graph has a cycle: nodes 'loop' -> 'loop'"),
-    Case("unsorted nodes", _unsorted, InvalidModelError,
-         "not in topological order: node 'second' reads tensor 't' before node 'first'"),
     Case("dangling input", _dangling, InvalidModelError,
          "node 'reader' reads tensor 'ghost', which no node, graph input or initializer"),
     Case("tensor produced twice", _produced_twice, InvalidModelError,
