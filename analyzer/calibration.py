@@ -95,6 +95,11 @@ What it holds:
   (`backends.calibrate.fit.fit_copy_rates`); the calibrated profile carries it as
   `runtime.copy_gbps`, read where below the level's bandwidth. A file without it, or a class
   without benchmarks, streams such a copy at its level's bandwidth, as before.
+- `libm_call_ns`: what ORT pays per value one of its kernels passes to a scalar libm function
+  alone (GroupQueryAttention's softcap: a tanhf per score, `ort_attention.row_softmax`), from
+  the catalogue's GQA prefills with and without a softcap: each pair's difference over its
+  scores (`backends.calibrate.fit.fit_libm_call`). The calibrated profile carries it as
+  `runtime.libm_call_ns`; a file without it reads 0 (nothing added).
 - `norm_row_ns`: what ORT's row-wise normalization kernels (LayerNormalization and its
   simplified form, Softmax) pay per row beyond their FLOPs at the `normalization` curve's
   rate (`backends.calibrate.fit.fit_norm_rows`, from the calibration's normalizations, whose
@@ -216,6 +221,7 @@ class Point:
     runs: int = 0  # contiguous runs its kernel copies one at a time (`transpose_runs`)
     rows: int = 0  # rows its kernel normalizes one at a time (`normalized_rows`)
     elements: int = 0  # elements its kernel copies one at a time (`transpose_elements`)
+    libm_calls: int = 0  # values its kernels pass to libm one at a time (`row_softmax`)
 
     def cost(self) -> Cost:
         """Its kernel's cost as the estimator sees it (all its bytes counted as read), less
@@ -254,6 +260,7 @@ class Calibration:
     copy_run_ns: float = 0.0  # per run a Transpose copies, span a broadcast calls; 0: not fitted
     norm_row_ns: float = 0.0  # a row-wise normalization's cost per row; 0: not fitted
     copy_element_ns: float = 0.0  # a Transpose's cost per element copied alone; 0: not fitted
+    libm_call_ns: float = 0.0  # per value passed to libm alone (a tanhf); 0: not fitted
     copy_gbps: dict[str, float] = field(default_factory=dict)  # blocked copy class -> GB/s
     # The int8 peak the int8 classes' curves are fractions of: the profile's, raised to the
     # best int8 rate measured (`fit`); 0: not measured (the profile's stays).
@@ -399,6 +406,7 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
                       cold_line_ns=cal.cold_line_ns, cold_kernel_us=cal.cold_kernel_us,
                       denormal_factor=cal.denormal_factor, norm_row_ns=cal.norm_row_ns,
                       copy_element_ns=cal.copy_element_ns, copy_gbps=dict(cal.copy_gbps),
+                      libm_call_ns=cal.libm_call_ns,
                       per_call_classes=frozenset(p.op_class for p in cal.points if p.calls > 1))
     return replace(measured, runtime=runtime)
 

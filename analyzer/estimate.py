@@ -10,22 +10,21 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
                  (its boundary tensors: inputs incl. weights, and outputs)
     memory_s   = bytes / min(bandwidth(level), copy_gbps(class))   # a blocked copy's own rate
     overhead_s = kernel_launch_us · 1e-6                          # per kernel
-    compute_s += rows · norm_row_ns; memory_s += runs · copy_run_ns + elements · copy_element_ns
-                 (a kernel that loops over rows, copy runs or single elements: `estimate_group`)
+    compute_s += rows · norm_row_ns + libm_calls · libm_call_ns    (rows or values one at a time)
+    memory_s  += runs · copy_run_ns + elements · copy_element_ns  (copy runs or single elements)
     latency_s  = max(compute_s, memory_s) + overhead_s            # compute and memory overlap
     bound      = "compute" | "memory:<level>" | "overhead", whichever term is largest
     energy_j   = FLOPs · pJ/FLOP(p) + bytes · pJ/byte(level) + static_w · latency_s
 
-where `vector` is the group's own class for a vector kernel (VECTOR_CLASSES) and `elementwise`
-otherwise, and τ what one transcendental evaluation (exp, tanh, erf) costs in plain vector
-FLOPs (`runtime.transcendental_flops`, measured by a calibration; 1 otherwise). A kernel with
-MACs runs its other work (bias, activation, a sum folded into it) in its epilogue, on values
-still in registers, at the kernel's own rate: measured, a residual sum of 803 KB folded into a
-1x1 Conv costs nothing measurable, where the standalone elementwise rate said 58 us.
-Approximations, signed: non-MAC FLOPs run on the vector units at the fp32 peak (no tensor
-cores or systolic array); one τ for every transcendental function but GELU's (its own class,
-`gelu`); the working-set rule ignores what the previous group left in cache; the model's
-latency is the sum over kernels in execution order (no overlap between kernels).
+where `vector` is the group's own class for a vector kernel (VECTOR_CLASSES), else
+`elementwise`, and τ what an exp, tanh or erf costs in plain vector FLOPs
+(`runtime.transcendental_flops`, measured by a calibration; 1 otherwise). A kernel with MACs
+runs its other work (bias, activation, a sum folded into it) in its epilogue, on values still in
+registers, at the kernel's own rate (measured: an 803 KB residual sum folded into a 1x1 Conv
+costs nothing measurable, 58 us alone). Approximations, signed: non-MAC FLOPs run on the vector
+units at the fp32 peak (no tensor cores or systolic array); one τ for every transcendental
+function but GELU's (its own class, `gelu`); the working-set rule ignores what the previous
+group left in cache; a model's latency is its kernels' sum (no overlap).
 
 Kernels of a runtime: a profile calibrated through a runtime (`runtime.name`) is estimated as
 the kernels that runtime's `KernelModel` runs for the groups (`analyzer.runtimes`), each by
@@ -124,14 +123,14 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
     MatMul) reads its MAC efficiency at one call's FLOPs, so the per-call cost t0 is paid
     `calls` times: t = calls·t0 + F/(e·peak); with a `reuse`, a call's F is its GEMM's
     2·M·K·N alone and F / reuse its operands' bytes, whose level the curve reads (the
-    epilogue's FLOPs had pushed ShuffleNet's depthwise calls past a 32 KB L1). A kernel that
-    copies `runs` contiguous runs or `elements` single elements one at a time (ORT's
-    Transposes) pays the calibration's per-run or per-element cost in its memory term
-    (measured, ORT 1.31, Zen 5: 2.2 ns per element, where bytes at the bandwidth say 0.1); one
-    that normalizes `rows` one at a time, each row's reduction a serial chain its second pass
-    waits for (ORT's LayerNormalization, Softmax), `norm_row_ns` per row in its compute term
-    (measured: 14 ns per row, 0.35 ns per element). A blocked copy (an NCHWc reorder, MLAS's
-    NCHW <-> NHWC Transpose) streams at most at its class's calibrated `runtime.copy_gbps`."""
+    epilogue's FLOPs had pushed ShuffleNet's depthwise calls past a 32 KB L1). Copying `runs`
+    runs or `elements` single elements one at a time (ORT's Transposes) adds the calibrated
+    per-run or per-element cost to the memory term (ORT 1.31, Zen 5: 2.2 ns an element, its
+    bytes 0.1); normalizing `rows` one at a time, each a serial reduction (LayerNormalization,
+    Softmax), `norm_row_ns` a row to the compute term (14 ns, 0.35 an element), and passing
+    `libm_calls` values to libm alone (ORT's GQA softcap, a tanhf each) `libm_call_ns` each
+    (6.2-6.4 ns). A blocked copy (an NCHWc reorder, MLAS's NCHW <-> NHWC Transpose) streams
+    at most at its class's calibrated `runtime.copy_gbps`."""
     cost, cls, reuse, calls = k.cost, k.cls, k.reuse, k.calls
     nbytes = (cost.bytes_read + cost.bytes_written) * precision.byte_scale
     flops = cost.flops(2)
@@ -145,7 +144,8 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
                          intensity)
     else:
         eff = 1.0  # no arithmetic
-    compute_s = peak_seconds(cost, hw, precision) / eff + k.rows * hw.runtime.norm_row_ns * 1e-9
+    compute_s = peak_seconds(cost, hw, precision) / eff + (
+        k.rows * hw.runtime.norm_row_ns + k.libm_calls * hw.runtime.libm_call_ns) * 1e-9
     level = hw.memory_level(nbytes)
     gbps = min(level.bandwidth_gbps, hw.runtime.copy_gbps.get(cls, math.inf))
     memory_s = nbytes / (gbps * 1e9) + (

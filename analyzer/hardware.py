@@ -48,6 +48,7 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     denormal_factor = 1.0              # MatMul slowdown on float32 denormal operands
     norm_row_ns = 14.0                 # per row a row-wise norm (LayerNorm, Softmax) reduces
     copy_element_ns = 2.2              # per element a Transpose copies one at a time
+    libm_call_ns = 6.3                 # per value a kernel passes to libm alone (a tanhf)
     copy_gbps = {reorder = 87.0}       # GB/s of a blocked copy class (COPY_CLASSES)
     per_call_classes = ["dequantize"]  # classes whose curves were fitted per call
 
@@ -259,6 +260,7 @@ class Runtime:
     denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
     norm_row_ns: float = 0.0  # per row a row-wise normalization reduces, beyond its FLOPs
     copy_element_ns: float = 0.0  # per element a Transpose copies one at a time
+    libm_call_ns: float = 0.0  # per value a kernel passes to a scalar libm function alone
     # GB/s of each blocked copy class (COPY_CLASSES) the calibration fitted; a class not in
     # it streams at its memory level's bandwidth.
     copy_gbps: dict[str, float] = field(default_factory=dict)
@@ -509,6 +511,7 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
         norm_row_ns=r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns),
         copy_element_ns=r.non_negative(table, "copy_element_ns", "runtime",
                                        default.copy_element_ns),
+        libm_call_ns=r.non_negative(table, "libm_call_ns", "runtime", default.libm_call_ns),
         copy_gbps=_copy_gbps(r, table.get("copy_gbps", {})),
         per_call_classes=frozenset(per_call))
 

@@ -34,6 +34,7 @@ from onnxlens.analyzer.hardware import NATIVE_CUDA, OP_CLASSES, ORT_CPU, Runtime
 from onnxlens.analyzer.host import detect_cpu, host_profile
 from onnxlens.analyzer.runtimes.ort_cpu import depthwise_filter_lines, nchwc_block
 from onnxlens.backends.calibrate import catalogue, fit, measure
+from onnxlens.backends.calibrate.catalogue import CAPPED
 from onnxlens.backends.ort_timing import NodeTime, profile_model, time_model
 from onnxlens.backends.values import Timing
 
@@ -691,6 +692,25 @@ def test_the_copy_element_cost_is_the_extra_time_over_all_elements() -> None:
               point("b", seconds=10e-6 + 100e-6, elements=50_000)]
     assert fit.fit_copy_element(points, hw, bandwidth) == pytest.approx(2.0)
     assert fit.fit_copy_element([], hw, bandwidth) == 0.0
+
+
+def test_the_libm_call_cost_is_each_capped_benchmarks_time_over_its_twins() -> None:
+    """GQA prefills soft-capped (4,096 and 16,384 scores, a tanhf each) taking 26 and 102 us
+    more than their twins without the cap: 128 us over 20,480 calls, 6.25 ns; a capped one
+    without its twin, or no pair at all: not fitted (0)."""
+    def point(name: str, seconds: float, calls: int = 0) -> Point:
+        return Point(name, "attention", 1000, 0, 10**4, seconds, libm_calls=calls)
+
+    twin = catalogue.gqa_decode(4, 2, 32, 0, seq=32).name
+    long = catalogue.gqa_decode(4, 2, 32, 0, seq=64).name
+    points = [point(twin, 30e-6), point(twin + CAPPED + "50", 56e-6, 4096),
+              point(long, 60e-6), point(long + CAPPED + "50", 162e-6, 16384)]
+    assert fit.fit_libm_call(points) == pytest.approx(6.25)
+    assert fit.fit_libm_call(points[1:2]) == fit.fit_libm_call([]) == 0.0
+    capped = catalogue.gqa_decode(4, 2, 32, 0, seq=32, softcap=50.0)
+    assert capped.name == twin + CAPPED + "50"
+    [node] = capped.build().graph.node
+    assert helper.get_node_attr_value(node, "softcap") == 50.0
 
 
 def test_each_blocked_copy_class_streams_at_its_benchmarks_bytes_over_their_time() -> None:

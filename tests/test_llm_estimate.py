@@ -14,7 +14,14 @@ import onnxlens
 from onnxlens.analyzer.calibration import constant_efficiency
 from onnxlens.analyzer.cost.base import Cost
 from onnxlens.analyzer.estimate import cold_weights, estimate_group, estimate_kernel, peak_seconds
-from onnxlens.analyzer.hardware import SUBCLASS_OF, Runtime, load_profile, stored, what_if
+from onnxlens.analyzer.hardware import (
+    SUBCLASS_OF,
+    HardwareProfile,
+    Runtime,
+    load_profile,
+    stored,
+    what_if,
+)
 from onnxlens.analyzer.ir import NodeInfo
 from onnxlens.analyzer.runtimes import node_class
 from onnxlens.analyzer.runtimes.ort_cpu import ort_kernels, where_passes
@@ -223,6 +230,36 @@ def test_a_sliding_window_prompt_multiplies_every_prompt_key() -> None:
         1024, 64, 0)
     assert (softmax.rows, softmax.cost.other_flops, softmax.cost.transcendental) == (
         16, 288 + 16 * 64, 64)
+
+
+def test_a_softcap_passes_each_score_to_libm_alone() -> None:
+    """Gemma 2's softcap on the same prompt of 4 tokens: the node's cost adds 3 FLOPs and a
+    tanh a score (64 scores: 192 FLOPs, 64 tanhs); ORT 1.31 runs it as a tanhf per score
+    through libm (ComputeAttentionSoftcapInplace), so the products keep only scale and mask,
+    the row softmax its own work, and 64 libm calls, which the estimate charges at the
+    calibrated 6.3 ns each (403.2 ns on top of the kernel's compute time). At a decode step
+    (past 7: T = 8) the `gqa_decode` kernel makes the 4·8 = 32 calls, its curve's work
+    without them."""
+    r = _gqa(0, new=4, softcap=50.0)
+    costs = {k: nc.cost for k, nc in r.node_costs.items()}
+    assert (costs["gqa"].other_flops, costs["gqa"].transcendental) == (128 + 192 + 288, 128)
+    _, products, softmax = ort_kernels(r.graph, r.groups[0], costs, 16)
+    assert (products.cost.other_flops, products.cost.transcendental) == (128, 0)
+    assert (softmax.cost.other_flops, softmax.cost.transcendental) == (288 + 16 * 64, 64)
+    assert (products.libm_calls, softmax.libm_calls) == (0, 64)
+    hw = load_profile("xeon_8480")
+    libm = dataclasses.replace(hw, runtime=dataclasses.replace(hw.runtime, libm_call_ns=6.3))
+    def at(profile: HardwareProfile) -> float:
+        return estimate_kernel(softmax, profile, stored("float32"),
+                               lambda *_: 0.1).compute_s
+    assert at(libm) - at(hw) == pytest.approx(64 * 6.3e-9)
+    r = _gqa(7, softcap=50.0)
+    costs = {k: nc.cost for k, nc in r.node_costs.items()}
+    [decode] = ort_kernels(r.graph, r.groups[0], costs, 16)
+    assert decode.libm_calls == 4 * 8
+    plain = _gqa(7).node_costs["gqa"].cost  # its softmax's 32 exps stay
+    assert (decode.cost.other_flops, decode.cost.transcendental) == (
+        plain.other_flops, plain.transcendental)
 
 
 def _masked_attention() -> onnx.ModelProto:

@@ -147,6 +147,7 @@ class Kernel:
     runs: int = 0  # runs it copies (a Transpose) or spans it broadcasts over, one at a time
     rows: int = 0  # rows it normalizes one at a time (LayerNormalization, Softmax)
     elements: int = 0  # elements it copies one at a time (a Transpose's element-wise path)
+    libm_calls: int = 0  # values it passes one at a time to a scalar libm function (tanhf)
     # An activation applied in a pass over the output in cache after the kernel: its FLOPs,
     # at the elementwise rate, no traffic, no launch.
     epilogue: Cost = ZERO
@@ -175,6 +176,7 @@ class KernelShape(TypedDict, total=False):
     runs: int
     rows: int
     elements: int
+    libm_calls: int
 
 
 def roofline_kernel(cls: str, cost: Cost, **shape: Unpack[KernelShape]) -> Kernel:

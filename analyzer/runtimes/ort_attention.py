@@ -76,10 +76,11 @@ def gqa_kernels(info: NodeInfo, k: Kernel, lanes: int) -> list[Kernel]:
     rotary = (2 * batch * seq * cos.dims[-1] * dtype_bytes(cos.elem_type)
               if info.attr("do_rotary", 0) and cos is not None and cos.known else 0)
     weights = rotary if 7 in info.const_inputs else 0
+    capped = info.attr("softcap", 0.0) != 0.0
     if seq == 1:
         past_kv = sum(t.nbytes for i in (3, 4) if (t := info.input(i)) is not None and t.known)
         return [decode_kernel(k, batch * heads, head, q.nbytes + new_kv + rotary + past_kv,
-                              y.nbytes + memset, weights)]
+                              y.nbytes + memset, weights, batch * heads * total * capped)]
     copied = 2 * batch * heads * total * head * e
     cache = Kernel("data_movement", Cost(bytes_read=copied, bytes_written=memset + copied),
                    k.nodes, k.reads, k.writes, launches=0)
@@ -87,12 +88,19 @@ def gqa_kernels(info: NodeInfo, k: Kernel, lanes: int) -> list[Kernel]:
                        bytes_written=y.nbytes, param_bytes=weights)
     rows = batch * heads * seq
     counted, keys = prompt_keys(info, seq, total)
-    softmax = softmax_rows(rows, counted)  # in the node's cost; `row_softmax` runs it
+    # in the node's cost (`scaled_dot_product`); `row_softmax` runs both
+    loops = softmax_rows(rows, counted) + softcap_scores(rows * counted * capped)
     products = replace(products, macs=products.macs * keys // counted,
-                       other_flops=products.other_flops - softmax.other_flops,
-                       transcendental=products.transcendental - softmax.transcendental)
+                       other_flops=products.other_flops - loops.other_flops,
+                       transcendental=products.transcendental - loops.transcendental)
     return [cache, replace(k, cost=products, calls=2 * batch * heads),
-            row_softmax(rows, keys, k, lanes)]
+            row_softmax(rows, keys, k, lanes, capped)]
+
+
+def softcap_scores(scores: int) -> Cost:
+    """softcap·tanh(x / softcap) on `scores` scores: a divide, a multiply and a tanh each (3
+    FLOPs, 1 transcendental: `cost.attention.scaled_dot_product`)."""
+    return Cost(other_flops=3 * scores, transcendental=scores)
 
 
 def prompt_keys(info: NodeInfo, seq: int, total: int) -> tuple[int, int]:
@@ -114,8 +122,8 @@ def prompt_keys(info: NodeInfo, seq: int, total: int) -> tuple[int, int]:
     return min(window, total), seq
 
 
-def decode_kernel(k: Kernel, jobs: int, head: int, read: int, written: int, weights: int
-                  ) -> Kernel:
+def decode_kernel(k: Kernel, jobs: int, head: int, read: int, written: int, weights: int,
+                  capped: int = 0) -> Kernel:
     """A GQA node at one new token as ORT 1.31 runs it: one kernel of class `gqa_decode`, its
     `jobs` (batch x query heads) each a call. Profiled (perf, ORT 1.31, Zen 5, 8 query / 2 KV
     heads of 32 over 512 tokens, alone and in the small Qwen2's decode step), a job's time is
@@ -136,12 +144,17 @@ def decode_kernel(k: Kernel, jobs: int, head: int, read: int, written: int, weig
     the curve. Not modelled: one KV head per query head (no repeats to hit the cache: 8 / 8
     heads of 32 over 512 tokens 54 us measured, 36 read), a past too big for the cache.
     Before (the copies at the L3 rate over all their 2.4 MB, the products as 16 GEMM calls
-    at the gemm curve's 1.4 us a call) it read 57 us for the Qwen2's 34."""
-    cost = replace(k.cost, bytes_read=read, bytes_written=written, param_bytes=weights)
-    return replace(k, cls=GQA_DECODE, cost=cost, calls=jobs, reuse=4 * head)
+    at the gemm curve's 1.4 us a call) it read 57 us for the Qwen2's 34. `capped` scores
+    (a softcap's) each pass through libm's tanhf alone, as at a prefill (`row_softmax`)."""
+    cap = softcap_scores(capped)
+    cost = replace(k.cost, bytes_read=read, bytes_written=written, param_bytes=weights,
+                   other_flops=k.cost.other_flops - cap.other_flops,
+                   transcendental=k.cost.transcendental - cap.transcendental)
+    return replace(k, cls=GQA_DECODE, cost=cost, calls=jobs, reuse=4 * head, libm_calls=capped)
 
 
-def row_softmax(rows: int, length: int, k: Kernel, lanes: int) -> Kernel:
+def row_softmax(rows: int, length: int, k: Kernel, lanes: int, capped: bool = False
+                ) -> Kernel:
     """The softmax ORT 1.31's GQA kernel runs between its two products, inside the same kernel
     (no launch), on `rows` rows of its float32 score scratch, each `length` (the present, T)
     long, read and written in place (profiled with perf, ORT 1.31, Zen 5, 8 heads of 32 over
@@ -154,7 +167,13 @@ def row_softmax(rows: int, length: int, k: Kernel, lanes: int) -> Kernel:
       decomposed attention's Softmax kernel is costed: the attention curve was measured on
       blocks with the Softmax cut out, so left in the products it ran at the GEMM's rate;
     - the mask loop, one score at a time where vector code does `lanes` (the fp32 SIMD width
-      in floats): `lanes` vector FLOPs a score.
+      in floats): `lanes` vector FLOPs a score;
+    - with `capped` (a `softcap`), before the softmax, softcap·tanh(x / softcap) on every
+      score of the S x T matrix, one at a time through libm's tanhf (ORT 1.31's
+      ComputeAttentionSoftcapInplace): a libm call a score (`runtime.libm_call_ns`), its
+      divide and multiply hidden in the call. Measured (ORT 1.31, 1 thread, Zen 5), 4 query
+      / 2 KV heads of 32, softcap 50: prefill 128 160 -> 567 us, 32 30 -> 56 us, 6.2-6.4 ns
+      a score, where MLAS's vector Tanh takes 0.23-0.26 ns an element.
 
     Derivation: scores = rows·length; FLOPs (5·length - 2)·rows + lanes·scores, transcendental
     scores; bytes read = bytes written = 4·scores (the scratch, float32 whatever the model's
@@ -165,7 +184,7 @@ def row_softmax(rows: int, length: int, k: Kernel, lanes: int) -> Kernel:
     work = softmax_rows(rows, length) + Cost(other_flops=lanes * scores)
     scratch = 4 * scores
     return Kernel("softmax", replace(work, bytes_read=scratch, bytes_written=scratch), k.nodes,
-                  k.reads, k.writes, launches=0, rows=rows)
+                  k.reads, k.writes, launches=0, rows=rows, libm_calls=scores * capped)
 
 
 # What ORT runs of a decomposed attention block as the calibration's attention benchmark

@@ -349,13 +349,14 @@ def attention(heads: int, seq: int, dim: int, tier: int = 1) -> Bench:
                  _work(4 * heads * seq * seq * dim, 4 * heads * (4 * seq * dim + seq * seq)))
 
 
-def gqa_decode(heads: int, kv_heads: int, head: int, past: int, tier: int = 1, seq: int = 1
-               ) -> Bench:
+def gqa_decode(heads: int, kv_heads: int, head: int, past: int, tier: int = 1, seq: int = 1,
+               softcap: float = 0.0) -> Bench:
     """`seq` new tokens (one: a decode step) of GroupQueryAttention as onnxruntime-genai's
     model builder writes it: packed QKV, rotary from cos / sin caches, a KV cache of `past`
     tokens in (empty at 0: a prefill) and past + seq out (present K and V, ORT's outputs 1 and
-    2, left unread). ORT runs a decode step as per-head SSE loops over the scores
-    (`ort_attention.decode_kernel`): the estimator's `gqa_decode` class."""
+    2, left unread), its scores soft-capped at `softcap` (Gemma 2's; 0: none). ORT runs a
+    decode step as per-head SSE loops over the scores (`ort_attention.decode_kernel`): the
+    estimator's `gqa_decode` class."""
     total = past + seq
 
     def build() -> onnx.ModelProto:
@@ -363,7 +364,7 @@ def gqa_decode(heads: int, kv_heads: int, head: int, past: int, tier: int = 1, s
         inputs = ["QKV", "", "", "K_cache", "V_cache", "seqlens_k", "total", "cos", "sin"]
         node = helper.make_node("GroupQueryAttention", inputs, ["Y", "K_out", "V_out"],
                                 domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads,
-                                do_rotary=1)
+                                do_rotary=1, **({"softcap": softcap} if softcap else {}))
         consts = [numpy_helper.from_array(np.array([total - 1], np.int32), "seqlens_k"),
                   numpy_helper.from_array(np.array(total, np.int32), "total"),
                   _const("cos", (total, head // 2), 1.0), _const("sin", (total, head // 2), 1.0)]
@@ -374,7 +375,8 @@ def gqa_decode(heads: int, kv_heads: int, head: int, past: int, tier: int = 1, s
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
         return model
     step = f"past {past}" if seq == 1 else f"prefill {seq} past {past}"
-    return Bench(f"GroupQueryAttention decode {heads}/{kv_heads}x{head} {step}", build,
+    capped = f"{CAPPED}{softcap:g}" if softcap else ""
+    return Bench(f"GroupQueryAttention decode {heads}/{kv_heads}x{head} {step}{capped}", build,
                  tier, _work(4 * heads * seq * total * head,
                              4 * 8 * (heads + kv_heads) * total * head))
 
@@ -439,13 +441,17 @@ def _ort_only() -> list[Bench]:
     tokens and a decode step, hidden and inter swapped at 512 (the scalar SwiGLU loop's
     share), 8 experts of 512 x 512; its QMoE at four of them. Where: the SDPA guard of a
     hidden-256 encoder (4 heads, 128 tokens) and ViT-B's (12 heads, 197), a small one, and
-    masked_fill's mask broadcast over the heads."""
+    masked_fill's mask broadcast over the heads. GroupQueryAttention prefills of 32 and 64
+    tokens with and without Gemma 2's softcap, whose tanhf per score `fit.fit_libm_call`
+    reads from each pair's difference."""
     shapes = ((128, 128, 128, 4), (32, 128, 128, 4), (1, 128, 128, 4), (128, 512, 128, 4),
               (128, 128, 512, 4), (64, 512, 512, 8))
     return ([moe(*shape) for shape in shapes]
             + [moe(*shapes[i], bits=4) for i in (0, 2, 3, 5)]
             + [where((1, 4, 128, 128)), where((12, 197, 197)), where((8, 32, 32)),
-               where((1, 4, 128, 128), (1, 1, 128, 128))])
+               where((1, 4, 128, 128), (1, 1, 128, 128))]
+            + [gqa_decode(4, 2, 32, 0, seq=seq, softcap=cap) for seq in (32, 64)
+               for cap in (0.0, 50.0)])
 
 
 def chain(length: int) -> Bench:
@@ -456,6 +462,7 @@ def chain(length: int) -> Bench:
 
 
 SQUARE_GEMM = matmul(1024, 1024, 1024, 2)
+CAPPED = " softcap "  # a soft-capped benchmark's name: its twin's and this, then the cap
 
 
 def _gemms() -> list[Bench]:

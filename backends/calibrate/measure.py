@@ -469,7 +469,7 @@ def _point(name: str, model: onnx.ModelProto, run_s: float, fixed_s: float,
     return Point(name, main.cls, work.macs, work.other_flops, nbytes, seconds, main.reuse,
                  main.calls, work.transcendental, main.epilogue.other_flops,
                  main.epilogue.transcendental, main.runs, main.rows,
-                 main.elements)
+                 main.elements, sum(k.libm_calls for k in kernels))
 
 
 class _progress_bar:
