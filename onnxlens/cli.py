@@ -387,7 +387,13 @@ def report_command(
 
         if output is None:
             raise UsageError("--output: name the .html file to write")
-        return write_html(load_analysis_json(analysis), output)
+        saved = load_analysis_json(analysis)
+        try:
+            return write_html(saved, output)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            # A saved JSON is not trusted: a field missing or of another type is the file's
+            raise UsageError(f"{analysis}: a malformed analysis ({type(e).__name__}: {e}); "
+                             "write it again with analyze --json") from e
 
     Console(highlight=False).print(f"wrote {_run(debug, render)}")
 

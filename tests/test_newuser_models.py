@@ -284,3 +284,25 @@ def test_nested_ifs_read_the_inlined_branch() -> None:
     relu = next(i for i in result.graph.infos.values() if i.op_type == "Relu")
     assert relu.inputs[0].name == "outer/then/h"  # the branch's h, not the outer one
     assert sum("inlined If" in w for w in result.warnings) == 2
+
+
+def test_a_saved_analysis_missing_a_field_is_a_one_line_error(tmp_path) -> None:
+    """`onnxlens report` of a JSON whose LLM view lacks its layout: a KeyError traceback."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from onnxlens.cli import app
+
+    model, saved = tmp_path / "m.onnx", tmp_path / "a.json"
+    onnx.save(_chain([helper.make_node("Relu", ["x"], ["y"])]), model)
+    runner = CliRunner()
+    assert runner.invoke(app, ["analyze", str(model), "--dim", "n=4", "--json",
+                               str(saved)]).exit_code == 0
+    d = json.loads(saved.read_text())
+    d["llm"] = {"layers": 2}  # kv_heads, head_dim, phases missing
+    saved.write_text(json.dumps(d))
+    run = runner.invoke(app, ["report", str(saved), "-o", str(tmp_path / "r.html")])
+    assert run.exit_code == 2 and not isinstance(run.exception, KeyError)
+    assert "malformed analysis (KeyError: 'kv_heads')" in run.output
+    assert "Traceback" not in run.output
