@@ -1,9 +1,9 @@
 // MoE (ONNX Runtime's mixture-of-experts contrib op, as onnxruntime-genai writes gpt-oss; its
 // QMoE reaches here with 4-bit experts laid out as MatMulNBits' weights, 8-bit ones
-// dequantized by the planner): each token row's
-// router logits softmaxed over the E experts, its top k picked (ties to the higher index, as
-// ORT's partial sort of (probability, index) pairs), their probabilities renormalized to sum 1
-// when normalize_routing_weights; then for each picked expert e
+// dequantized by the planner): each token row's router logits softmaxed over the E experts,
+// its top k picked (ties to the higher index, as ORT's partial sort of (probability, index)
+// pairs), their probabilities renormalized to sum 1 when normalize_routing_weights; then for
+// each picked expert e
 //   h = fc1[e] · x + b1[e]    (fc1 [E, F·I, H], rows of H: F = 2 for SwiGLU's gate and linear
 //                              interleaved, gate first)
 //   a = act(h)                (relu, gelu (tanh form), silu, identity; SwiGLU: g = min(g,
@@ -54,10 +54,14 @@ class MoEKernel : public Kernel {
     hidden_ = x_.shape.back();
     tokens_ = x_.numel / std::max<int64_t>(hidden_, 1);
     experts_ = router_.dim(1);
-    inter_ = nbits ? ctx.attr("inter", 0) : ctx.input(4).shape.back();
+    const Tensor& fc2 = ctx.input(nbits ? 6 : 4);
+    inter_ = nbits ? ctx.attr("inter", 0) : fc2.rank() == 3 ? fc2.dim(2) : 0;
     fc1_rows_ = (activation_ == Activation::kSwiGlu ? 2 : 1) * inter_;
-    require(router_.dim(0) == tokens_ && k_ >= 1 && k_ <= experts_ && inter_ > 0, "MoE: router ",
-            show(router_.shape), " for ", tokens_, " tokens, k ", k_, ", inter ", inter_);
+    require(router_.dim(0) == tokens_ && k_ >= 1 && k_ <= experts_ && inter_ > 0 &&
+                ctx.attr("activation", 0) >= 0 &&
+                ctx.attr("activation", 0) <= static_cast<int64_t>(Activation::kSwiGlu),
+            "MoE: router ", show(router_.shape), " for ", tokens_, " tokens, k ", k_, ", inter ",
+            inter_, ", activation ", ctx.attr("activation", 0));
     const int bias1 = nbits ? 5 : 3, bias2 = nbits ? 9 : 5;
     if (nbits) {
       const std::vector<int64_t> block = ctx.ints("block_size");  // fc1's, fc2's
