@@ -69,11 +69,12 @@ def make_session(model: ModelSource, threads: int, **options: str | None
 
 
 def random_feeds(session: ort.InferenceSession, *, seed: int = 0) -> dict[str, np.ndarray]:
-    """A random input per graph input; symbolic dims are taken as 1."""
+    """A random input per graph input; symbolic dims are taken as 1 (a fixed 0 stays: an
+    empty KV cache)."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for arg in session.get_inputs():
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in arg.shape]
+        shape = [d if isinstance(d, int) and d >= 0 else 1 for d in arg.shape]
         dtype = _NUMPY_OF_ORT.get(arg.type)
         if dtype is None:
             raise ValueError(f"input {arg.name!r}: type {arg.type} not supported for timing")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -34,7 +35,7 @@ from onnxlens.backends.base import (
     random_inputs,
 )
 from onnxlens.backends.ort import OrtBackend, cuda_unavailable_reason, loader_reason
-from onnxlens.backends.ort_timing import parse_trace
+from onnxlens.backends.ort_timing import parse_trace, random_feeds
 from onnxlens.backends.profile_map import kernel_covers, map_profile, ort_folds
 
 LAYOUT_KERNELS = {"ReorderInput", "ReorderOutput"}  # NCHW <-> NCHWc, no ONNX counterpart
@@ -422,3 +423,18 @@ def test_load_inputs_from_npy_npz_and_pb(tmp_path: Path) -> None:
     (tmp_path / "junk.npy").write_bytes(b"not numpy")
     with pytest.raises(UsageError, match="cannot read inputs"):
         load_inputs([tmp_path / "junk.npy"], specs)
+
+
+def test_random_feeds_keep_a_fixed_empty_dim_and_take_symbolic_ones_as_one() -> None:
+    """An empty KV cache [1, 2, 0, 4] (a prefill's past) is fed empty, as ORT requires of a
+    fixed 0; a symbolic batch is 1."""
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["past", "new"], ["present"], axis=2)], "g",
+        [helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, 2, 0, 4]),
+         helper.make_tensor_value_info("new", TensorProto.FLOAT, ["batch", 2, 3, 4])],
+        [helper.make_tensor_value_info("present", TensorProto.FLOAT, [1, 2, 3, 4])])
+    session = ort.InferenceSession(helper.make_model(graph).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    feeds = random_feeds(session)
+    assert feeds["past"].shape == (1, 2, 0, 4) and feeds["new"].shape == (1, 2, 3, 4)
+    assert session.run(None, feeds)[0].shape == (1, 2, 3, 4)
