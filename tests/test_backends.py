@@ -433,8 +433,8 @@ def test_random_feeds_keep_a_fixed_empty_dim_and_take_symbolic_ones_as_one() -> 
         [helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, 2, 0, 4]),
          helper.make_tensor_value_info("new", TensorProto.FLOAT, ["batch", 2, 3, 4])],
         [helper.make_tensor_value_info("present", TensorProto.FLOAT, [1, 2, 3, 4])])
-    session = ort.InferenceSession(helper.make_model(graph).SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = random_feeds(session)
     assert feeds["past"].shape == (1, 2, 0, 4) and feeds["new"].shape == (1, 2, 3, 4)
     assert session.run(None, feeds)[0].shape == (1, 2, 3, 4)
