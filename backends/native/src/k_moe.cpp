@@ -28,10 +28,6 @@ namespace {
 
 enum class Activation : int64_t { kRelu = 0, kGelu = 1, kSilu = 2, kIdentity = 3, kSwiGlu = 4 };
 
-float sigmoid(float x) {
-  return x > 0.0f ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
-}
-
 // Inputs: input [.., H], router_probs [T, E], then per fc (fc1 [E, F·I, H], fc2 [E, H, I],
 // out rows of in values) either its float weight and bias [E, rows] (bits 0: six inputs), or
 // (bits 4: QMoE's 4-bit experts, ten inputs) its weight laid out per expert as MatMulNBits'
@@ -74,7 +70,8 @@ class MoEKernel : public Kernel {
     }
     b1_ = bias(ctx, bias1, fc1_rows_);
     b2_ = bias(ctx, bias2, hidden_);
-    rows_.resize(static_cast<size_t>(tokens_ * (hidden_ + fc1_rows_ + inter_ + hidden_)));
+    rows_.resize(static_cast<size_t>(tokens_ * (hidden_ + fc1_rows_ + inter_ + hidden_) +
+                                     inter_));
     routes_.resize(static_cast<size_t>(experts_));
   }
 
@@ -98,7 +95,8 @@ class MoEKernel : public Kernel {
       }
       product(pool, ws, a, m, fc1_, e, h);
       for (int64_t r = 0; r < m; ++r) {
-        activate(h + r * fc1_rows_, b1_ ? b1_ + e * fc1_rows_ : nullptr, act + r * inter_);
+        activate(h + r * fc1_rows_, b1_ ? b1_ + e * fc1_rows_ : nullptr, act + r * inter_,
+                 out + tokens_ * hidden_);
       }
       product(pool, ws, act, m, fc2_, e, out);
       for (int64_t r = 0; r < m; ++r) {
@@ -222,25 +220,25 @@ class MoEKernel : public Kernel {
   }
 
   // One routed row's activation of h (+ fc1's bias) into `a` (inter_ values).
-  void activate(const float* h, const float* bias, float* a) const {
+  // One routed row's activation of h (+ fc1's bias) into `a` (inter_ values), the
+  // transcendental part on the SIMD table's elementwise kernels; `sig` holds inter_ floats.
+  void activate(const float* h, const float* bias, float* a, float* sig) const {
     auto at = [&](int64_t i) { return h[i] + (bias ? bias[i] : 0.0f); };
+    if (activation_ != Activation::kSwiGlu) {
+      for (int64_t i = 0; i < inter_; ++i) a[i] = at(i);
+      static constexpr EwOp kOps[] = {EwOp::Relu, EwOp::GeluTanh, EwOp::SiLU, EwOp::Identity};
+      const EwOp op = kOps[static_cast<int>(activation_)];
+      if (op != EwOp::Identity) simd_.unary(op, a, Src{a, 1}, inter_, 0.0f, 0.0f);
+      return;
+    }
+    // g = min(gate, limit), l = clamp(linear, ±limit): a = g · σ(alpha · g) · (l + beta).
     for (int64_t i = 0; i < inter_; ++i) {
-      switch (activation_) {
-        case Activation::kRelu: a[i] = std::max(at(i), 0.0f); break;
-        case Activation::kGelu: {
-          const float v = at(i);
-          a[i] = 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
-          break;
-        }
-        case Activation::kSilu: a[i] = at(i) * sigmoid(at(i)); break;
-        case Activation::kIdentity: a[i] = at(i); break;
-        case Activation::kSwiGlu: {
-          const float gate = std::min(at(2 * i), limit_);
-          const float linear = std::clamp(at(2 * i + 1), -limit_, limit_);
-          a[i] = gate * sigmoid(alpha_ * gate) * (linear + beta_);
-          break;
-        }
-      }
+      a[i] = std::min(at(2 * i), limit_);
+      sig[i] = alpha_ * a[i];
+    }
+    simd_.unary(EwOp::Sigmoid, sig, Src{sig, 1}, inter_, 0.0f, 0.0f);
+    for (int64_t i = 0; i < inter_; ++i) {
+      a[i] *= sig[i] * (std::clamp(at(2 * i + 1), -limit_, limit_) + beta_);
     }
   }
 
@@ -256,7 +254,8 @@ class MoEKernel : public Kernel {
   const float* b1_ = nullptr;
   const float* b2_ = nullptr;
   int64_t hidden_ = 0, tokens_ = 0, experts_ = 0, inter_ = 0, fc1_rows_ = 0;
-  std::vector<float> rows_;  // the routed rows of x, h, act(h) and fc2's products
+  // The routed rows of x, h, act(h) and fc2's products, and a row of sigmoids.
+  std::vector<float> rows_;
   std::vector<std::vector<std::pair<int64_t, float>>> routes_;  // per expert: token, weight
 };
 
