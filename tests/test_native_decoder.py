@@ -103,12 +103,14 @@ def test_skip_layer_norm(skip_rows: int, bias: bool, beta: bool, sum_out: bool) 
 
 def _gqa(batch: int, seq: int, past: int, packed: bool, interleaved: int = 0,
          scale: float | None = None, window: int = -1, capacity: int | None = None,
-         sink: bool = False, **attrs: float) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """A GroupQueryAttention of 4 query heads over 2 KV heads of 16 with rotary, `past` cached
-    tokens and `seq` new ones per batch (all valid: seqlens_k = past + seq - 1); `window`: its
-    local_window_size; `capacity`: a sliding_window_cache of that many rows (past and present),
-    holding the latest min(past, capacity) tokens; `sink`: a head_sink input."""
-    heads, kv_heads, head = 4, 2, 16
+         sink: bool = False, head: int = 16, **attrs: float
+         ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A GroupQueryAttention of 4 query heads over 2 KV heads of `head` values, `past` cached
+    tokens and `seq` new ones per batch (all valid: seqlens_k = past + seq - 1), with rotary
+    when `head` is a multiple of 16 (ORT's rule); `window`: its local_window_size; `capacity`:
+    a sliding_window_cache of that many rows (past and present), holding the latest
+    min(past, capacity) tokens; `sink`: a head_sink input."""
+    heads, kv_heads = 4, 2
     total = past + seq
     rows = past if capacity is None else capacity
     rng = np.random.default_rng(batch * 100 + seq * 10 + past)
@@ -124,8 +126,10 @@ def _gqa(batch: int, seq: int, past: int, packed: bool, interleaved: int = 0,
                       key=_rand(rng, batch, seq, kv_heads * head),
                       value=_rand(rng, batch, seq, kv_heads * head))
         qkv = ["query", "key", "value"]
+    rotary = head % 16 == 0
     angles = np.outer(np.arange(32), 1.0 / 10000 ** (np.arange(head // 2) * 2 / head))
-    weights = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
+    weights = {"cos": np.cos(angles).astype(np.float32),
+               "sin": np.sin(angles).astype(np.float32)} if rotary else {}
     if sink:
         weights["sink"] = _rand(rng, heads) * 2
     attrs = {**attrs, **({"scale": scale} if scale is not None else {}),
@@ -133,10 +137,10 @@ def _gqa(batch: int, seq: int, past: int, packed: bool, interleaved: int = 0,
              **({"sliding_window_cache": 1} if capacity is not None else {})}
     node = helper.make_node(
         "GroupQueryAttention",
-        [*qkv, "past_key", "past_value", "seqlens_k", "total_sequence_length", "cos", "sin",
-         *(["", "", "sink"] if sink else [])],
+        [*qkv, "past_key", "past_value", "seqlens_k", "total_sequence_length",
+         *(["cos", "sin"] if rotary else ["", ""]), *(["", "", "sink"] if sink else [])],
         ["out", "present_key", "present_value"], domain="com.microsoft", num_heads=heads,
-        kv_num_heads=kv_heads, do_rotary=1, rotary_interleaved=interleaved, **attrs)
+        kv_num_heads=kv_heads, do_rotary=int(rotary), rotary_interleaved=interleaved, **attrs)
     present = (TensorProto.FLOAT, (batch, kv_heads, rows if capacity else total, head))
     outs = {"out": (TensorProto.FLOAT, (batch, seq, heads * head)), "present_key": present,
             "present_value": present}
@@ -237,6 +241,14 @@ def test_group_query_attention_head_sinks(seq: int, past: int, window: int,
         _check(*_gqa(1, seq, past, packed=True, window=window, sink=True))
     else:
         _sliding(1, seq, past, window, capacity, sink=True)
+
+
+@pytest.mark.parametrize(("seq", "past"), [(8, 0), (1, 9)])
+def test_group_query_attention_heads_of_24(seq: int, past: int) -> None:
+    """Heads of 24 values (ORT takes multiples of 8, of 16 with rotary: none here): a last
+    block of 8 past the kernels' sixteen at a time; prefill (keys transposed) and a decode
+    step."""
+    _check(*_gqa(1, seq, past, packed=True, head=24))
 
 
 def test_group_query_attention_smooth_softmax_and_softcap() -> None:
