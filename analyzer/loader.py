@@ -230,7 +230,7 @@ def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
         # Bodies validated where the file has them (their nesting, their nodes' attributes,
         # named as in the file), before their nodes join the graph
         validate_model(proto, limits=limits, nodes=nodes)
-    notes = _inline_ifs(graph)
+    notes = inline_ifs(graph)
     if notes is not None:  # the branches' nodes in the If's place: read and checked again
         nodes = read_nodes(graph.node)
         initializers, weights = _initializers(graph)
@@ -252,7 +252,7 @@ def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
                     "sorted, as ONNX Runtime sorts them before running"))
 
 
-def _inline_ifs(graph: onnx.GraphProto) -> list[str] | None:
+def inline_ifs(graph: onnx.GraphProto) -> list[str] | None:
     """Each top-level If replaced by the nodes of the branch it runs, nested ones too (up to
     `Limits.max_nesting_depth` levels); a warning for each whose condition is not a constant
     (None: no If). An If costs what its branch costs, which the analysis can only see inlined:
@@ -269,8 +269,11 @@ def _inline_ifs(graph: onnx.GraphProto) -> list[str] | None:
             for a in n.attribute if a.name == "value"}
         kept: list[onnx.NodeProto] = []
         inlined_any = False
+        taken = ({n.name for n in graph.node} | {o for n in graph.node for o in n.output}
+                 | {v.name for v in (*graph.input, *graph.output, *graph.initializer)})
         for node in graph.node:
-            inlined = _inlined_if(graph, node, constants, notes) if _is_if(node) else None
+            inlined = (_inlined_if(graph, node, constants, taken, notes) if _is_if(node)
+                       else None)
             kept += [_copied_node(node)] if inlined is None else inlined
             inlined_any = inlined_any or inlined is not None
         if not inlined_any:
@@ -285,11 +288,11 @@ def _is_if(node: onnx.NodeProto) -> bool:
 
 
 def _inlined_if(graph: onnx.GraphProto, node: onnx.NodeProto,
-                constants: Mapping[str, onnx.TensorProto], notes: list[str]
+                constants: Mapping[str, onnx.TensorProto], taken: set[str], notes: list[str]
                 ) -> list[onnx.NodeProto] | None:
     """The nodes of the branch `node` runs (None when it is malformed)."""
     condition = constants.get(node.input[0]) if node.input else None
-    taken = True
+    then = True
     if condition is not None:
         try:
             values = onnx.numpy_helper.to_array(condition).reshape(-1)
@@ -297,8 +300,8 @@ def _inlined_if(graph: onnx.GraphProto, node: onnx.NodeProto,
             return None
         if values.size != 1:
             return None
-        taken = bool(values[0])
-    wanted = "then_branch" if taken else "else_branch"
+        then = bool(values[0])
+    wanted = "then_branch" if then else "else_branch"
     branch = next((a.g for a in node.attribute
                    if a.name == wanted and a.type == onnx.AttributeProto.GRAPH), None)
     if branch is None or len(branch.output) != len(node.output):
@@ -308,34 +311,40 @@ def _inlined_if(graph: onnx.GraphProto, node: onnx.NodeProto,
         notes.append(f"{INLINED_IF} {label!r}: its condition {node.input[0]!r} is known only at "
                      "run time; analyzed its then branch (an optimum merged decoder's step "
                      "with the cache)")
-    return _branch_nodes(graph, branch, f"{label}/{branch.name or wanted}/", list(node.output))
+    return _branch_nodes(graph, branch, f"{label}/{branch.name or wanted}/", list(node.output),
+                         taken)
 
 
 def _branch_nodes(graph: onnx.GraphProto, branch: onnx.GraphProto, prefix: str,
-                  outputs: list[str]) -> list[onnx.NodeProto]:
-    """`branch`'s nodes for the outer graph: what it computes and its initializers renamed
-    under `prefix` (the initializers moved out), its outputs renamed to the If's `outputs`
-    (an Identity where a branch passes a tensor through); outer names it reads stay."""
-    inner = {t.name for t in branch.initializer} | {o for n in branch.node for o in n.output
-                                                    if o}
-    rename = {name: prefix + name for name in inner}
-    produced_here = {o for n in branch.node for o in n.output if o}
-    passed = []
+                  outputs: list[str], taken: set[str]) -> list[onnx.NodeProto]:
+    """`branch`'s nodes for the outer graph, its initializers moved out, its outputs renamed
+    to the If's `outputs` (an Identity where it returns a tensor it does not compute); outer
+    names it reads stay. Its own names stay as the file has them unless the graph has them
+    already (`taken`: the graph's tensor and node names, which gets those given), then they
+    go under `prefix`: ONNX Runtime's profile names a branch's nodes and tensors as the file
+    does, and `--measure` maps its kernels back by them."""
+    produced = {o for n in branch.node for o in n.output if o}
+    own = produced | {t.name for t in branch.initializer}
+    rename = {name: prefix + name for name in own if name in taken}
+    passed, returned = [], set()
     for value, out in zip(branch.output, outputs, strict=True):
-        if value.name in produced_here and value.name not in rename.values():
+        if value.name in produced and value.name not in returned:
             rename[value.name] = out
-        else:
+            returned.add(value.name)
+        else:  # an initializer, an outer tensor or one returned twice: copied to the output
             passed.append(onnx.helper.make_node("Identity", [rename.get(value.name, value.name)],
-                                                [out], name=f"{prefix}{out}"))
+                                                [out], name=prefix + out))
+    taken.update(rename.get(name, name) for name in own)
     for t in branch.initializer:
         moved = onnx.TensorProto()
         moved.CopyFrom(t)
-        moved.name = rename[t.name]
+        moved.name = rename.get(t.name, t.name)
         graph.initializer.append(moved)
     nodes = []
     for n in branch.node:
         copy = _copied_node(n)
-        copy.name = prefix + n.name if n.name else ""
+        copy.name = prefix + n.name if n.name in taken else n.name
+        taken.add(copy.name)
         copy.input[:] = [rename.get(i, i) for i in n.input]
         copy.output[:] = [rename.get(o, o) for o in n.output]
         _rename_outer_reads(copy, rename)

@@ -46,6 +46,7 @@ from ..analyzer.analysis import AnalysisResult
 from ..analyzer.fold import static_nodes
 from ..analyzer.graph import ModelGraph
 from ..analyzer.ir import NodeInfo
+from ..analyzer.loader import inline_ifs
 from .base import Profile
 
 _NCHWC_SUFFIX = "_nchwc"
@@ -96,11 +97,13 @@ def map_profile(profile: Profile, analysis: AnalysisResult,
     """Kernel times mapped to `analysis`'s nodes and groups, scaled so that all kernels add up
     to `latency_s` (default: the profiled run time)."""
     mg = analysis.graph
-    covers = (kernel_covers(mg, profile.optimized) if profile.optimized is not None else {})
+    covers = (kernel_covers(mg, _branches_inlined(profile.optimized))
+              if profile.optimized is not None else {})
     # Kernels named after our nodes (a backend that runs our graph as is) cover those nodes.
+    # An If's event spans the kernels of its branch, which ORT lists too: only those count.
     kernels = tuple(KernelShare(k.name, k.op_type, k.duration_s,
                                 covers.get(k.name, (k.name,) if k.name in mg.graph else ()))
-                    for k in profile.kernels)
+                    for k in profile.kernels if k.op_type != "If")
     latency = latency_s if latency_s is not None else profile.run_s
     in_kernels = sum(k.duration_s for k in kernels)
     scale = latency / in_kernels if in_kernels else 0.0
@@ -113,6 +116,18 @@ def map_profile(profile: Profile, analysis: AnalysisResult,
     unmapped = sum(k.duration_s for k in kernels if not k.nodes) / (in_kernels or 1.0)
     outside = max(0.0, 1.0 - in_kernels / profile.run_s) if profile.run_s else 0.0
     return MeasuredTimes(kernels, node_s, group_s, latency, unmapped, outside)
+
+
+def _branches_inlined(optimized: onnx.GraphProto) -> onnx.GraphProto:
+    """The optimized graph with each If replaced by its branch as the loader inlines it (the
+    same names), so that kernels ORT ran inside a branch (an optimum merged decoder's) map
+    back to our nodes as the graph's own do."""
+    if not any(n.op_type == "If" for n in optimized.node):
+        return optimized
+    flat = onnx.GraphProto()
+    flat.CopyFrom(optimized)
+    inline_ifs(flat)
+    return flat
 
 
 def _flops(analysis: AnalysisResult, key: str) -> float:

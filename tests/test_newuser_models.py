@@ -306,3 +306,20 @@ def test_a_saved_analysis_missing_a_field_is_a_one_line_error(tmp_path) -> None:
     assert run.exit_code == 2 and not isinstance(run.exception, KeyError)
     assert "malformed analysis (KeyError: 'kv_heads')" in run.output
     assert "Traceback" not in run.output
+
+
+def test_kernels_ort_runs_inside_a_branch_map_to_our_nodes(tmp_path) -> None:
+    """ORT profiles an If's branch kernel by kernel, and the If as one event spanning them:
+    --measure mapped 1 of 137 kernels of a merged BART decoder (66% of the time unmapped)."""
+    from onnxlens.backends.compare import compare
+
+    path = tmp_path / "merged.onnx"
+    onnx.save(_merged(None), path)
+    result = compare(path, ["ort-cpu"], runs=2, warmup=1, profile_runs=1, samples=1,
+                     memory=False, dims={"n": 3})
+    times = result.runs["ort-cpu"].times
+    assert times is not None and times.unmapped_share == 0
+    assert times.mapped_kernels == len(times.kernels) > 0
+    assert "If" not in {k.op_type for k in times.kernels}
+    matmul = next(k for k in times.kernels if k.op_type == "MatMul")
+    assert [result.analysis.graph.infos[n].op_type for n in matmul.nodes] == ["MatMul"]
