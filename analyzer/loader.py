@@ -309,8 +309,8 @@ def _inlined_if(graph: onnx.GraphProto, node: onnx.NodeProto,
     label = node.name or f"If -> {node.output[0]}"
     if condition is None:
         notes.append(f"{INLINED_IF} {label!r}: its condition {node.input[0]!r} is known only at "
-                     "run time; analyzed its then branch (an optimum merged decoder's step "
-                     "with the cache)")
+                     "run time; analyzed its then branch (in an optimum merged decoder, the "
+                     "step with the cache)")
     return _branch_nodes(graph, branch, f"{label}/{branch.name or wanted}/", list(node.output),
                          taken)
 
