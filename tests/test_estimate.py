@@ -164,6 +164,45 @@ def test_the_first_kernel_reading_the_input_fetches_it_and_its_output_cold(gpu) 
     assert all(k.cold_bytes == 0 for k in kernels if not k.nodes)
 
 
+def test_what_ort_folds_at_load_is_no_kernel_and_its_readers_read_it_cold(
+        gpu, tmp_path: Path) -> None:
+    """LeViT's attention bias: a Gather of a [4, 64] table by constant [8, 8] indices, added to
+    [1, 4, 8, 8] scores (here a Softmax's, so the Add is not the first kernel, which reads
+    the input cold). ORT computes the Gather when the session loads (its optimized graph has
+    none), so it is no kernel of ours; the Add reads its [4, 8, 8] output, 4 x 8 x 8 x 4 =
+    1,024 bytes, as a constant fetched cold. A tied decoder's embedding, a Gather of one
+    token from the Transpose of its [8, 16] lm_head weight: the Transpose is folded too, and
+    the Gather reads one row of 8 floats, 32 bytes, not the table."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 64)).astype(np.float32), "table"),
+             numpy_helper.from_array(rng.integers(0, 64, (8, 8)), "idx"),
+             numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "lm")]
+    nodes = [helper.make_node("Gather", ["table", "idx"], ["bias"], axis=1, name="gather"),
+             helper.make_node("Softmax", ["x"], ["s"], axis=-1, name="softmax"),
+             helper.make_node("Add", ["s", "bias"], ["y"], name="add"),
+             helper.make_node("Transpose", ["lm"], ["emb"], perm=[1, 0], name="tied"),
+             helper.make_node("Gather", ["emb", "ids"], ["e"], name="embed")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]),
+                     helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8]),
+         helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 1, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what ORT 1.18+ reads
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    kept = {n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node}
+    assert "Transpose" not in kept and "Gather" in kept  # the lookup by input ids stays
+    r = onnxlens.analyze(model)
+    hw = dataclasses.replace(gpu, simd_bits=512, runtime=Runtime(name=ORT_CPU))
+    kernels = [k for run in OrtCpu().kernels(r.graph, r.groups, _node_costs(r), {}, hw).values()
+               for k in run or () if k.nodes]
+    assert not [k for k in kernels if {"gather", "tied"} & set(k.nodes)]
+    assert [k.cold_bytes for k in kernels if "add" in k.nodes] == [1024]
+    assert [k.cold_bytes for k in kernels if "embed" in k.nodes] == [32]
+
+
 def test_a_depthwise_kernel_fetches_its_filter_a_line_at_a_time_from_main_memory(gpu) -> None:
     """A depthwise 3x3 Conv over [1, 24, 8, 8], then a 1x1 Conv: with AVX-512's block of 16,
     MLAS's filter is 32 padded channels x 9 taps x 4 bytes = 18 lines of 64 bytes (AVX2's

@@ -25,7 +25,7 @@ from ..cost.base import ZERO, Cost, lookup
 from ..cost.common import along_axis
 from ..cost.ops import RESHAPES
 from ..cost.precision import mac_precision
-from ..fold import fold_nodes
+from ..fold import fold_nodes, static_nodes
 from ..fusion import ADD_LAYER_NORM, ADD_RMS_NORM, ATTENTION, LAYER_NORM, RMS_NORM, Group
 from ..graph import ModelGraph
 from ..hardware import (
@@ -73,6 +73,8 @@ _CONVS = frozenset({"Conv", "ConvInteger", "QLinearConv"})
 # quantized kernel (QLinearConv, QGemm, QLinearAdd, MaxPool on uint8 ...) and
 # quantize_dynamic's chain as one DynamicQuantizeMatMul: they ride in a neighbouring kernel.
 _QUANT_EDGES = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+_QOPERATOR = frozenset({"QLinearMatMul", "QLinearSoftmax", "QLinearAdd", "QLinearMul", "QGemm",
+                        "QLinearConv", "QLinearConcat", "QAttention"})
 # Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block's
 # products are costed as one, as the calibration measured them (`in_attention_block`).
 _WHOLE = frozenset({LAYER_NORM, ATTENTION})
@@ -459,7 +461,9 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     (quantize_static's default) only the node units ORT turns to uint8 are fused
     (`_int8_unfused`): 9 QLinearConv, and 11 Convs and 8 Adds run as DQ, float kernel and Q
     (124 kernels, `_unfused_kernels`). `block`: the NCHWc block in channels."""
-    quantized = any(mg.info(k).op_type in _QUANT_EDGES for k in group.nodes)
+    # QDQ or QOperator (QLinearMatMul, QLinearSoftmax, ...: ORT runs each node, no attention
+    # or norm fusion: quantize_static's QOperator BERT read 0.53x of measured as one block)
+    quantized = any(mg.info(k).op_type in _QUANT_EDGES | _QOPERATOR for k in group.nodes)
     if len(group.nodes) == 1 and mg.info(group.nodes[0]).op_type == "GroupQueryAttention":
         return gqa_kernels(mg.info(group.nodes[0]), kernel_of(
             mg, list(group.nodes), costs, "attention", NCHW, NCHW), block)
@@ -1036,15 +1040,23 @@ def gathered(info: NodeInfo, cost: Cost) -> Cost:
     its 1.2 MB copied at 129 GB/s, where the whole input read would be 194); a constant
     table's slices are the weights it fetches. A GatherBlockQuantized's table packs several
     values a byte (`OpSpec.packed`): its row of an int4 table is an eighth of the floats out."""
-    data, out = info.input(0), info.outputs[0]
-    if data is None or not data.known or not out.known:
+    data, touched = info.input(0), gathered_bytes(info)
+    if data is None or touched is None:
         return cost
-    spec = lookup(info.op_type, info.domain)
-    values = spec.packed(info)[0] if spec is not None and spec.packed is not None else data.size
-    touched = data.nbytes * min(out.size, values) // max(values, 1)
     weights = cost.param_bytes - data.nbytes + touched if 0 in info.const_inputs else (
         cost.param_bytes)
     return replace(cost, bytes_read=cost.bytes_read - data.nbytes + touched, param_bytes=weights)
+
+
+def gathered_bytes(info: NodeInfo) -> int | None:
+    """The bytes of its data (input 0) a Gather or Slice copies: the data's bytes of the
+    values it writes, or all of them where it writes more (None where a shape is unknown)."""
+    data, out = info.input(0), info.outputs[0]
+    if data is None or not data.known or not out.known:
+        return None
+    spec = lookup(info.op_type, info.domain)
+    values = spec.packed(info)[0] if spec is not None and spec.packed is not None else data.size
+    return data.nbytes * min(out.size, values) // max(values, 1)
 
 
 def layout_changes(kernel: Kernel, have: dict[str, set[str]]) -> list[TensorInfo]:
@@ -1247,7 +1259,46 @@ def cold_start(k: Kernel, unread: set[str]) -> Kernel:
     if not fresh:
         return k
     unread.clear()
-    return replace(k, cold_bytes=sum(t.nbytes for t in (*fresh, *k.outputs) if t.known))
+    return replace(k, cold_bytes=k.cold_bytes + sum(t.nbytes for t in (*fresh, *k.outputs)
+                                                    if t.known))
+
+
+def folded_at_load(mg: ModelGraph) -> set[str]:
+    """The nodes ORT's constant folding computes when a session loads (`static_nodes`), less
+    DequantizeLinear and what only it makes constant: ORT keeps a DQ (ConstantFolding's
+    skip_dequantize_linear, on while QDQ fusion is) for its QDQ transformer to fuse, or to run
+    each run where it does not (BERT's int8 weights)."""
+    return static_nodes((i for i in map(mg.info, mg.order) if i.op_type != "DequantizeLinear"),
+                        mg.initializers)
+
+
+def reads_constants(mg: ModelGraph, k: Kernel, constants: set[str]) -> Kernel:
+    """`k` reading tensors ORT's constant folding computed when the session loaded
+    (`constants`: outputs of `folded_at_load`, such as LeViT's and TinyViT's attention
+    biases, or the Transpose of a tied decoder's lm_head weight that its embedding Gather
+    reads): initializers now, read cold a run like any weight. A kernel with MACs pays their
+    fetch as weights (`cold_weights`), only those its GEMM or Conv reads; a kernel without
+    (the bias Add) streams them from main memory after its other traffic (`cold_bytes`), as
+    the stem does its input. A Gather or Slice of a folded table reads only the rows it
+    copies (`gathered_bytes`): a tied-embedding decoder's lookup of one token is one row, not
+    the table. Measured (ORT 1.31, 1 thread, Zen 5): the Add of [1, 4, 196, 196] scores and
+    its [4, 196, 196] bias (614 KB) 19.8 us alone, 41-43 in LeViT-128S; TinyViT's [1, 5, 196,
+    196] 56-63 in the network: 22-37 us more a run for 614-768 KB, 21-28 GB/s, the calibrated
+    cold-weight rate's neighbourhood (24.5). The builder's Gemma 2 (tied, fp32, 4 MB table)
+    at decode@512: 0.22 ms measured, 0.57 estimated with its Transpose run every step."""
+    head = mg.info(k.nodes[0]) if len(k.nodes) == 1 else None
+    rows = gathered_bytes(head) if head is not None and head.op_type in _GATHERS else None
+    table = head.input(0).name if rows is not None else None
+    read = [t for t in k.inputs if t.name in constants and t.known]
+    if k.cost.macs:  # its weights: what its GEMM or Conv reads
+        products = {n for n in k.nodes if mg.info(n).op_type in _ANCHORS | _QOPERATOR_MACS}
+        read = [t for t in read if products.intersection(mg.consumers.get(t.name, ()))]
+    folded = sum(rows if t.name == table else t.nbytes for t in read)
+    if not folded:
+        return k
+    if k.cost.macs:
+        return replace(k, cost=replace(k.cost, param_bytes=k.cost.param_bytes + folded))
+    return replace(k, cold_bytes=k.cold_bytes + folded)
 
 
 def cold_filter_lines(mg: ModelGraph, k: Kernel, block: int) -> Kernel:
@@ -1298,13 +1349,17 @@ class OrtCpu:
         open_sums: dict[str, Kernel] = {}  # output of a lone NCHWc kernel -> that kernel
         out: GroupKernels = {}
         cold = set(mg.graph_inputs)  # until the first kernel reading one of them (`cold_start`)
+        static = folded_at_load(mg)
+        constants = {t.name for key in static for t in mg.info(key).outputs}
         for g in groups:
             if any(node_costs.get(k) is None for k in g.nodes):
                 out[g.id] = None
                 continue
             run: list[Kernel] = []
             for k in map(float16_as_float32, ort_kernels(mg, g, node_costs, block)):
-                k = _folded(mg, k, open_sums) or k
+                if k.nodes and static.issuperset(k.nodes):
+                    continue  # computed once, when the session loads
+                k = reads_constants(mg, _folded(mg, k, open_sums) or k, constants)
                 if k.cls in _PER_CALL and k.cls not in hw.runtime.per_call_classes:
                     k = replace(k, calls=1, reuse=0.0, cls=_BEFORE.get(k.cls, k.cls))
                 # an NHWC Transpose (`nhwc_conv`) has no blocks to pad: block 1
