@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxlens.analyzer.calibration import (
     Calibration,
@@ -440,6 +440,39 @@ def test_a_quantized_softmax_is_ort_qlinear_softmax() -> None:
         (kernel,) = ort_kernels(result.graph, group, costs, 16)
         width = 4 if cls == SOFTMAX else 1
         assert kernel.cls == cls and kernel.cost.bytes_written == 32 * 64 * width
+
+
+def test_a_qoperator_softmax_after_a_qlinear_add_is_a_kernel_of_its_own() -> None:
+    """quantize_static's QOperator attention: a QLinearAdd of the mask, then a QLinearSoftmax,
+    one group of ours. ORT runs them as two kernels (its profile), and the QLinearSoftmax is a
+    softmax_int8 kernel, not part of the Add's elementwise run: QOperator BERT read 0.53x
+    of measured with its softmaxes at the elementwise rate."""
+    from onnxlens.analyzer.fusion import Group
+    from onnxlens.analyzer.runtimes.ort_cpu import ELEMENTWISE_INT8, SOFTMAX_INT8, ort_kernels
+
+    def scalar(name: str, value: float | int, dtype: type) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(value, dtype), name)
+
+    consts = [scalar("s", 0.05, np.float32), scalar("z", 128, np.uint8),
+              scalar("ps", 1 / 256, np.float32), scalar("pz", 0, np.uint8)]
+    nodes = [helper.make_node("QLinearAdd", ["x", "s", "z", "m", "s", "z", "s", "z"], ["a"],
+                              domain="com.microsoft", name="add"),
+             helper.make_node("QLinearSoftmax", ["a", "s", "z", "ps", "pz"], ["p"], axis=-1,
+                              opset=13, domain="com.microsoft", name="softmax")]
+    shape = [1, 4, 32, 32]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.UINT8, shape)
+                     for n in ("x", "m")],
+        [helper.make_tensor_value_info("p", TensorProto.UINT8, shape)], consts)
+    model = helper.make_model(graph, ir_version=10, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    assert [k.op_type for k in profile_model(model, 1, runs=1, warmup=0)[0]] == [
+        "QLinearAdd", "QLinearSoftmax"]
+    result = measure.analyze(model)
+    costs = {k: nc.cost for k, nc in result.node_costs.items()}
+    kernels = ort_kernels(result.graph, Group(0, "Attention", ("add", "softmax")), costs, 16)
+    assert [(k.cls, k.nodes) for k in kernels] == [(ELEMENTWISE_INT8, ("add",)),
+                                                   (SOFTMAX_INT8, ("softmax",))]
 
 
 # ---- the data, the file and the profile ------------------------------------------------------

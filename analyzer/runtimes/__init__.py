@@ -46,7 +46,7 @@ _CLASS_OF_OP = {
     "GlobalMaxPool": "pool", "LpPool": "pool",
     "BatchNormalization": "normalization", "LayerNormalization": "normalization",
     "InstanceNormalization": "normalization", "GroupNormalization": "normalization",
-    "Softmax": "normalization", "LogSoftmax": "normalization",
+    "Softmax": "normalization", "LogSoftmax": "normalization", "QLinearSoftmax": "normalization",
     # ONNX Runtime's own: its norms, attention and 4-bit MatMul kernels (contrib ops)
     "SimplifiedLayerNormalization": "normalization", "RMSNormalization": "normalization",
     # ORT's residual norms run at rates of their own (ORT 1.31, 1 thread, Zen 5, [1, R, C] for
