@@ -14,7 +14,10 @@ The models are built from configs with random weights (nothing is downloaded) in
   hidden 1024, 16 query and 4 KV heads of 64, MLP 2816, 4 layers, vocabulary 16384, rows
   `genai-*`; and on a new user's small Qwen2 of hidden 256, 8 query and 2 KV heads of 32, MLP
   704, 2 layers, vocabulary 4096, rows `qwen2s-*`, whose 14 MB of weights stay in the
-  last-level cache between decode steps), fp32 and int4 (MatMulNBits), run at the builder's
+  last-level cache between decode steps); a Gemma 2 (`gemma2s-*`: sliding window 64 every
+  other layer, softcapped scores) and a gpt-oss (`gptosss-*`, fp32 only: sliding window,
+  attention sinks, MoE of 4 experts, 2 a token) of the same size; fp32 and int4
+  (MatMulNBits), run at the builder's
   named dims pinned as `--dim` pins them: prefill of 128 tokens (past_sequence_length 0) and
   one decode step at context 512 (past 511 + 1 new). Building them needs onnxruntime-genai
   importable: `PYTHONPATH=/tmp/genai_pkg`.
@@ -54,13 +57,25 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "data" / "genai")]
 SEQ, PROMPT, CONTEXT = 128, 128, 512
 HF_LAYERS, HF_HIDDEN, HF_HEADS = 4, 768, 12
 HF_MLP = {"gpt2": None, "bert": 3072, "llama": 2048}  # GPT-2's MLP is 4 x hidden by design
-DECODERS = {  # row prefix -> (folder, config)
+BOTH = ("fp32", "int4")
+DECODERS = {  # row prefix -> (folder, config, precisions)
     "genai": ("genai-llama-h1024-l4", transformers.LlamaConfig(
         vocab_size=16384, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
-        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048)),
+        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048), BOTH),
     "qwen2s": ("qwen2-h256-l2", transformers.Qwen2Config(
         vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024)),
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024), BOTH),
+    # Gemma 2 (a sliding window of 64 every other layer, softcapped scores) and gpt-oss (a
+    # sliding window, attention sinks, 4 experts of which 2 run a token: MoE; fp32 only, the
+    # builder's int4 QMoE wants the original MXFP4 tensors, which a random checkpoint lacks)
+    "gemma2s": ("gemma2-h256-l2", transformers.Gemma2Config(
+        vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=32, sliding_window=64,
+        max_position_embeddings=1024), BOTH),
+    "gptosss": ("gptoss-h256-l2", transformers.GptOssConfig(
+        vocab_size=4096, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=32, sliding_window=64,
+        num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=1024), ("fp32",)),
 }
 TARGETS = {"seq128": 0.15, "prefill": 0.15, "decode": 0.25}
 
@@ -84,12 +99,12 @@ def hf_model(name: str, models: Path) -> Path:
 
 
 def genai_model(decoder: str, precision: str, models: Path) -> Path:
-    folder, config = DECODERS[decoder]
+    folder, config, precisions = DECODERS[decoder]
     path = models / folder / precision / "model.onnx"
     if not path.exists():
         from make import build
 
-        build(config, models / folder, ("fp32", "int4"))
+        build(config, models / folder, precisions)
     return path
 
 
@@ -132,7 +147,8 @@ def cases(names: list[str], models: Path) -> list[Case]:
     return out
 
 
-ROWS = ("gpt2", "bert", "llama", *(f"{d}-{p}-{k}" for d in DECODERS for p in ("fp32", "int4")
+ROWS = ("gpt2", "bert", "llama", *(f"{d}-{p}-{k}" for d, (_, _, precisions) in DECODERS.items()
+                                    for p in precisions
                                     for k in ("prefill", "decode")))
 
 
