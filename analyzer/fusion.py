@@ -362,6 +362,19 @@ def _attention() -> Op:
     return op("MatMul", optional(op("Reshape", guarded, ANY)), _kv_heads(ANY))
 
 
+def _einsum_attention() -> Op:
+    """`_attention` written with Einsum, as HF Funnel does (Q·Kᵀ 'bind,bjnd->bnij', P·V
+    'bnij,bjnd->bind'): a scale, up to two terms added to the scores (Funnel's relative
+    positional and token-type terms, each computed outside the group) and the mask
+    subtracted (scores - 1e30·(1 - mask)), in TorchScript's export between two Casts."""
+    scaled = {"where": _has_scalar_input}
+    scores = optional(op("Mul|Div", op("Einsum", ANY, ANY), ANY, **scaled))
+    positioned = optional(op("Add", optional(op("Add", scores, ANY)), ANY))
+    cast = Alt((op("Cast", positioned), positioned))  # TorchScript casts around the softmax
+    probs = bind("p", op("Softmax", optional(op("Sub", cast, bind("mask", ANY)))))
+    return op("Einsum", Alt((op("Cast", probs), probs)), ANY)
+
+
 def _qlinear(ops: str, a: Pat, b: Pat) -> Op:
     """An ONNX Runtime QLinear op (com.microsoft) of `a` and `b`: it reads (tensor, scale,
     zero point) triples, so its two tensors are inputs 0 and 3."""
@@ -427,6 +440,11 @@ PATTERNS: tuple[Pattern, ...] = (
             "Bloom adds ALiBi in a 3-D view (baddbmm) before the mask; HF Gemma 2 soft-caps "
             "the scores, c·tanh(s / c)",
             _attention()),
+    Pattern(ATTENTION, """
+        q ─ Einsum ─[Mul|Div s]─[Add]─[Add]─[Sub mask]─ Softmax ─┐
+        k ─┘                                       v ─ Einsum ─►""",
+            "HF Funnel (dynamo and TorchScript): attention as Einsums, its relative "
+            "positional and token-type terms added to the scores", _einsum_attention()),
     Pattern(ATTENTION, """
         q ─[QLinearMul s]────┐
         k ─[QLinearMul s]─ QLinearMatMul ─[QLinearAdd mask]─ QLinearSoftmax ─┐

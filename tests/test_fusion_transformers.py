@@ -86,15 +86,17 @@ def test_ort_transformer_optimizer_output(tmp_path: Path) -> None:
     assert sum(n for p, n in patterns.items() if "LayerNorm" in p) == 2 * LAYERS + 1, patterns
 
 
-def assert_one_attention_per_layer(result: AnalysisResult, outside: str) -> None:
-    """LAYERS attention groups, each Q·Kᵀ, softmax and P·V (2·S²·H MACs, hand count), none
-    holding an `outside` node of the position bias's computation."""
+def assert_one_attention_per_layer(result: AnalysisResult, outside: str,
+                                   product: str = "MatMul") -> None:
+    """LAYERS attention groups, each Q·Kᵀ, softmax and P·V (2·S²·H MACs, hand count; the two
+    products `product` nodes), none holding an `outside` node of the position bias's
+    computation."""
     check_groups(result.graph, result.groups)
     attention = [g for g in result.groups if ATTENTION in g.pattern]
     assert len(attention) == LAYERS
     for group in attention:
         ops = Counter(result.graph.info(k).op_type for k in group.nodes)
-        assert ops["Softmax"] == 1 and ops["MatMul"] == 2 and ops[outside] == 0
+        assert ops["Softmax"] == 1 and ops[product] == 2 and ops[outside] == 0
         assert result.group_costs[group.id].cost.macs == 2 * SEQ * SEQ * HIDDEN
 
 
@@ -148,3 +150,29 @@ def test_mpnet_relative_position_bias(tmp_path: Path) -> None:
                                   torch.ones(1, SEQ, dtype=torch.int64)), str(path),
                           dynamo=False, input_names=["input_ids", "attention_mask"])
     assert_one_attention_per_layer(onnxlens.analyze(path), outside="Log")
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_funnel_einsum_attention(tmp_path: Path, dynamo: bool) -> None:
+    """HF Funnel writes attention with Einsums ('bind,bjnd->bnij', 'bnij,bjnd->bind'), adds
+    its relative positional and token-type terms to the scores and subtracts the mask (in
+    TorchScript between two Casts): one attention group a layer (one block of one layer, one
+    decoder layer), Q·Kᵀ and P·V (2·S²·H MACs, hand count), the positional Einsums outside."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.FunnelModel(transformers.FunnelConfig(
+        d_model=HIDDEN, n_head=HIDDEN // 16, d_head=16, d_inner=2 * HIDDEN, block_sizes=[1],
+        num_decoder_layers=LAYERS - 1, vocab_size=64)).eval()
+    path = tmp_path / "funnel.onnx"
+    with torch.no_grad():
+        torch.onnx.export(model, (torch.randint(0, 64, (1, SEQ)),
+                                  torch.ones(1, SEQ, dtype=torch.int64)), str(path),
+                          dynamo=dynamo, input_names=["input_ids", "attention_mask"], **(
+                              {"external_data": False} if dynamo else {}))
+    result = onnxlens.analyze(path)
+    assert_one_attention_per_layer(result, outside="Pad", product="Einsum")
+    positional = [k for k in result.graph.order if result.graph.info(k).op_type == "Einsum"
+                  and not any(k in g.nodes for g in result.groups if ATTENTION in g.pattern)]
+    assert positional  # the position terms' Einsums stay outside
