@@ -1168,6 +1168,53 @@ def test_a_k_transpose_is_in_the_attention_kernel_only_where_orts_fusion_takes_i
         [(group.nodes[:1], 4 * 512)] if apart else [])
 
 
+@pytest.mark.parametrize("run_time_shapes", [True, False])
+def test_a_k_transpose_between_views_of_run_time_shapes_is_a_kernel_of_its_own(
+        tmp_path: Path, run_time_shapes: bool) -> None:
+    """The dynamo SDPA's K path, Reshape to [4, n, 16], Transpose (0, 2, 1), Reshape to
+    [1, 4, 16, n], then Q·Kᵀ·s, Softmax, P·V over n tokens (symbolic, 8 here): with both
+    shapes computed at run time from K's Shape (the HF Llama's decode step) ORT's optimized
+    graph keeps the Transpose as a node, and ours is a kernel apart (its bytes: K, 4·8·16·4);
+    with both shapes constant ORT folds it into the FusedMatMul, as we do."""
+    import onnxruntime as ort
+
+    i64, f = TensorProto.INT64, TensorProto.FLOAT
+    if run_time_shapes:
+        shapes = [helper.make_node("Shape", ["k"], ["n"], start=2, end=3),
+                  helper.make_node("Concat", ["four", "n", "sixteen"], ["s3"], axis=0),
+                  helper.make_node("Concat", ["one_four", "sixteen", "n"], ["s4"], axis=0)]
+        consts = [helper.make_tensor("four", i64, [1], [4]),
+                  helper.make_tensor("sixteen", i64, [1], [16]),
+                  helper.make_tensor("one_four", i64, [2], [1, 4])]
+    else:
+        shapes = []
+        consts = [helper.make_tensor("s3", i64, [3], [4, 8, 16]),
+                  helper.make_tensor("s4", i64, [4], [1, 4, 16, 8])]
+    nodes = [*shapes, helper.make_node("Reshape", ["k", "s3"], ["k3"]),
+             helper.make_node("Transpose", ["k3"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["kt", "s4"], ["kr"]),
+             helper.make_node("MatMul", ["x", "kr"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(t, f, [1, 4, "n", 16]) for t in "xkv"],
+        [helper.make_tensor_value_info("y", f, [1, 4, "n", 16])],
+        [*consts, helper.make_tensor("scale", f, [], [0.25])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what ORT 1.18+ reads
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    theirs = [n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node]
+    assert ("Transpose" in theirs) == run_time_shapes and "FusedMatMul" in theirs
+    r = onnxlens.analyze(model, dims={"n": 8})
+    [group] = [g for g in r.groups if g.pattern == "Attention"]
+    kernels = ort_kernels(r.graph, group, _node_costs(r), 16)
+    transposes = [(k.nodes, k.cost.bytes_read) for k in kernels if k.cls == "blocked_transpose"]
+    assert transposes == ([(("Transpose_4",), 4 * 8 * 16 * 4)] if run_time_shapes else [])
+
+
 @pytest.mark.parametrize(("mask", "share"), [
     ([0.0, -100.0, -100.0, 0.0], 0.5),  # exp(-100) = 3.7e-44: a denormal
     ([0.0, 0.0, 0.0, -95.0], 0.25),

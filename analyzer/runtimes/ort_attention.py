@@ -207,14 +207,35 @@ def in_attention_block(mg: ModelGraph, info: NodeInfo) -> bool:
     of K and V, Swin's relative position bias Add) is a kernel of its own. A Transpose is in
     the block only where MatMulTransposeFusion folds it (`swaps_last_two`): LeViT's and
     TinyViT's K, [B, N, H, D] -> [B, H, D, N] (perm 0, 2, 3, 1), is a Transpose kernel before
-    the FusedMatMul in ORT's optimized graph."""
+    the FusedMatMul in ORT's optimized graph, and so is one whose output reaches the MatMul
+    only through a view of a shape computed at run time (`reaches_matmul`)."""
     if info.op_type == "Transpose":
-        return swaps_last_two(info)
+        return swaps_last_two(info) and reaches_matmul(mg, info)
     if info.op_type in _BLOCK_OPS:
         return True
     return info.op_type in _SCALES and any(
         t is not None and t.known and t.size == 1 and constant_input(mg, info, i)
         for i, t in enumerate(info.inputs))
+
+
+def reaches_matmul(mg: ModelGraph, info: NodeInfo) -> bool:
+    """Whether every reader of `info`'s output is a MatMul, or a view (`VIEWS`) whose shape or
+    axes are constants (`constant_input`) and whose readers are so in turn: what
+    MatMulTransposeFusion folds into a FusedMatMul, after ORT has rewritten the views around
+    the Transpose (a `_new_reshape` in its optimized graph). A view of a shape computed at run
+    time (the dynamo export's SDPA reshapes K to 3-D and back, the shapes a Concat of a
+    symbolic length's Shape) keeps the Transpose a kernel of its own. Checked against ORT
+    1.31's optimized graphs: the HF Llama's decode step at past 511 runs K's [4, 512, 32] ->
+    [4, 32, 512] Transpose as a kernel in each layer (6.5-7 us alone, Zen 5, 1 thread); the
+    same layer cut out with its shapes as initializers runs it in the FusedMatMul. Not
+    modelled: a constant shape with a -1 keeps it too (the graph holds no initializer
+    values), as it did before this rule."""
+    readers = [mg.info(k) for k in mg.consumers.get(info.outputs[0].name, ())]
+    return bool(readers) and all(
+        r.op_type == "MatMul" or (r.op_type in VIEWS and all(
+            constant_input(mg, r, i) for i in range(1, len(r.inputs)) if r.inputs[i])
+            and reaches_matmul(mg, r))
+        for r in readers)
 
 
 def swaps_last_two(info: NodeInfo) -> bool:
