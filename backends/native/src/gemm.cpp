@@ -159,7 +159,10 @@ int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue,
 // L1 set (ViT's 197 x 3072 x 768 was even either way). One MatMul node, 1 thread, Zen 5,
 // AVX-512, thread CPU time: 3136 x 256 x 64 (a 1x1 convolution channels-last) 762 -> 587 us,
 // 12544 x 16 x 96 433 -> 366, 196 x 576 x 96 141 -> 114, 197 x 768 x 768 1162 -> 1153.
-bool gemm_reads_a_in_place(int64_t rs, int64_t cs) { return cs == 1 && rs % 1024 != 0; }
+// (rs > 0: the micro-kernels take lda 0 for a packed panel.)
+bool gemm_reads_a_in_place(int64_t rs, int64_t cs) {
+  return cs == 1 && rs > 0 && rs % 1024 != 0;
+}
 
 int64_t gemm_a_once_floats(const SimdKernels& s, int64_t M, int64_t K, int64_t N, int64_t rs,
                            int64_t cs) {
