@@ -109,6 +109,9 @@ class LoadedModel:
     external: dict[str, ExternalTensor] = field(default_factory=dict)
     base_dir: Path | None = None
     dims_added: dict[str, int] = field(default_factory=dict)  # pinned as `more_dims` named
+    # Graph inputs with a dim the file leaves symbolic (pinned here): a runtime given the file
+    # cannot fold a Shape of what depends on them (`runtimes.ort_cpu.folded_at_load`).
+    symbolic_inputs: frozenset[str] = frozenset()
 
     def initializer_array(self, name: str) -> np.ndarray:
         """An initializer's value; one whose data stayed in its file is read from it now."""
@@ -399,6 +402,8 @@ def _typed(parsed: _Parsed, input_shapes: Mapping[str, tuple[int, ...]], batch: 
     max_tensor_bytes = limits.max_tensor_bytes
     graph = proto.graph
     warnings: list[str] = list(parsed.warnings)
+    symbolic = frozenset(i.name for i in graph.input if i.name not in initializers and any(
+        not d.HasField("dim_value") for d in i.type.tensor_type.shape.dim))
     pinned = _pin_input_dims(graph, initializers, input_shapes, batch, dims, warnings)
     inputs = [i for i in graph.input if i.name not in initializers]
     for value in inputs:
@@ -425,7 +430,7 @@ def _typed(parsed: _Parsed, input_shapes: Mapping[str, tuple[int, ...]], batch: 
     path = parsed.path
     name = path.stem if path else (graph.name or "model")
     return LoadedModel(proto, path, name, tensors, initializers, opset, nodes, warnings,
-                       parsed.external, parsed.base)
+                       parsed.external, parsed.base, symbolic_inputs=symbolic)
 
 
 def _declared_io(graph: onnx.GraphProto) -> tuple[list[onnx.ValueInfoProto], ...]:

@@ -1215,6 +1215,39 @@ def test_a_k_transpose_between_views_of_run_time_shapes_is_a_kernel_of_its_own(
     assert transposes == ([(("Transpose_4",), 4 * 8 * 16 * 4)] if run_time_shapes else [])
 
 
+@pytest.mark.parametrize("length", ["n", 8])
+def test_a_shape_of_a_symbolic_input_runs_each_step_as_ort_loads_the_file(
+        tmp_path: Path, gpu, length: str | int) -> None:
+    """x + Cast(Range(0, Shape(x)[1])) over [1, length]: with the length symbolic in the file
+    (pinned to 8 here, as `--dim` does) ORT cannot fold the Shape, and runs Shape, Gather,
+    Range, Cast and Add each step; with 8 in the file it folds all but the Add. Our kernels
+    cover the same nodes as ORT's optimized graph in both."""
+    import onnxruntime as ort
+
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["len"], axis=0),
+             helper.make_node("Range", ["zero", "len", "one"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=f),
+             helper.make_node("Add", ["x", "rf"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f, [1, length])],
+        [helper.make_tensor_value_info("y", f, [1, length])],
+        [helper.make_tensor("one", i64, [], [1]), helper.make_tensor("zero", i64, [], [0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what ORT 1.18+ reads
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    theirs = sorted(n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node)
+    assert theirs == (["Add", "Cast", "Gather", "Range", "Shape"] if length == "n" else ["Add"])
+    r = onnxlens.analyze(model, dims={"n": 8} if length == "n" else None)
+    hw = dataclasses.replace(gpu, simd_bits=512, runtime=Runtime(name=ORT_CPU))
+    kernels = OrtCpu().kernels(r.graph, r.groups, _node_costs(r), {}, hw, r.model)
+    assert sorted(r.graph.info(n).op_type for run in kernels.values() for k in run or ()
+                  for n in k.nodes) == theirs
+
+
 @pytest.mark.parametrize(("mask", "share"), [
     ([0.0, -100.0, -100.0, 0.0], 0.5),  # exp(-100) = 3.7e-44: a denormal
     ([0.0, 0.0, 0.0, -95.0], 0.25),
