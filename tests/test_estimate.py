@@ -21,6 +21,7 @@ from onnxlens.analyzer.estimate import (
     cold_weights,
     denormal_slowed,
     estimate_group,
+    estimate_kernel,
     estimate_model,
 )
 from onnxlens.analyzer.hardware import (
@@ -1246,6 +1247,38 @@ def test_a_shape_of_a_symbolic_input_runs_each_step_as_ort_loads_the_file(
     kernels = OrtCpu().kernels(r.graph, r.groups, _node_costs(r), {}, hw, r.model)
     assert sorted(r.graph.info(n).op_type for run in kernels.values() for k in run or ()
                   for n in k.nodes) == theirs
+
+
+def test_a_gathernd_is_a_kernel_copying_each_index_tuples_slice(tmp_path: Path, gpu) -> None:
+    """An HF causal mask's GatherND, [1, 1, 1, 6, 2] index pairs into a [1, 6] bool mask, then
+    And with another [1, 1, 1, 6] mask: ORT's optimized graph keeps both nodes, and our
+    kernels are the GatherND alone, copying 6 slices one at a time (1·1·1·6·2 indices over
+    the tuple's 2), each at the calibrated copy-run cost, then the And."""
+    import onnxruntime as ort
+
+    b, i64 = TensorProto.BOOL, TensorProto.INT64
+    nodes = [helper.make_node("GatherND", ["mask", "idx"], ["g"]),
+             helper.make_node("And", ["g", "causal"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("mask", b, [1, 6]),
+                     helper.make_tensor_value_info("idx", i64, [1, 1, 1, 6, 2]),
+                     helper.make_tensor_value_info("causal", b, [1, 1, 1, 6])],
+        [helper.make_tensor_value_info("y", b, [1, 1, 1, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what ORT 1.18+ reads
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    assert [n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node] == [
+        "GatherND", "And"]
+    r = onnxlens.analyze(model)
+    kernels = [k for g in r.groups for k in ort_kernels(r.graph, g, _node_costs(r), 16)]
+    assert [(k.nodes, k.runs) for k in kernels] == [(("GatherND_0",), 6), (("And_1",), 0)]
+    hw = dataclasses.replace(gpu, runtime=Runtime(name=ORT_CPU, copy_run_ns=10.0))
+    e = estimate_kernel(kernels[0], hw, what_if("fp32"), constant_efficiency(hw))
+    nbytes = kernels[0].cost.bytes_read + kernels[0].cost.bytes_written
+    assert e.memory_s == pytest.approx(nbytes / (hw.memory_level(nbytes).bandwidth_gbps * 1e9)
+                                       + 6 * 10e-9)
 
 
 @pytest.mark.parametrize(("mask", "share"), [
