@@ -129,7 +129,7 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
     bytes 0.1); normalizing `rows` one at a time, each a serial reduction (LayerNormalization,
     Softmax), `norm_row_ns` a row to the compute term (14 ns, 0.35 an element), and passing
     `libm_calls` values to libm alone (ORT's GQA softcap, a tanhf each) `libm_call_ns` each
-    (6.2-6.4 ns). A blocked copy (an NCHWc reorder, MLAS's NCHW <-> NHWC Transpose) streams
+    (3.1-6.4 ns). A blocked copy (an NCHWc reorder, MLAS's NCHW <-> NHWC Transpose) streams
     at most at its class's calibrated `runtime.copy_gbps`."""
     cost, cls, reuse, calls = k.cost, k.cls, k.reuse, k.calls
     nbytes = (cost.bytes_read + cost.bytes_written) * precision.byte_scale

@@ -29,9 +29,14 @@ def scaled_dot_product(rows: int, length: int, head: int, head_v: int, *, masked
     transcendental) when capped; then the softmax of each row.
     """
     scores = rows * length
-    epilogue = Cost(other_flops=scores * (1 + masked + 3 * capped),
-                    transcendental=scores * capped)
+    epilogue = Cost(other_flops=scores * (1 + masked)) + softcap_scores(scores * capped)
     return Cost(macs=scores * (head + head_v)) + epilogue + softmax_rows(rows, length)
+
+
+def softcap_scores(scores: int) -> Cost:
+    """softcap·tanh(x / softcap) on `scores` scores: a divide, a multiply and a tanh each (3
+    FLOPs, 1 transcendental)."""
+    return Cost(other_flops=3 * scores, transcendental=scores)
 
 
 def rotate(elements: int) -> Cost:

@@ -159,7 +159,7 @@ class Kernel:
     cold_bytes: int = 0
     # Cache lines it fetches cold one at a time, each a main-memory latency its work does not
     # hide (a depthwise NCHWc kernel's filter: `ort_cpu.cold_filter_lines`), priced at the
-    # calibration's `runtime.cold_line_ns` (`estimate.cold_lines_fetched`).
+    # calibration's `runtime.cold_line_ns` (`estimate.cold_weights`).
     cold_lines: int = 0
     # The peak its MACs run at where not its group's precision's (an int8 group that ORT runs
     # as DequantizeLinear, a float32 Conv and QuantizeLinear: `ort_cpu._unfused_kernels`).

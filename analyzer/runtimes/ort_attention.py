@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..cost.activation import softmax_rows
+from ..cost.attention import softcap_scores
 from ..cost.base import Cost
 from ..cost.ops import VIEWS
 from ..graph import ModelGraph
@@ -95,12 +96,6 @@ def gqa_kernels(info: NodeInfo, k: Kernel, lanes: int) -> list[Kernel]:
                        transcendental=products.transcendental - loops.transcendental)
     return [cache, replace(k, cost=products, calls=2 * batch * heads),
             row_softmax(rows, keys, k, lanes, capped)]
-
-
-def softcap_scores(scores: int) -> Cost:
-    """softcap·tanh(x / softcap) on `scores` scores: a divide, a multiply and a tanh each (3
-    FLOPs, 1 transcendental: `cost.attention.scaled_dot_product`)."""
-    return Cost(other_flops=3 * scores, transcendental=scores)
 
 
 def prompt_keys(info: NodeInfo, seq: int, total: int) -> tuple[int, int]:
@@ -173,7 +168,8 @@ def row_softmax(rows: int, length: int, k: Kernel, lanes: int, capped: bool = Fa
       ComputeAttentionSoftcapInplace): a libm call a score (`runtime.libm_call_ns`), its
       divide and multiply hidden in the call. Measured (ORT 1.31, 1 thread, Zen 5), 4 query
       / 2 KV heads of 32, softcap 50: prefill 128 160 -> 567 us, 32 30 -> 56 us, 6.2-6.4 ns
-      a score, where MLAS's vector Tanh takes 0.23-0.26 ns an element.
+      a score (in later runs 3.1-5.5, in two modes: `fit.fit_libm_call`), where MLAS's
+      vector Tanh takes 0.23-0.26 ns an element.
 
     Derivation: scores = rows·length; FLOPs (5·length - 2)·rows + lanes·scores, transcendental
     scores; bytes read = bytes written = 4·scores (the scratch, float32 whatever the model's

@@ -73,8 +73,6 @@ _CONVS = frozenset({"Conv", "ConvInteger", "QLinearConv"})
 # quantized kernel (QLinearConv, QGemm, QLinearAdd, MaxPool on uint8 ...) and
 # quantize_dynamic's chain as one DynamicQuantizeMatMul: they ride in a neighbouring kernel.
 _QUANT_EDGES = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
-_QOPERATOR = frozenset({"QLinearMatMul", "QLinearSoftmax", "QLinearAdd", "QLinearMul", "QGemm",
-                        "QLinearConv", "QLinearConcat", "QAttention"})
 # Groups ORT also runs as one kernel: its LayerNormalization fusion; the attention block's
 # products are costed as one, as the calibration measured them (`in_attention_block`).
 _WHOLE = frozenset({LAYER_NORM, ATTENTION})
@@ -476,8 +474,8 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     (quantize_static's default) only the node units ORT turns to uint8 are fused
     (`_int8_unfused`): 9 QLinearConv, and 11 Convs and 8 Adds run as DQ, float kernel and Q
     (124 kernels, `_unfused_kernels`). `block`: the NCHWc block in channels."""
-    # QDQ or QOperator (QLinearMatMul, QLinearSoftmax, ...: ORT runs each node, no attention
-    # or norm fusion: quantize_static's QOperator BERT read 0.53x of measured as one block)
+    # QDQ or QOperator nodes: ORT runs each QLinear node, no attention or norm kernel of its
+    # own (quantize_static's QOperator attention, one group since 1853d06, is not one block)
     quantized = any(mg.info(k).op_type in _QUANT_EDGES | _QOPERATOR for k in group.nodes)
     if len(group.nodes) == 1 and mg.info(group.nodes[0]).op_type == "GroupQueryAttention":
         return gqa_kernels(mg.info(group.nodes[0]), kernel_of(
@@ -746,6 +744,8 @@ def activation_type(mg: ModelGraph, dq: NodeInfo) -> int:
 
 
 _QOPERATOR_MACS = frozenset({"QLinearConv", "QLinearMatMul", "QGemm"})
+_QOPERATOR = _QOPERATOR_MACS | _QLINEAR_ELEMENTWISE | {"QLinearSoftmax", "QLinearConcat",
+                                                       "QAttention"}
 
 
 def multiplies_int8_activations(mg: ModelGraph, head: NodeInfo) -> bool:

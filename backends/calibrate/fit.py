@@ -93,8 +93,8 @@ def fit(points: Sequence[Point], hw: HardwareProfile, threads: int,
     # A soft-capped benchmark and its twin time libm's calls (`fit_libm_call`), not a curve:
     # the twins, GQA prefills of 4 query heads at 32-128 tokens, fitted with the attention
     # blocks, took its log error from 0.06 to 0.23.
-    twins = {p.name.split(CAPPED)[0] for p in points if p.libm_calls}
-    mac_points = [p for p in points if p.macs and not p.libm_calls and p.name not in twins]
+    paired = {p.name for pair in capped_pairs(points) for p in pair}
+    mac_points = [p for p in points if p.macs and not p.libm_calls and p.name not in paired]
     gemm_rates = {p.name: 2 * p.macs / p.seconds for p in mac_points if p.op_class == "gemm"}
     peak = max(hw.peak_flops("fp32"), *gemm_rates.values())
     # The measured GEMM peak of the naive estimate: the largest square GEMM, as one would
@@ -171,14 +171,21 @@ def fit_copy_rates(points: Sequence[Point]) -> dict[str, float]:
     return out
 
 
+def capped_pairs(points: Sequence[Point]) -> list[tuple[Point, Point]]:
+    """Each soft-capped benchmark (`catalogue.CAPPED` in its name, libm calls counted) with
+    its twin without the cap, where both were timed."""
+    by_name = {p.name: p for p in points}
+    return [(p, by_name[twin]) for p in points if p.libm_calls and CAPPED in p.name
+            and (twin := p.name.split(CAPPED)[0]) in by_name]
+
+
 def fit_libm_call(points: Sequence[Point]) -> float:
     """Nanoseconds per value a kernel passes to libm alone (`Point.libm_calls`): each
-    soft-capped benchmark's time less its twin's without the cap (`catalogue.CAPPED`), all
-    pairs' over all their calls, never negative; 0 without pairs. Measured (ORT 1.31, Zen 5):
-    6.2-6.4 ns a tanhf, where MLAS's vector Tanh takes 0.23-0.26 ns an element."""
-    by_name = {p.name: p for p in points}
-    pairs = [(p, by_name[twin]) for p in points if p.libm_calls and CAPPED in p.name
-             and (twin := p.name.split(CAPPED)[0]) in by_name]
+    soft-capped benchmark's time less its twin's (`capped_pairs`), all pairs' over all their
+    calls, never negative; 0 without pairs. Measured (ORT 1.31, Zen 5): 3.1-6.4 ns a tanhf,
+    in two modes run to run (the 02:30 calibration fitted 3.3), where MLAS's vector Tanh
+    takes 0.23-0.26 ns an element."""
+    pairs = capped_pairs(points)
     calls = sum(p.libm_calls for p, _ in pairs)
     extra_s = sum(p.seconds - twin.seconds for p, twin in pairs)
     return max(0.0, extra_s / calls * 1e9) if calls else 0.0
