@@ -92,6 +92,12 @@ class WindowedCache:
         return tokens if self.window is None else self.window
 
 
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, element_bytes: int) -> int:
+    """A cache's bytes per token it holds: key and value, for every layer, 2 · L · H_kv · d ·
+    bytes (a decoder's self-attention cache, an encoder-decoder's cross-attention one)."""
+    return 2 * layers * kv_heads * head_dim * element_bytes
+
+
 @dataclass(frozen=True)
 class CrossCache:
     """An encoder-decoder's cross-attention cache: the encoder output's K and V, one per layer,
@@ -105,8 +111,7 @@ class CrossCache:
 
     @property
     def bytes_per_encoder_token(self) -> int:
-        # key and value, for every layer: 2 · L · H_kv · d · bytes
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.element_bytes
+        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, self.element_bytes)
 
     def as_dict(self) -> dict[str, object]:
         return {"layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
@@ -135,8 +140,7 @@ class KvLayout:
 
     @property
     def kv_cache_bytes_per_token(self) -> int:
-        # key and value, for every layer: 2 · L · H_kv · d · bytes
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.element_bytes
+        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, self.element_bytes)
 
     def tokens_held(self, context_len: int) -> int:
         """Cache entries (layer-tokens) after a step at `context_len`: every layer holds the
