@@ -233,7 +233,7 @@ def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
         # Bodies validated where the file has them (their nesting, their nodes' attributes,
         # named as in the file), before their nodes join the graph
         validate_model(proto, limits=limits, nodes=nodes)
-    notes = inline_ifs(graph)
+    notes = inline_ifs(graph, limits)
     if notes is not None:  # the branches' nodes in the If's place: read and checked again
         nodes = read_nodes(graph.node)
         initializers, weights = _initializers(graph)
@@ -255,7 +255,7 @@ def _read_model(source: str | os.PathLike | bytes | onnx.ModelProto,
                     "sorted, as ONNX Runtime sorts them before running"))
 
 
-def inline_ifs(graph: onnx.GraphProto) -> list[str] | None:
+def inline_ifs(graph: onnx.GraphProto, limits: Limits = DEFAULT_LIMITS) -> list[str] | None:
     """Each top-level If replaced by the nodes of the branch it runs, nested ones too (up to
     `Limits.max_nesting_depth` levels); a warning for each whose condition is not a constant
     (None: no If). An If costs what its branch costs, which the analysis can only see inlined:
@@ -266,7 +266,7 @@ def inline_ifs(graph: onnx.GraphProto) -> list[str] | None:
     if not any(_is_if(n) for n in graph.node):
         return None
     notes: list[str] = []
-    for _ in range(DEFAULT_LIMITS.max_nesting_depth):
+    for _ in range(limits.max_nesting_depth):
         constants = {t.name: t for t in graph.initializer} | {
             n.output[0]: a.t for n in graph.node if n.op_type == "Constant" and n.output
             for a in n.attribute if a.name == "value"}
