@@ -1249,6 +1249,49 @@ def test_a_shape_of_a_symbolic_input_runs_each_step_as_ort_loads_the_file(
                   for n in k.nodes) == theirs
 
 
+@pytest.mark.parametrize(("length", "gelu", "theirs", "ours"), [
+    ("n", False, ["MatMul", "Add"], [["MatMul"], ["Add"]]),
+    ("n", True, ["MatMul", "BiasGelu"], [["MatMul", "Add"], ["Div", "Erf", "Add", "Mul", "Mul"]]),
+    (3, False, ["Reshape", "Gemm", "Reshape"], [["MatMul", "Add"]]),
+    (3, True, ["Reshape", "Gemm", "Reshape", "Gelu"],
+     [["MatMul", "Add"], ["Div", "Erf", "Add", "Mul", "Mul"]]),
+])
+def test_a_bias_add_after_a_matmul_of_run_time_shape_is_a_kernel_of_its_own(
+        tmp_path: Path, gpu, length: str | int, gelu: bool, theirs: list, ours: list) -> None:
+    """[1, length, 8] x [8, 4] + bias, then an erf GELU or nothing. ORT's MatMulAddFusion
+    makes a 3-D MatMul + Add a Gemm between Reshapes only where the file fixes the shape;
+    with the length symbolic (pinned to 3 here, as `--dim` does) the Add runs alone, unless
+    ORT's BiasGelu takes it. Our kernels (those with a launch) match ORT's optimized graph."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["h"])]
+    if gelu:  # h · (1 + erf(h / sqrt 2)) · 0.5
+        nodes += [helper.make_node("Div", ["h", "sqrt2"], ["d"]),
+                  helper.make_node("Erf", ["d"], ["e"]),
+                  helper.make_node("Add", ["e", "one"], ["e1"]),
+                  helper.make_node("Mul", ["h", "e1"], ["m"]),
+                  helper.make_node("Mul", ["m", "half"], ["y"])]
+    rng = np.random.default_rng(0)
+    consts = {"w": rng.random((8, 4), np.float32), "b": rng.random(4, np.float32),
+              "sqrt2": np.float32(2 ** 0.5), "one": np.float32(1), "half": np.float32(0.5)}
+    used = {i for n in nodes for i in n.input}
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f, [1, length, 8])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], f, [1, length, 4])],
+        [numpy_helper.from_array(v, k) for k, v in consts.items() if k in used])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what ORT 1.18+ reads
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    assert [n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node] == theirs
+    r = onnxlens.analyze(model, dims={"n": 3} if length == "n" else None)
+    hw = dataclasses.replace(gpu, simd_bits=512, runtime=Runtime(name=ORT_CPU))
+    kernels = OrtCpu().kernels(r.graph, r.groups, _node_costs(r), {}, hw, r.model)
+    assert [[r.graph.info(n).op_type for n in k.nodes] for run in kernels.values()
+            for k in run or () if k.launches] == ours
+
+
 def test_a_gathernd_is_a_kernel_copying_each_index_tuples_slice(tmp_path: Path, gpu) -> None:
     """An HF causal mask's GatherND, [1, 1, 1, 6, 2] index pairs into a [1, 6] bool mask, then
     And with another [1, 1, 1, 6] mask: ORT's optimized graph keeps both nodes, and our

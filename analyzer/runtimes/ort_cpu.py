@@ -114,6 +114,11 @@ SOFTMAX = "softmax"
 # against 0.23-0.26 ns), which one τ for every transcendental cannot say.
 GELU = "gelu"
 _ERF_GELUS = frozenset({"Gelu", "BiasGelu"})
+# What ORT's BiasGelu / FastGelu and SkipLayerNorm fusions take a bias Add into (`takes_add`).
+_BIAS_GELUS = frozenset({"Gelu", "FastGelu", "BiasGelu"})
+_SKIP_NORMS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
+_GELU_MARKS = _BIAS_GELUS | {"Erf", "Tanh"}
+_GELU_DEPTH = 4  # x -> Add(x, 0.044715·x³) -> Mul -> Tanh: GPT-2's tanh formula, the longest
 # A grouped Conv whose groups' channels are whole NCHWc blocks: MLAS's NCHWc convolution kernel,
 # one direct convolution per group (no im2col), measured (ORT 1.31, 1 thread, Zen 5) at 0.6
 # of peak (16 channels per group, 128 at 24x24: 130 us), where the NCHW path's im2col and
@@ -449,7 +454,7 @@ def matmul_calls(info: NodeInfo) -> int:
 
 
 def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
-                block: int) -> list[Kernel]:
+                block: int, run_time: frozenset[str] = frozenset()) -> list[Kernel]:
     """The kernels ORT's CPU provider makes of one of our groups (ORT 1.2x, ORT_ENABLE_ALL).
 
     Derivation (ORT's fusions, seen in its profiles of torchvision models): a Conv, Gemm or
@@ -488,8 +493,10 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
     adds = [i for i, k in enumerate(group.nodes) if mg.info(k).op_type == "Add"]
     if norm is not None and adds:  # (ORT's Skip*LayerNormalization op has no Add)
         split = adds[0] + 1
-        return (ort_kernels(mg, Group(group.id, "Add", group.nodes[:split]), costs, block)
-                + ort_kernels(mg, Group(group.id, norm, group.nodes[split:]), costs, block))
+        return (ort_kernels(mg, Group(group.id, "Add", group.nodes[:split]), costs, block,
+                            run_time)
+                + ort_kernels(mg, Group(group.id, norm, group.nodes[split:]), costs, block,
+                              run_time))
     if runs_whole(mg, group) and not quantized:  # QDQ attention: QLinearMatMul, QLinearSoftmax
         norm = group.pattern in _NORMS_ONE_KERNEL
         cls = "normalization" if norm else op_class(mg, group, costs)
@@ -501,15 +508,15 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
                  if group.pattern == ATTENTION and not in_attention_block(mg, mg.info(k))]
         return [without_work_of(whole, [costs[k] for k in apart])] + [  # type: ignore[misc]
             _ort_kernel(mg, [k], "other", costs, block) for k in apart]
-    kernels = _node_runs(mg, group.nodes, block)
+    kernels = _node_runs(mg, group.nodes, block, run_time)
     out = [k for nodes, role in kernels for k in (
         _unfused_kernels(mg, nodes, costs) if _int8_unfused(mg, nodes)
         else filter_reordered(mg, _ort_kernel(mg, nodes, role, costs, block)))]
     return out or [Kernel("data_movement", Cost(), (), launches=0)]
 
 
-def _node_runs(mg: ModelGraph, nodes: Sequence[str], block: int
-               ) -> list[tuple[list[str], str]]:
+def _node_runs(mg: ModelGraph, nodes: Sequence[str], block: int,
+               run_time: frozenset[str] = frozenset()) -> list[tuple[list[str], str]]:
     """A group's nodes cut into the kernels ORT runs (`ort_kernels`' rules for a group that
     no special case takes), each with its role: "anchor" (a Conv, Gemm, MatMul or lone
     BatchNormalization still taking what follows it), "closed" (one that took its
@@ -535,7 +542,8 @@ def _node_runs(mg: ModelGraph, nodes: Sequence[str], block: int
         if info.op_type in _ANCHORS:
             kernels.append(([key], "anchor"))
         elif last and last[1] == "anchor" and reads_last and sole and (
-                info.op_type in ("BatchNormalization", "Add")
+                info.op_type == "BatchNormalization"
+                or (info.op_type == "Add" and takes_add(mg, mg.info(last[0][0]), info, run_time))
                 or (mg.info(last[0][0]).op_type in ("MatMulInteger", "ConvInteger")
                     and info.op_type in ("Cast", "Mul"))):
             last[0].append(key)
@@ -558,6 +566,47 @@ def _node_runs(mg: ModelGraph, nodes: Sequence[str], block: int
     elif riders:  # a group of quantization edges alone (the model's input Q, output DQ)
         kernels += [([k], "other") for k in riders]
     return kernels
+
+
+def takes_add(mg: ModelGraph, anchor: NodeInfo, add: NodeInfo, run_time: frozenset[str]
+              ) -> bool:
+    """Whether ORT runs the Add after `anchor` inside the anchor's kernel. A MatMul takes it
+    as Gemm (MatMulAddFusion), but a left operand of rank other than 2 needs the Reshapes
+    around the Gemm, which ORT builds only from a concrete shape: one whose shape it knows
+    only at run time (`run_time`, from the file's symbolic dims) leaves MatMul and Add two
+    kernels. Such an Add is still no kernel of its own where ORT's later fusions take the
+    bias (`bias_taken_later`). Seen in ORT 1.31's optimized graphs: an HF GPTBigCode decode
+    step (dynamo, symbolic sequence lengths) runs 5 of its 8 bias Adds alone, 2 in FastGelu,
+    1 in SkipLayerNormalization; [1, n, 8] x [8, 4] + bias, MatMul and Add, Gemm with n = 3
+    in the file (`test_estimate`)."""
+    a = anchor.input(0)
+    if anchor.op_type != "MatMul" or a is None or a.rank == 2 or a.name not in run_time:
+        return True
+    return bias_taken_later(mg, add)
+
+
+def bias_taken_later(mg: ModelGraph, add: NodeInfo) -> bool:
+    """Whether ORT fuses bias Add `add` into what follows it: a GELU (BiasGelu, or FastGelu
+    with its bias input; the GELU an op, or its erf or tanh formula spelled out, which ORT's
+    Gelu fusions first make one op: an Erf or Tanh within `_GELU_DEPTH` elementwise nodes)
+    or a residual Add feeding only a LayerNormalization or RMS norm (SkipLayerNormalization,
+    SkipSimplifiedLayerNormalization with its bias input)."""
+    nxt = _sole_reader(mg, add)
+    if nxt is not None and nxt.op_type == "Add":
+        norm = _sole_reader(mg, nxt)
+        return norm is not None and norm.op_type in _SKIP_NORMS
+    front = [add]
+    for _ in range(_GELU_DEPTH):
+        front = [mg.info(k) for i in front for t in i.outputs for k in mg.consumers.get(t.name, ())]
+        if any(i.op_type in _GELU_MARKS for i in front):
+            return True
+        front = [i for i in front if _vector_op(i)]
+    return False
+
+
+def _sole_reader(mg: ModelGraph, info: NodeInfo) -> NodeInfo | None:
+    readers = mg.consumers.get(info.outputs[0].name, ()) if info.outputs else ()
+    return mg.info(readers[0]) if len(readers) == 1 else None
 
 
 def _vector_op(info: NodeInfo) -> bool:
@@ -1388,14 +1437,16 @@ class OrtCpu:
         open_sums: dict[str, Kernel] = {}  # output of a lone NCHWc kernel -> that kernel
         out: GroupKernels = {}
         cold = set(mg.graph_inputs)  # until the first kernel reading one of them (`cold_start`)
-        static = folded_at_load(mg, model.symbolic_inputs if model else frozenset())
+        symbolic = model.symbolic_inputs if model else frozenset()
+        static = folded_at_load(mg, symbolic)
+        run_time = frozenset(shaped_at_run_time(mg, symbolic))
         constants = {t.name for key in static for t in mg.info(key).outputs}
         for g in groups:
             if any(node_costs.get(k) is None for k in g.nodes):
                 out[g.id] = None
                 continue
             run: list[Kernel] = []
-            for k in map(float16_as_float32, ort_kernels(mg, g, node_costs, block)):
+            for k in map(float16_as_float32, ort_kernels(mg, g, node_costs, block, run_time)):
                 if k.nodes and static.issuperset(k.nodes):
                     continue  # computed once, when the session loads
                 k = reads_constants(mg, _folded(mg, k, open_sums) or k, constants)
