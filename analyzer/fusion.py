@@ -50,7 +50,8 @@ Naming: a pattern's name is shown to users with its `{slots}` filled by the matc
 ``"{conv}+BN+{act}"`` gives ``"Conv+BN+Relu"`` or ``"DwConv+BN+Clip"``. ``DwConv`` is a
 depthwise Conv (``group`` == input channels > 1); activations are named by ONNX op
 (``Clip`` is ReLU6 as torch exports it) or, when spelled in primitives, by what they compute
-(``SiLU``, ``HardSwish``, ``Gelu``). A lone depthwise Conv stays a singleton named ``Conv``.
+(``SiLU``, ``HardSwish``, ``Gelu``, ``QuickGelu``). A lone depthwise Conv stays a
+singleton named ``Conv``.
 """
 
 from __future__ import annotations
@@ -224,9 +225,14 @@ def _spelled_activations(x: Pat) -> tuple[Op, ...]:
     """Activations written in primitive ops; `x` must be named (it is read twice)."""
     erf_gate = op("Add", op("Erf", op("Div|Mul", x, CONST)), CONST)  # 1 + erf(x / sqrt2)
     cube = Alt((op("Pow", x, CONST), op("Mul", x, op("Mul", x, x))))
-    tanh_gate = op("Add", op("Tanh", op("Mul", op("Add", x, op("Mul", cube, CONST)), CONST)),
-                   CONST)  # 1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))
+    # sqrt(2/pi) * (x + 0.044715 x^3), or HF Bloom's sqrt(2/pi) x * (1 + 0.044715 x x)
+    tanh_arg = Alt((op("Mul", op("Add", x, op("Mul", cube, CONST)), CONST),
+                    op("Mul", op("Mul", x, CONST),
+                       op("Add", op("Mul", op("Mul", x, CONST), x), CONST))))
+    tanh_gate = op("Add", op("Tanh", tanh_arg), CONST)  # 1 + tanh(...)
     return (op("Mul", x, op("Sigmoid", x), fills=("act", "SiLU")),
+            # x * sigmoid(1.702 x): HF CLIP's and OpenAI's quick_gelu, ORT's QuickGelu
+            op("Mul", x, op("Sigmoid", op("Mul", x, CONST)), fills=("act", "QuickGelu")),
             op("Mul", x, op("HardSigmoid", x), fills=("act", "HardSwish")),
             op("Div", op("Mul", x, op("Clip", op("Add", x, CONST))), CONST,
                fills=("act", "HardSwish")),  # x * relu6(x + 3) / 6
@@ -399,7 +405,14 @@ def _qlinear_attention() -> Op:
 
 def _rope() -> Alt:
     x = Leaf("x")
-    rotated = op("Concat", op("Neg", op("Slice", x)), op("Slice", x))  # rotate_half(x)
+    half = op("Concat", op("Neg", op("Slice", x)), op("Slice", x))  # rotate_half(x)
+    # HF GPT-J's rotate_every_two(x): stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2);
+    # TorchScript computes the flattened shape from the stack's: Concat(Shape(s)[:-2], [-1])
+    stacked = bind("s", op("Concat", op("Unsqueeze", op("Neg", op("Slice", x))),
+                           op("Unsqueeze", op("Slice", x))))
+    flat = Alt((op("Concat", op("Slice", op("Shape", Leaf("s"))), CONST), ANY))
+    pairs = op("Reshape", stacked, flat)
+    rotated = Alt((half, pairs))
     return Alt((op("Add", op("Mul", x, bind("cos", ANY)), op("Mul", rotated, bind("sin", ANY))),
                 op("RotaryEmbedding")))  # com.microsoft
 
@@ -484,8 +497,10 @@ PATTERNS: tuple[Pattern, ...] = (
         x ─┬──────────────────────────────── Mul cos ─┐
            ├─ Slice ─┐                                 Add ─►
            └─ Slice ─ Neg ─ Concat ─────── Mul sin ─┘
-        (rotate_half: the second half negated, then the first half)""",
-            "torch dynamo and TorchScript (HF apply_rotary_pos_emb)", _rope()),
+        (rotate_half: the second half negated, then the first half; or rotate_every_two:
+        Slice 1::2 ─ Neg ─ Unsqueeze, Slice ::2 ─ Unsqueeze, Concat ─ Reshape)""",
+            "torch dynamo and TorchScript (HF apply_rotary_pos_emb; GPT-J's interleaved "
+            "pairs)", _rope()),
     Pattern(SQUEEZE_EXCITE, """
         x ─┬─ GlobalAveragePool|ReduceMean ─ Conv ─ act ─ Conv ─ Sigmoid|HardSigmoid ─┐
            └──────────────────────────────────────────────────────────────────── Mul ─►""",
@@ -540,15 +555,18 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("{act}", """
         x ─┬─ Sigmoid ─┐                    SiLU (HardSigmoid in place of Sigmoid: HardSwish)
            └──────── Mul ─►
+        x ─┬─ Mul 1.702 ─ Sigmoid ─┐        QuickGelu (HF CLIP's quick_gelu)
+           └──────────────────── Mul ─►
         x ─┬─ Add 3 ─ Clip 0,6 ─┐           HardSwish
            └───────────────── Mul ─ Div 6 ─►
         x ─┬─ Div √2 ─ Erf ─ Add 1 ─┐       Gelu; the 0.5 may also scale x or the gate first
            └───────────────────── Mul ─ Mul 0.5 ─►
         x ─┬─ Pow 3 ─ Mul 0.0447 ─┐         Gelu, tanh approximation
            ├──────────────────── Add ─ Mul √(2/π) ─ Tanh ─ Add 1 ─┐
-           └───────────────────────────────────────────────────── Mul ─ Mul 0.5 ─►""",
+           └───────────────────────────────────────────────────── Mul ─ Mul 0.5 ─►
+        (or HF Bloom's tanh argument: Mul √(2/π) x by Add 1 (Mul 0.0447 x · x))""",
             "torch TorchScript (nn.SiLU, nn.GELU at opset < 20, approximate='tanh'), "
-            "keras/HF GELU", Alt(_spelled_activations(Leaf("x")))),
+            "keras/HF GELU, HF CLIP quick_gelu, HF Bloom", Alt(_spelled_activations(Leaf("x")))),
 )
 
 
