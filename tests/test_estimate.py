@@ -1292,6 +1292,46 @@ def test_a_bias_add_after_a_matmul_of_run_time_shape_is_a_kernel_of_its_own(
             for k in run or () if k.launches] == ours
 
 
+@pytest.mark.parametrize(("rows", "scale", "packed"), [(1, 0.125, True), (1, None, False),
+                                                      (3, 0.125, False)])
+def test_a_decode_steps_scaled_scores_pack_the_keys_first(
+        tmp_path: Path, gpu, rows: int, scale: float | None, packed: bool) -> None:
+    """softmax(Q·Kᵀ·s)·V, 4 heads of 8 over 16 keys, `rows` query rows: ORT's optimized graph
+    makes the scaled product a FusedMatMul with alpha = s (MatMulScaleFusion), which MLAS
+    runs by packing K first unless there is one row and alpha is 1. Our kernels: at one
+    row and a scale, a copy of K inside the block (4·8·16 floats read and written, no
+    launch); without the scale (T5's) or with 3 rows, none."""
+    f = TensorProto.FLOAT
+    heads, dim, keys = 4, 8, 16
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"])]
+    if scale is not None:
+        nodes.append(helper.make_node("Mul", ["s", "scale"], ["ss"]))
+    nodes += [helper.make_node("Softmax", [nodes[-1].output[0]], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("q", f, [1, heads, rows, dim]),
+                     helper.make_tensor_value_info("kt", f, [1, heads, dim, keys]),
+                     helper.make_tensor_value_info("v", f, [1, heads, keys, dim])],
+        [helper.make_tensor_value_info("y", f, [1, heads, rows, dim])],
+        [] if scale is None else [numpy_helper.from_array(np.float32(scale), "scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what ORT 1.18+ reads
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    first = onnx.load(str(tmp_path / "opt.onnx")).graph.node[0]
+    alpha = next((a.f for a in first.attribute if a.name == "alpha"), 1.0)
+    assert (first.op_type, alpha) == (("FusedMatMul", pytest.approx(scale)) if scale
+                                      else ("MatMul", 1.0))
+    r = onnxlens.analyze(model)
+    assert [g.pattern for g in r.groups] == ["Attention"]
+    copies = [k for k in ort_kernels(r.graph, r.groups[0], _node_costs(r), 16)
+              if k.cls == "reorder"]
+    nbytes = heads * dim * keys * 4
+    assert [(k.cost.bytes_read, k.cost.bytes_written, k.launches) for k in copies] == (
+        [(nbytes, nbytes, 0)] if packed else [])
+
+
 def test_a_gathernd_is_a_kernel_copying_each_index_tuples_slice(tmp_path: Path, gpu) -> None:
     """An HF causal mask's GatherND, [1, 1, 1, 6, 2] index pairs into a [1, 6] bool mask, then
     And with another [1, 1, 1, 6] mask: ORT's optimized graph keeps both nodes, and our

@@ -56,7 +56,7 @@ from . import (
     node_class,
     op_class,
 )
-from .ort_attention import gqa_kernels, in_attention_block, without_work_of
+from .ort_attention import gqa_kernels, in_attention_block, packed_keys, without_work_of
 from .ort_moe import moe_kernel
 
 NCHWC, NCHW, NHWC = "nchwc", "nchw", "nhwc"
@@ -506,7 +506,8 @@ def ort_kernels(mg: ModelGraph, group: Group, costs: dict[str, Cost | None],
                                   calls=matmul_calls(matmul) if matmul else 1), rows=rows)
         apart = [k for k in group.nodes  # Softmax, the mask's (Add, IsNaN, Where), Expand
                  if group.pattern == ATTENTION and not in_attention_block(mg, mg.info(k))]
-        return [without_work_of(whole, [costs[k] for k in apart])] + [  # type: ignore[misc]
+        keys = packed_keys(mg, group.nodes) if group.pattern == ATTENTION else []
+        return [*keys, without_work_of(whole, [costs[k] for k in apart])] + [  # type: ignore[misc]
             _ort_kernel(mg, [k], "other", costs, block) for k in apart]
     kernels = _node_runs(mg, group.nodes, block, run_time)
     out = [k for nodes, role in kernels for k in (
