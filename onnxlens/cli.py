@@ -87,7 +87,7 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
              input_shape: list[str] | None, image_size: int | None, keep_batchnorm: bool,
              opset: int | None, top: int, precision: str | None, measure: str | None, runs: int,
              dim: list[str] | None = None, trace_path: Path | None = None,
-             **options: object) -> AnalysisResult:
+             context_len: str | None = None, **options: object) -> AnalysisResult:
     from .analyzer.loader import parse_dim_spec, parse_shape_spec
     from .analyzer.serialize import dump_json
     from .api import analyze, resolve_model
@@ -102,7 +102,8 @@ def _analyze(model: str, *, json_path: Path | None, csv_path: Path | None,
     precisions = [p.strip() for p in (precision or "").split(",") if p.strip()]
     dims = dict(parse_dim_spec(s) for s in dim or []) or None
     result = analyze(source, batch=batches, precision=precisions, input_shapes=shapes,
-                     dims=dims, **options)
+                     dims=dims, context_len=_int_list(context_len, "--context-len") or None,
+                     **options)
     # The per-node rows and every group's are only needed by the files; the summary shows
     # totals and the top groups.
     files = bool(json_path or html_path or netron_path)
@@ -253,7 +254,7 @@ def analyze_command(
          opset=opset, top=top, precision=precision, measure=measure, runs=runs,
          trace_path=trace_path, hardware=hardware or [], threads=threads, runtime=runtime,
          cached_until=cached_until, from_node=from_node, to_node=to_node, plus=plus,
-         prompt_len=prompt_len, context_len=_int_list(context_len, "--context-len") or None,
+         prompt_len=prompt_len, context_len=context_len,
          strict=strict, flops_per_mac=flops_per_mac, max_tensor_bytes=max_tensor_bytes,
          max_nesting_depth=max_nesting_depth, max_window_value=max_window_value,
          max_expanded_nodes=max_expanded_nodes)

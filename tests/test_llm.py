@@ -140,6 +140,19 @@ def test_json_and_cli(decoder: str, tmp_path, capsys) -> None:
     assert [r["context_len"] for r in d["llm"]["context_sweep"]] == [16, 32]
 
 
+@pytest.mark.parametrize(("value", "why"), [("0", "values must be positive"),
+                                            ("16,x", "expected integers separated by commas")])
+def test_a_bad_context_len_is_a_one_line_error(decoder: str, value: str, why: str) -> None:
+    """Parsed where every other usage error is: exit status 2, one line, no traceback."""
+    from typer.testing import CliRunner
+
+    from onnxlens.cli import app
+
+    run = CliRunner().invoke(app, ["analyze", decoder, "--context-len", value])
+    assert run.exit_code == 2, run.exception
+    assert f"--context-len '{value}': {why}" in run.output
+
+
 def test_prompt_len_on_a_model_without_cache_is_a_usage_error(tmp_path) -> None:
     import onnx
     from onnx import TensorProto, helper
