@@ -81,6 +81,12 @@ What it holds:
   cache runs every kernel cold. The calibrated profile carries it as `runtime.cold_kernel_us`;
   `estimate_model` adds it per kernel where the run's weights come from main memory
   (`HardwareProfile.evicted`). A file without it reads 0 (nothing added).
+- `run_call_us`: the fixed cost of one run call, whatever its kernels: the intercept of the
+  run time over the Relu chains' length (the fit that gives `kernel_overhead_us` its slope),
+  which every benchmark's point has taken out. A model's measured latency holds it once;
+  `estimate_model` adds it to the model's total, in no group. ORT 1.31, Zen 5, one thread:
+  2.0-2.3 us, outputs of dynamic shape (ORT allocates them each run) adding nothing
+  measurable: 2% of a tiny decoder's decode step. A file without it reads 0 (nothing added).
 - `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, and a broadcasting
   elementwise op per span it makes a vector call for, beyond the bytes at the bandwidth
   (`backends.calibrate.fit.fit_copy_run`, from the calibration's transposes and per-channel
@@ -257,6 +263,7 @@ class Calibration:
     cold_weight_gbps: float = 0.0  # a network's cold weight fetch; 0: not measured
     cold_line_ns: float = 0.0  # per depthwise filter line fetched cold; 0: not measured
     cold_kernel_us: float = 0.0  # per kernel whose state a run evicted; 0: not measured
+    run_call_us: float = 0.0  # a run call's own fixed cost; 0: not measured
     copy_run_ns: float = 0.0  # per run a Transpose copies, span a broadcast calls; 0: not fitted
     norm_row_ns: float = 0.0  # a row-wise normalization's cost per row; 0: not fitted
     copy_element_ns: float = 0.0  # a Transpose's cost per element copied alone; 0: not fitted
@@ -404,6 +411,7 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
     runtime = Runtime(name=cal.backend, transcendental_flops=cal.transcendental_flops,
                       copy_run_ns=cal.copy_run_ns, cold_weight_gbps=cal.cold_weight_gbps,
                       cold_line_ns=cal.cold_line_ns, cold_kernel_us=cal.cold_kernel_us,
+                      run_call_us=cal.run_call_us,
                       denormal_factor=cal.denormal_factor, norm_row_ns=cal.norm_row_ns,
                       copy_element_ns=cal.copy_element_ns, copy_gbps=dict(cal.copy_gbps),
                       libm_call_ns=cal.libm_call_ns,

@@ -31,7 +31,7 @@ the kernels that runtime's `KernelModel` runs for the groups (`analyzer.runtimes
 the roofline above (`cost_kernels`); an uncalibrated profile runs one kernel per group.
 
 Refinements where a calibration measured them: weights fetched one run after their last read
-(`cold_weights`), float32 denormal operands (`denormal_slowed`)."""
+(`cold_weights`), float32 denormal operands (`denormal_slowed`), a run call's fixed cost."""
 
 from __future__ import annotations
 
@@ -282,10 +282,10 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
                    node_costs: dict[str, Cost | None], hw: HardwareProfile, precision: str,
                    efficiency: Efficiency | None = None, model: LoadedModel | None = None,
                    group_precisions: Mapping[int, str] | None = None) -> ModelEstimate:
-    """Every group's estimate and the model's: latency and energy summed in execution order,
-    each group as its runtime's kernels (`analyzer.runtimes`; one per group uncalibrated), at
-    `precision` (a what-if of an fp32 graph, or GRAPH: each group at its own, else float32);
-    weights from where the run leaves them (`weights_level`), kernels cold from DRAM (`evicted`)."""
+    """Every group's estimate and the model's (their sum and a run call's): each group as its
+    runtime's kernels (`analyzer.runtimes`; one per group uncalibrated), at `precision` (a
+    what-if of an fp32 graph, or GRAPH: each group at its own, else float32); weights from
+    where the run leaves them (`weights_level`), kernels cold from DRAM (`evicted`)."""
     at = precision_for(precision, group_precisions or {})
     eff = efficiency or constant_efficiency(hw)
     kernels = kernel_model(hw.runtime.name).kernels(mg, groups, node_costs, group_costs, hw, model)
@@ -295,6 +295,6 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
     run_hw = hw if source != hw.main_memory else hw.evicted()
     out = {g: None if ks is None else cost_kernels(ks, run_hw, at(g), eff, source)
            for g, ks in kernels.items()}
-    known = [e for e in out.values() if e is not None]
-    return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,
-                         sum(e.latency_s for e in known), sum(e.energy_j for e in known))
+    known, run_s = [e for e in out.values() if e is not None], hw.runtime.run_call_us * 1e-6
+    return ModelEstimate(hw.key, hw, precision, hw.calibrated, out, run_s + sum(
+        e.latency_s for e in known), hw.static_w * run_s + sum(e.energy_j for e in known))

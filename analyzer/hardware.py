@@ -257,6 +257,7 @@ class Runtime:
     cold_weight_gbps: float = 0.0  # rate of a network's cold weight fetches; 0: not measured
     cold_line_ns: float = 0.0  # per cache line fetched cold one at a time; 0: not measured
     cold_kernel_us: float = 0.0  # per kernel whose state a run evicted; 0: not measured
+    run_call_us: float = 0.0  # a run call's own fixed cost, once a model; 0: not measured
     denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
     norm_row_ns: float = 0.0  # per row a row-wise normalization reduces, beyond its FLOPs
     copy_element_ns: float = 0.0  # per element a Transpose copies one at a time
@@ -507,6 +508,7 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
         cold_line_ns=r.non_negative(table, "cold_line_ns", "runtime", default.cold_line_ns),
         cold_kernel_us=r.non_negative(table, "cold_kernel_us", "runtime",
                                       default.cold_kernel_us),
+        run_call_us=r.non_negative(table, "run_call_us", "runtime", default.run_call_us),
         denormal_factor=r.positive(table, "denormal_factor", "runtime", default.denormal_factor),
         norm_row_ns=r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns),
         copy_element_ns=r.non_negative(table, "copy_element_ns", "runtime",

@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import onnxlens
 from onnxlens.analyzer.calibration import (
     Calibration,
     CalibrationError,
@@ -804,13 +805,16 @@ def test_the_norm_row_cost_is_recovered_from_timings() -> None:
 def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
                         cold_weight_gbps=17.0, copy_run_ns=9.0, norm_row_ns=14.0,
-                        copy_element_ns=2.0, cold_line_ns=18.0, cold_kernel_us=1.0).to_dict()
+                        copy_element_ns=2.0, cold_line_ns=18.0, cold_kernel_us=1.0,
+                        run_call_us=2.2).to_dict()
     runtime = apply_calibration(host_profile(1), Calibration.from_dict(data)).runtime
     assert runtime == Runtime(ORT_CPU, transcendental_flops=3.0, copy_run_ns=9.0,
                               cold_weight_gbps=17.0, denormal_factor=120.0, norm_row_ns=14.0,
-                              copy_element_ns=2.0, cold_line_ns=18.0, cold_kernel_us=1.0)
+                              copy_element_ns=2.0, cold_line_ns=18.0, cold_kernel_us=1.0,
+                              run_call_us=2.2)
     for key in ("denormal_factor", "transcendental_flops", "cold_weight_gbps", "copy_run_ns",
-                "norm_row_ns", "copy_element_ns", "cold_line_ns", "cold_kernel_us"):
+                "norm_row_ns", "copy_element_ns", "cold_line_ns", "cold_kernel_us",
+                "run_call_us"):
         del data[key]
     for point in data["points"]:
         del point["transcendental"], point["pass_flops"], point["pass_transcendental"]
@@ -818,9 +822,26 @@ def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     old = Calibration.from_dict(data)
     assert old.denormal_factor == old.transcendental_flops == 1.0
     assert old.cold_weight_gbps == old.copy_run_ns == old.norm_row_ns == 0.0  # nothing added
-    assert old.copy_element_ns == old.cold_line_ns == old.cold_kernel_us == 0.0
+    assert old.copy_element_ns == old.cold_line_ns == old.cold_kernel_us == old.run_call_us == 0.0
     assert all(p.runs == p.rows == p.elements == 0 for p in old.points)
     assert apply_calibration(host_profile(1), old).runtime == Runtime(ORT_CPU)
+
+
+def test_a_run_calls_fixed_cost_is_added_once_to_the_model_in_no_group(cache: Path) -> None:
+    """Relu over [1, 16], then Neg: the estimate with `run_call_us` 2.2 is the one without
+    plus 2.2 us (and the static power over it), every group's estimate unchanged."""
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", f, [1, 16])],
+        [helper.make_tensor_value_info("y", f, [1, 16])])
+    result = onnxlens.analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    without, with_call = (_calibration(run_call_us=us) for us in (0.0, 2.2))
+    a, b = (result.estimate(apply_calibration(host_profile(1), cal), None, cal.efficiency)
+            for cal in (without, with_call))
+    assert a.groups == b.groups and len(a.groups) == 2
+    assert b.latency_s - a.latency_s == pytest.approx(2.2e-6, rel=1e-9)
+    assert b.energy_j - a.energy_j == pytest.approx(a.profile.static_w * 2.2e-6, rel=1e-9)
 
 
 def test_the_denormal_factor_is_measured() -> None:

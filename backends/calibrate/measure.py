@@ -263,8 +263,7 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     kernels = _kernels_of(backend, hw)
     points = [p for b in benches if b.name in samples and not b.name.startswith("Relu chain")
               for p in [_point(b.name, models[b.name], samples[b.name], fixed_s, kernel_s,
-                               kernels)]
-              if p is not None]
+                               kernels)] if p is not None]
     cal = fit(points, hw, threads, kernel_s)
     skipped = len(benches) - len(samples) - len(refused)
     notes = [GPU_NOT_VALIDATED] if backend in GPU_RUNTIMES else []
@@ -287,6 +286,7 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
     return dataclasses.replace(cal, duration_s=time.perf_counter() - start, notes=notes,
                                backend=backend, denormal_factor=factor, cold_weight_gbps=cold,
                                cold_line_ns=line_ns, cold_kernel_us=kernel_us,
+                               run_call_us=max(fixed_s, 0.0) * 1e6,
                                profile=hw.key if backend in GPU_RUNTIMES else "")
 
 
