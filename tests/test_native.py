@@ -219,6 +219,18 @@ def test_pool_fuzz(op: str, k: list[int], s: list[int], pads: list[int], ceil: i
           {"x": x}, oracle="ort")
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize(("k", "pads"), [(3, [1, 1, 1, 1]), (7, [3, 2, 3, 2]), (2, [0, 0, 0, 0])])
+def test_pool_stride_2_wide_rows(op: str, k: int, pads: list[int]) -> None:
+    # Stride 2 reduces a window's rows straight into even and odd columns and takes its taps
+    # 4 at a time (7: a second pass); rows of 75 and 70 columns fill whole vectors and a
+    # masked or scalar tail, the fuzz test's rows (<= 11) only the tail.
+    x = rand(np.random.default_rng(k), 1, 3, 41, 75 if k == 7 else 70)
+    attrs = {"kernel_shape": [k, k], "strides": [2, 2], "pads": pads}
+    check(model_of([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": x}, {}, ["y"]),
+          {"x": x}, oracle="ort")
+
+
 @FUZZ
 @given(m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(0, 300),
        ta=st.integers(0, 1), tb=st.integers(0, 1), alpha=st.sampled_from([1.0, 0.5]),
@@ -448,6 +460,24 @@ def test_data_movement(op: str, inputs: list[tuple], attrs: dict, weights: dict)
     node = helper.make_node(op, [*feeds, *consts], outs, **attrs)
     check(model_of([node], feeds, consts, outs), feeds, rtol=0, atol=0)
 
+
+
+@pytest.mark.parametrize("channels", [3, 24, 40, 1000])
+def test_layout_reorders(channels: int) -> None:
+    """NCHW -> NHWC and back (the blocked transpose of the SIMD table: 8 x 8 tiles, and the
+    rows and columns past the last whole tile one by one), over two images of a plane whose
+    pixels (7 x 5, 9 x 9) are no multiple of the tile, and [C, HW] -> [HW, C] with a batch of
+    one: to the bit on every ISA."""
+    rng = np.random.default_rng(channels)
+    for shape in [(2, channels, 7, 5), (1, channels, 9, 9)]:
+        x = rand(rng, *shape)
+        nodes = [helper.make_node("Transpose", ["x"], ["nhwc"], perm=[0, 2, 3, 1]),
+                 helper.make_node("Neg", ["nhwc"], ["n"]),
+                 helper.make_node("Transpose", ["n"], ["y"], perm=[0, 3, 1, 2])]
+        check(model_of(nodes, {"x": x}, {}, ["nhwc", "y"]), {"x": x}, rtol=0, atol=0)
+    x = rand(rng, 1, channels, 45)
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1])
+    check(model_of([node], {"x": x}, {}, ["y"]), {"x": x}, rtol=0, atol=0, threads=2)
 
 def test_gather_and_runtime_indices() -> None:
     rng = np.random.default_rng(8)

@@ -190,9 +190,10 @@ def test_a_view_is_a_copy_of_its_bytes(tmp_path: Path) -> None:
 def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None:
     """`runs`, each a fixed cost beyond the bytes, read from the plan's kernels on x [1, 4, 6,
     8]: a Pad is a MapCopy of one memcpy per output element (1·4·8·8 = 256); a Transpose
-    (0, 2, 1, 3) keeps the last dim contiguous, one run of 8 per (1, 6, 4) index = 24; (0, 2,
-    3, 1) makes the innermost dim strided, copied element by element: no run, 192 `elements`
-    (each a fixed cost of its own); a Concat
+    (0, 2, 1, 3) keeps the last dim contiguous, one run of 8 per (1, 6, 4) index = 24; (0, 3,
+    2, 1) makes the innermost dim strided, copied element by element: no run, 192 `elements`
+    (each a fixed cost of its own); (0, 2, 3, 1), NCHW -> NHWC, is a blocked transpose (the
+    dim before the innermost one, 6·8 pixels, contiguous in x): its bytes only; a Concat
     of two on axis 1 is one memcpy per part per index before the axis (1 x 2 = 2); a Gather of
     2 of the 4 rows on axis 1 is 1 x 2 copies of 6·8 floats, and reads only those (384
     bytes) and its indices (16 bytes), where the analysis charges all of x (768)."""
@@ -200,12 +201,13 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
     rows = numpy_helper.from_array(np.array([2, 0], np.int64), "rows")
     nodes = [helper.make_node("Pad", ["x", "pads"], ["p"]),
              helper.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1, 3]),
-             helper.make_node("Transpose", ["x"], ["t2"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["x"], ["t2"], perm=[0, 3, 2, 1]),
+             helper.make_node("Transpose", ["x"], ["t3"], perm=[0, 2, 3, 1]),
              helper.make_node("Concat", ["x", "x"], ["c"], axis=1),
              helper.make_node("Gather", ["x", "rows"], ["g"], axis=1)]
     nodes += [helper.make_node("ReduceSum", [t], [f"s{t}"], keepdims=0)
-              for t in ("p", "t1", "t2", "c", "g")]
-    nodes.append(helper.make_node("Sum", [f"s{t}" for t in ("p", "t1", "t2", "c", "g")], ["y"]))
+              for t in ("p", "t1", "t2", "t3", "c", "g")]
+    nodes.append(helper.make_node("Sum", [f"s{t}" for t in ("p", "t1", "t2", "t3", "c", "g")], ["y"]))
     graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [1, 4, 6, 8])], [helper.make_tensor_value_info(
             "y", TensorProto.FLOAT, [])], [pads, rows])
@@ -215,10 +217,10 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
     r, out = _kernels(path)
     runs = {r.graph.info(k.nodes[0]).outputs[0].name: k.runs
             for g in r.groups for k in out[g.id] if k.cls == "data_movement"}
-    assert runs == {"p": 256, "t1": 24, "t2": 0, "c": 2, "g": 2}
+    assert runs == {"p": 256, "t1": 24, "t2": 0, "t3": 0, "c": 2, "g": 2}
     elements = {r.graph.info(k.nodes[0]).outputs[0].name: k.elements
                 for g in r.groups for k in out[g.id] if k.cls == "data_movement"}
-    assert elements == {"p": 0, "t1": 0, "t2": 1 * 6 * 8 * 4, "c": 0, "g": 0}
+    assert elements == {"p": 0, "t1": 0, "t2": 1 * 6 * 8 * 4, "t3": 0, "c": 0, "g": 0}
     gather = next(k for g in r.groups for k in out[g.id] if k.nodes == (r.graph.producer["g"],))
     assert r.node_costs[gather.nodes[0]].cost.bytes_read >= 768
     assert gather.cost.bytes_read == 2 * 6 * 8 * 4 + 2 * 8

@@ -126,6 +126,10 @@ struct SimdKernels {
   // dst[i] = (x[i] - mean) * rstd * scale[i] + bias[i] (scale, bias may be null: 1, 0).
   void (*normalize)(float* dst, const float* x, float mean, float rstd, const float* scale,
                     const float* bias, int64_t n);
+  // dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols: a blocked transpose, the core
+  // of a Transpose that moves the input's contiguous dim (NCHW <-> NHWC reorders).
+  void (*transpose)(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                    int64_t ldd);
 };
 
 // The table for this CPU (or for ONNXLENS_NATIVE_ISA=generic|avx2|avx512 when the CPU has it).

@@ -48,7 +48,8 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 
 class CopyKernel : public Kernel {
  public:
-  explicit CopyKernel(const KernelContext& ctx) : x_(ctx.input(0)), y_(ctx.output(0)) {
+  explicit CopyKernel(const KernelContext& ctx)
+      : simd_(ctx.simd), x_(ctx.input(0)), y_(ctx.output(0)) {
     ctx.expect_arity(1, 1, 1);
     require(x_.dtype == y_.dtype, "Copy: element types differ");
     strides_ = ctx.ints("strides");
@@ -64,6 +65,10 @@ class CopyKernel : public Kernel {
   }
 
   void run(ThreadPool& pool, const Workspace&) override {
+    if (transposes()) {
+      run_transpose(pool);
+      return;
+    }
     const int64_t size = dtype_size(static_cast<int>(y_.dtype));
     const int64_t rows = row_count(), len = dims_.empty() ? 1 : dims_.back();
     const int64_t stride = dims_.empty() ? 1 : strides_.back();
@@ -82,6 +87,38 @@ class CopyKernel : public Kernel {
   }
 
  private:
+  // Whether the coalesced copy is a batch of 2-D transposes of 4-byte elements, y[b][r][c] =
+  // x[off + b * sb + r + c * sc] (the innermost output dim strided, the one before it
+  // contiguous in the input: NCHW <-> NHWC, [C, HW] <-> [HW, C]), run by the SIMD table's
+  // blocked transpose. Element by element it took 0.47 ns an element (kernel_model.copies).
+  bool transposes() const {
+    const size_t n = dims_.size();
+    return y_.numel > 0 && dtype_size(static_cast<int>(y_.dtype)) == 4 && n >= 2 &&
+           strides_[n - 2] == 1 && strides_[n - 1] > 1;
+  }
+
+  // Each chunk transposes a band of kBand output rows of one matrix: the band's input
+  // columns are read in 8 x 8 tiles, its output rows written whole.
+  void run_transpose(ThreadPool& pool) {
+    static constexpr int64_t kBand = 64;
+    const size_t n = dims_.size();
+    const int64_t rows = dims_[n - 2], cols = dims_[n - 1], sc = strides_[n - 1];
+    const int64_t bands = (rows + kBand - 1) / kBand, matrices = row_count() / rows;
+    auto body = [&](int, int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t m = task / bands, r0 = task % bands * kBand;
+        int64_t off = offset_, rest = m;
+        for (size_t d = n - 2; d-- > 0;) {
+          off += (rest % dims_[d]) * strides_[d];
+          rest /= dims_[d];
+        }
+        simd_.transpose(x_.f32() + off + r0, sc, cols, std::min(kBand, rows - r0),
+                        y_.f32() + (m * rows + r0) * cols, cols);
+      }
+    };
+    pool.for_range(matrices * bands, pool.chunk_for(matrices * bands), body, y_.nbytes);
+  }
+
   void check_bounds() {
     if (y_.numel == 0) return;
     int64_t lo = offset_, hi = offset_;
@@ -116,6 +153,7 @@ class CopyKernel : public Kernel {
     return y_.numel == 0 ? 0 : rows;
   }
 
+  const SimdKernels& simd_;
   const Tensor& x_;
   const Tensor& y_;
   std::vector<int64_t> strides_, dims_, stride_list_;
