@@ -461,7 +461,6 @@ def test_data_movement(op: str, inputs: list[tuple], attrs: dict, weights: dict)
     check(model_of([node], feeds, consts, outs), feeds, rtol=0, atol=0)
 
 
-
 @pytest.mark.parametrize("channels", [3, 24, 40, 1000])
 def test_layout_reorders(channels: int) -> None:
     """NCHW -> NHWC and back (the blocked transpose of the SIMD table: 8 x 8 tiles, and the
@@ -478,6 +477,7 @@ def test_layout_reorders(channels: int) -> None:
     x = rand(rng, 1, channels, 45)
     node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1])
     check(model_of([node], {"x": x}, {}, ["y"]), {"x": x}, rtol=0, atol=0, threads=2)
+
 
 def test_gather_and_runtime_indices() -> None:
     rng = np.random.default_rng(8)
