@@ -97,7 +97,8 @@ def map_profile(profile: Profile, analysis: AnalysisResult,
     """Kernel times mapped to `analysis`'s nodes and groups, scaled so that all kernels add up
     to `latency_s` (default: the profiled run time)."""
     mg = analysis.graph
-    covers = (kernel_covers(mg, _branches_inlined(profile.optimized))
+    covers = (kernel_covers(mg, _named_as_profiled(_branches_inlined(profile.optimized),
+                                                   [(k.name, k.op_type) for k in profile.kernels]))
               if profile.optimized is not None else {})
     # Kernels named after our nodes (a backend that runs our graph as is) cover those nodes.
     # An If's event spans the kernels of its branch, which ORT lists too: only those count.
@@ -128,6 +129,40 @@ def _branches_inlined(optimized: onnx.GraphProto) -> onnx.GraphProto:
     flat.CopyFrom(optimized)
     inline_ifs(flat)
     return flat
+
+
+def _named_as_profiled(optimized: onnx.GraphProto, kernels: list[tuple[str, str]]
+                       ) -> onnx.GraphProto:
+    """The optimized graph with its unnamed nodes named as ORT's profile names their kernels.
+
+    A node ORT creates without a name (the body of a function it inlined: the CPU provider has
+    no fp16 Softmax or Gelu kernel, so it runs their function bodies between Casts to float)
+    is profiled as ``<op_type>_<node index>``, and the graph it saves leaves it unnamed. Each op
+    type's unnamed nodes, in the saved order, take its unknown kernel names in index order: one
+    instance's nodes of a type may swap among themselves (the saved order is a topological
+    sort), but they are joined by ORT's own tensors into one unit and cover the same nodes, and
+    the instances keep their order. Where the counts differ, the nodes stay unnamed (unmapped).
+    """
+    if all(node.name for node in optimized.node):
+        return optimized
+    known = {node.name for node in optimized.node}
+    profiled: dict[str, list[tuple[int, str]]] = {}
+    for name, op_type in kernels:
+        head, _, index = name.rpartition("_")
+        if name not in known and head == op_type and index.isdigit():
+            profiled.setdefault(op_type, []).append((int(index), name))
+    named = onnx.GraphProto()
+    named.CopyFrom(optimized)
+    unnamed: dict[str, list[onnx.NodeProto]] = {}
+    for node in named.node:
+        if not node.name:
+            unnamed.setdefault(node.op_type, []).append(node)
+    for op_type, nodes in unnamed.items():
+        names = sorted(profiled.get(op_type, []))
+        if len(names) == len(nodes):
+            for node, (_, name) in zip(nodes, names, strict=True):
+                node.name = name
+    return named
 
 
 def _flops(analysis: AnalysisResult, key: str) -> float:

@@ -323,3 +323,26 @@ def test_kernels_ort_runs_inside_a_branch_map_to_our_nodes(tmp_path) -> None:
     assert "If" not in {k.op_type for k in times.kernels}
     matmul = next(k for k in times.kernels if k.op_type == "MatMul")
     assert [result.analysis.graph.infos[n].op_type for n in matmul.nodes] == ["MatMul"]
+
+
+def test_kernels_of_a_function_ort_inlines_map_to_its_node(tmp_path) -> None:
+    """ORT's CPU provider has no fp16 Softmax kernel: it runs the op's function body (ReduceMax,
+    Sub, Exp, ReduceSum, Div) between Casts to float, profiles those unnamed nodes as
+    ``<op_type>_<index>`` and saves them unnamed: they were unmapped (14% of an fp16 RoBERTa's
+    kernel time)."""
+    from onnxlens.backends.compare import compare
+
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=-1, name="softmax")], "fp16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4, 16, 16])])
+    path = tmp_path / "fp16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=10), path)
+    result = compare(path, ["ort-cpu"], runs=2, warmup=1, profile_runs=1, samples=1,
+                     memory=False)
+    times = result.runs["ort-cpu"].times
+    assert times is not None and times.unmapped_share == 0
+    assert times.mapped_kernels == len(times.kernels)
+    body = [k for k in times.kernels if k.op_type in ("ReduceMax", "Exp", "ReduceSum")]
+    assert len(body) == 3 and all(k.nodes == ("softmax",) for k in body)
