@@ -36,6 +36,7 @@ from onnxlens.analyzer.hardware import (
 from onnxlens.analyzer.host import host_profile
 from onnxlens.analyzer.ir import NodeInfo, TensorInfo
 from onnxlens.analyzer.runtimes import Kernel, node_class
+from onnxlens.analyzer.runtimes.ort_attention import packed_keys
 from onnxlens.analyzer.runtimes.ort_cpu import (
     OrtCpu,
     blocked_transpose,
@@ -1330,6 +1331,27 @@ def test_a_decode_steps_scaled_scores_pack_the_keys_first(
     nbytes = heads * dim * keys * 4
     assert [(k.cost.bytes_read, k.cost.bytes_written, k.launches) for k in copies] == (
         [(nbytes, nbytes, 0)] if packed else [])
+
+
+def test_the_packed_keys_are_the_scores_operand_not_a_projections_weight() -> None:
+    """A projection [1, 4, 1, 8] x W [8, 8] before a one-row scaled Q·Kᵀ over 16 keys: the
+    copy is of Kᵀ (4·8·16 floats), the first MatMul of two activations, not of W."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["q"]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f, [1, 4, 1, 8]),
+                     helper.make_tensor_value_info("kt", f, [1, 4, 8, 16]),
+                     helper.make_tensor_value_info("v", f, [1, 4, 16, 8])],
+        [helper.make_tensor_value_info("y", f, [1, 4, 1, 8])],
+        [numpy_helper.from_array(np.ones((8, 8), np.float32), "w"),
+         numpy_helper.from_array(np.float32(0.125), "scale")])
+    r = onnxlens.analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    copies = packed_keys(r.graph, r.graph.order)
+    assert [(k.nodes, k.cost.bytes_read) for k in copies] == [((r.graph.order[1],), 4 * 8 * 16 * 4)]
 
 
 def test_a_gathernd_is_a_kernel_copying_each_index_tuples_slice(tmp_path: Path, gpu) -> None:

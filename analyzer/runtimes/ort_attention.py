@@ -204,13 +204,14 @@ def packed_keys(mg: ModelGraph, nodes: Sequence[str]) -> list[Kernel]:
     scale into the FusedMatMul's alpha, so MLAS first packs B, the keys, panel by panel
     (MlasSgemmCopyPackB or TransposePackB): |K| read and written, a blocked copy at the
     calibrated `reorder` rate, inside the product's kernel (no launch). The first MatMul of
-    `nodes` is Q·Kᵀ; a block without a scalar Mul or Div (T5's) keeps alpha = 1 and copies
-    nothing, and neither does a prompt (M > 1: B is packed once and reused by each row, in
-    the attention curve). Measured alone (ORT 1.31, 1 thread, Zen 5; [1, H, 1, d] x
-    [1, H, d, T]), MatMul against FusedMatMul with alpha 0.177: H 4, d 32, T 512 (K 256 KB)
-    3.3 / 7.3 us, T 2048 12.4 / 36.8; H 8, d 64, T 512 (1 MB) 11.3 / 31.4; packing at 91
-    GB/s reads +5.6 and +22 us for the two sizes."""
-    qk = next((k for k in nodes if mg.info(k).op_type == "MatMul"), None)
+    `nodes` of two activations is Q·Kᵀ; a block without a scalar Mul or Div (T5's) keeps
+    alpha = 1 and copies nothing, and neither does a prompt (M > 1: B is packed once and
+    reused by each row, in the attention curve). Measured alone (ORT 1.31, 1 thread, Zen 5;
+    [1, H, 1, d] x [1, H, d, T]), MatMul against FusedMatMul with alpha 0.177: H 4, d 32,
+    T 512 (K 256 KB) 3.3 / 7.3 us, T 2048 12.4 / 36.8; H 8, d 64, T 512 (1 MB) 11.3 / 31.4;
+    packing at 91 GB/s reads +5.6 and +22 us for the two sizes."""
+    qk = next((k for k in nodes if mg.info(k).op_type == "MatMul"
+               and not constant_input(mg, mg.info(k), 1)), None)  # not a projection
     scaled = any(i.op_type in _SCALES and in_attention_block(mg, i) for i in map(mg.info, nodes))
     a, keys = (mg.info(qk).input(0), mg.info(qk).input(1)) if qk else (None, None)
     if not scaled or a is None or keys is None or not (a.known and keys.known) or (
