@@ -50,8 +50,8 @@ Naming: a pattern's name is shown to users with its `{slots}` filled by the matc
 ``"{conv}+BN+{act}"`` gives ``"Conv+BN+Relu"`` or ``"DwConv+BN+Clip"``. ``DwConv`` is a
 depthwise Conv (``group`` == input channels > 1); activations are named by ONNX op
 (``Clip`` is ReLU6 as torch exports it) or, when spelled in primitives, by what they compute
-(``SiLU``, ``HardSwish``, ``Gelu``, ``QuickGelu``). A lone depthwise Conv stays a
-singleton named ``Conv``.
+(``SiLU``, ``HardSwish``, ``Gelu``, ``QuickGelu``, ``SquaredRelu``). A lone depthwise
+Conv stays a singleton named ``Conv``.
 """
 
 from __future__ import annotations
@@ -230,7 +230,10 @@ def _spelled_activations(x: Pat) -> tuple[Op, ...]:
                     op("Mul", op("Mul", x, CONST),
                        op("Add", op("Mul", op("Mul", x, CONST), x), CONST))))
     tanh_gate = op("Add", op("Tanh", tanh_arg), CONST)  # 1 + tanh(...)
+    relu = bind("relu", op("Relu", x))  # relu(x)²: Persimmon's, Nemotron's relu2
     return (op("Mul", x, op("Sigmoid", x), fills=("act", "SiLU")),
+            op("Pow", relu, CONST, fills=("act", "SquaredRelu")),  # dynamo: torch.square
+            op("Mul", relu, Leaf("relu"), fills=("act", "SquaredRelu")),  # TorchScript
             # x * sigmoid(1.702 x): HF CLIP's and OpenAI's quick_gelu, ORT's QuickGelu
             op("Mul", x, op("Sigmoid", op("Mul", x, CONST)), fills=("act", "QuickGelu")),
             op("Mul", x, op("HardSigmoid", x), fills=("act", "HardSwish")),
@@ -557,6 +560,7 @@ PATTERNS: tuple[Pattern, ...] = (
            └──────── Mul ─►
         x ─┬─ Mul 1.702 ─ Sigmoid ─┐        QuickGelu (HF CLIP's quick_gelu)
            └──────────────────── Mul ─►
+        x ─ Relu ─ Pow 2 ─►  (or Mul by itself)  SquaredRelu (HF Persimmon, Nemotron)
         x ─┬─ Add 3 ─ Clip 0,6 ─┐           HardSwish
            └───────────────── Mul ─ Div 6 ─►
         x ─┬─ Div √2 ─ Erf ─ Add 1 ─┐       Gelu; the 0.5 may also scale x or the gate first
@@ -566,7 +570,8 @@ PATTERNS: tuple[Pattern, ...] = (
            └───────────────────────────────────────────────────── Mul ─ Mul 0.5 ─►
         (or HF Bloom's tanh argument: Mul √(2/π) x by Add 1 (Mul 0.0447 x · x))""",
             "torch TorchScript (nn.SiLU, nn.GELU at opset < 20, approximate='tanh'), "
-            "keras/HF GELU, HF CLIP quick_gelu, HF Bloom", Alt(_spelled_activations(Leaf("x")))),
+            "keras/HF GELU, HF CLIP quick_gelu, HF Bloom, HF relu2",
+            Alt(_spelled_activations(Leaf("x")))),
 )
 
 

@@ -1,8 +1,9 @@
-"""Fusion of three spellings Hugging Face models write in primitives, each exported from the
+"""Fusion of four spellings Hugging Face models write in primitives, each exported from the
 model's own code (transformers, random weights) by both torch exporters: CLIP's quick_gelu
-(x·σ(1.702x)), Bloom's tanh GELU (√(2/π)·x·(1 + 0.044715·x·x), its own association) and
-GPT-J's interleaved rotary embedding (rotate_every_two: stack(-x[..., 1::2], x[..., ::2])
-flattened). Each is one group holding exactly the nodes the source writes for it."""
+(x·σ(1.702x)), Bloom's tanh GELU (√(2/π)·x·(1 + 0.044715·x·x), its own association),
+Persimmon's / Nemotron's relu(x)² and GPT-J's interleaved rotary embedding (rotate_every_two:
+stack(-x[..., 1::2], x[..., ::2]) flattened). Each is one group holding exactly the nodes the
+source writes for it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from transformers.activations import QuickGELUActivation
+from transformers.activations import QuickGELUActivation, ReLUSquaredActivation
 from transformers.models.bloom.modeling_bloom import BloomGelu
 from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb, create_sinusoidal_positions
 
@@ -43,20 +44,23 @@ def _ops(result: AnalysisResult, group: Group) -> Counter[str]:
 
 
 @pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
-@pytest.mark.parametrize(("act", "name", "gate"), [
+@pytest.mark.parametrize(("act", "name", "gate", "torchscript_gate"), [
     # x * sigmoid(1.702 * x)
-    (QuickGELUActivation, "QuickGelu", {"Mul": 2, "Sigmoid": 1}),
+    (QuickGELUActivation, "QuickGelu", {"Mul": 2, "Sigmoid": 1}, None),
     # (x * 0.5) * (1 + tanh((x * 0.79788456) * (1 + (x * 0.044715) * x)))
-    (BloomGelu, "Gelu", {"Mul": 6, "Add": 2, "Tanh": 1})],
-    ids=["clip-quick-gelu", "bloom-gelu"])
-def test_linear_and_spelled_gelu_are_one_group(act: type[nn.Module], name: str,
-                                               gate: dict[str, int], dynamo: bool,
-                                               tmp_path: Path) -> None:
+    (BloomGelu, "Gelu", {"Mul": 6, "Add": 2, "Tanh": 1}, None),
+    # relu(x)²: dynamo writes Pow(r, 2), TorchScript Mul(r, r)
+    (ReLUSquaredActivation, "SquaredRelu", {"Relu": 1, "Pow": 1}, {"Relu": 1, "Mul": 1})],
+    ids=["clip-quick-gelu", "bloom-gelu", "persimmon-relu2"])
+def test_linear_and_spelled_activation_are_one_group(
+        act: type[nn.Module], name: str, gate: dict[str, int],
+        torchscript_gate: dict[str, int] | None, dynamo: bool, tmp_path: Path) -> None:
     result = _analyzed(nn.Sequential(nn.Linear(16, 32), act()), (torch.randn(*TOKENS),),
                        tmp_path / "mlp.onnx", dynamo)
     (group,) = result.groups
     assert group.pattern == f"MatMul+Add+{name}"
-    assert _ops(result, group) == Counter({"MatMul": 1, "Add": 1}) + Counter(gate)
+    ops = gate if dynamo or torchscript_gate is None else torchscript_gate
+    assert _ops(result, group) == Counter({"MatMul": 1, "Add": 1}) + Counter(ops)
 
 
 class _GPTJRotary(nn.Module):
