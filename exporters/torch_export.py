@@ -416,10 +416,17 @@ def export_model(spec: str, out: str | Path, *, batch: int = 1, image_size: int 
         raise ExportError(f"image size must be at least 1, got {image_size}")
     module, size = build_model(spec, image_size)
     example = (torch.randn(batch, 3, size, size),)
-    return export_module(module, example, out, keep_batchnorm=keep_batchnorm, opset=opset,
-                         dynamic_batch=dynamic_batch,
-                         output_names=None if ":" in spec else ["output"],
-                         metadata=_provenance(spec, size))
+    try:
+        return export_module(module, example, out, keep_batchnorm=keep_batchnorm, opset=opset,
+                             dynamic_batch=dynamic_batch,
+                             output_names=None if ":" in spec else ["output"],
+                             metadata=_provenance(spec, size))
+    except ExportError as e:
+        # A module:factory of a model with other inputs (a transformer's token ids) fails
+        # somewhere inside its forward; say what it was fed and what to do instead.
+        raise ExportError(f"{e} (onnxlens calls it on one float32 image [{batch}, 3, {size}, "
+                          f"{size}]; export a model with other inputs with torch.onnx.export "
+                          f"and analyze the .onnx)") from None
 
 
 def _provenance(spec: str, size: int) -> dict[str, str]:

@@ -82,6 +82,10 @@ def shape_arithmetic():
 
 def not_a_module():
     return 42
+
+
+def token_ids():
+    return nn.Embedding(16, 4)
 '''
 
 
@@ -179,6 +183,16 @@ def test_module_factory_errors(factory_module: str, tmp_path: Path, suffix: str,
                                match: str) -> None:
     with pytest.raises(ExportError, match=match):
         export_model(factory_module + suffix, tmp_path / "x.onnx")
+
+
+def test_a_factory_wanting_other_inputs_is_told_what_it_was_fed(factory_module: str,
+                                                                 tmp_path: Path) -> None:
+    """An Embedding (a transformer's first layer) fed the export's float image fails inside
+    torch; the one line says which input the export gave it and what to do instead."""
+    with pytest.raises(ExportError, match=r"exporting Embedding to ONNX failed: .*Long.* \(onnx"
+                       r"lens calls it on one float32 image \[1, 3, 224, 224\]; export a model "
+                       r"with other inputs with torch.onnx.export and analyze the .onnx\)$"):
+        export_model(f"{factory_module}:token_ids", tmp_path / "x.onnx")
 
 
 def test_missing_factory_module(tmp_path: Path) -> None:
