@@ -87,6 +87,13 @@ What it holds:
   `estimate_model` adds it to the model's total, in no group. ORT 1.31, Zen 5, one thread:
   2.0-2.3 us, outputs of dynamic shape (ORT allocates them each run) adding nothing
   measurable: 2% of a tiny decoder's decode step. A file without it reads 0 (nothing added).
+- `copy_fixed_ns`, `copy_part_ns`: what a small copy kernel (Slice, Gather, Expand, Split,
+  Concat) pays inside a graph beyond a kernel's overhead, per op type, and Split and Concat
+  per part (output or input) beyond their first: `backends.calibrate.fit.fit_copy_fixed`,
+  from chains of them on 128 floats (`catalogue.copy_chain`), unprofiled. The calibrated
+  profile carries them as `runtime.copy_fixed_ns` and `runtime.copy_part_ns`; the estimator
+  adds them to a lone node's kernel of that op (`Kernel.op`, `Kernel.parts`). A file without
+  them reads {} and 0 (nothing added).
 - `copy_run_ns`: what ORT's Transpose pays per contiguous run it copies, and a broadcasting
   elementwise op per span it makes a vector call for, beyond the bytes at the bandwidth
   (`backends.calibrate.fit.fit_copy_run`, from the calibration's transposes and per-channel
@@ -264,6 +271,8 @@ class Calibration:
     cold_line_ns: float = 0.0  # per depthwise filter line fetched cold; 0: not measured
     cold_kernel_us: float = 0.0  # per kernel whose state a run evicted; 0: not measured
     run_call_us: float = 0.0  # a run call's own fixed cost; 0: not measured
+    copy_fixed_ns: dict[str, float] = field(default_factory=dict)  # copy op -> fixed ns
+    copy_part_ns: float = 0.0  # per Split output / Concat input beyond the first; 0: not fitted
     copy_run_ns: float = 0.0  # per run a Transpose copies, span a broadcast calls; 0: not fitted
     norm_row_ns: float = 0.0  # a row-wise normalization's cost per row; 0: not fitted
     copy_element_ns: float = 0.0  # a Transpose's cost per element copied alone; 0: not fitted
@@ -411,7 +420,8 @@ def apply_calibration(profile: HardwareProfile, cal: Calibration) -> HardwarePro
     runtime = Runtime(name=cal.backend, transcendental_flops=cal.transcendental_flops,
                       copy_run_ns=cal.copy_run_ns, cold_weight_gbps=cal.cold_weight_gbps,
                       cold_line_ns=cal.cold_line_ns, cold_kernel_us=cal.cold_kernel_us,
-                      run_call_us=cal.run_call_us,
+                      run_call_us=cal.run_call_us, copy_fixed_ns=dict(cal.copy_fixed_ns),
+                      copy_part_ns=cal.copy_part_ns,
                       denormal_factor=cal.denormal_factor, norm_row_ns=cal.norm_row_ns,
                       copy_element_ns=cal.copy_element_ns, copy_gbps=dict(cal.copy_gbps),
                       libm_call_ns=cal.libm_call_ns,

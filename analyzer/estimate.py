@@ -9,7 +9,7 @@ Per group g on profile h at precision p (derivation, README "Estimates"):
     level      = the fastest memory level whose size holds the group's working set
                  (its boundary tensors: inputs incl. weights, and outputs)
     memory_s   = bytes / min(bandwidth(level), copy_gbps(class))   # a blocked copy's own rate
-    overhead_s = kernel_launch_us · 1e-6                          # per kernel
+    overhead_s = kernel_launch_us · 1e-6 + a copy's fixed cost    # per kernel
     compute_s += rows · norm_row_ns + libm_calls · libm_call_ns    (rows or values one at a time)
     memory_s  += runs · copy_run_ns + elements · copy_element_ns  (copy runs or single elements)
     latency_s  = max(compute_s, memory_s) + overhead_s            # compute and memory overlap
@@ -130,7 +130,7 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
     Softmax), `norm_row_ns` a row to the compute term (14 ns, 0.35 an element), and passing
     `libm_calls` values to libm alone (ORT's GQA softcap, a tanhf each) `libm_call_ns` each
     (3.1-6.4 ns). A blocked copy (an NCHWc reorder, MLAS's NCHW <-> NHWC Transpose) streams
-    at most at its class's calibrated `runtime.copy_gbps`."""
+    at most at its class's calibrated `runtime.copy_gbps`; a lone copy adds `copy_fixed_s`."""
     cost, cls, reuse, calls = k.cost, k.cls, k.reuse, k.calls
     nbytes = (cost.bytes_read + cost.bytes_written) * precision.byte_scale
     flops = cost.flops(2)
@@ -150,7 +150,7 @@ def estimate_kernel(k: Kernel, hw: HardwareProfile, precision: Precision,
     gbps = min(level.bandwidth_gbps, hw.runtime.copy_gbps.get(cls, math.inf))
     memory_s = nbytes / (gbps * 1e9) + (
         k.runs * hw.runtime.copy_run_ns + k.elements * hw.runtime.copy_element_ns) * 1e-9
-    overhead_s = k.launches * hw.kernel_launch_us * 1e-6
+    overhead_s = k.launches * (hw.kernel_launch_us * 1e-6 + hw.runtime.copy_fixed_s(k.op, k.parts))
     latency_s = max(compute_s, memory_s) + overhead_s
     if overhead_s >= max(compute_s, memory_s):
         bound = OVERHEAD

@@ -50,6 +50,8 @@ File layout (see `analyzer/profiles/h100.toml` for a complete one)::
     copy_element_ns = 2.2              # per element a Transpose copies one at a time
     libm_call_ns = 6.3                 # per value a kernel passes to libm alone (a tanhf)
     copy_gbps = {reorder = 87.0}       # GB/s of a blocked copy class (COPY_CLASSES)
+    copy_fixed_ns = {Slice = 159.0}    # a lone copy kernel's fixed cost beyond the launch
+    copy_part_ns = 118.0               # per Split output / Concat input beyond the first
     per_call_classes = ["dequantize"]  # classes whose curves were fitted per call
 
     [extra]                            # optional facts behind the numbers (cores, clocks, ...)
@@ -258,6 +260,10 @@ class Runtime:
     cold_line_ns: float = 0.0  # per cache line fetched cold one at a time; 0: not measured
     cold_kernel_us: float = 0.0  # per kernel whose state a run evicted; 0: not measured
     run_call_us: float = 0.0  # a run call's own fixed cost, once a model; 0: not measured
+    # A small copy kernel's fixed cost beyond the launch, by op type, and per part (Split's
+    # output, Concat's input) beyond the first (`copy_fixed_s`); none: nothing added.
+    copy_fixed_ns: dict[str, float] = field(default_factory=dict)
+    copy_part_ns: float = 0.0
     denormal_factor: float = 1.0  # a MatMul's slowdown on float32 denormal operands
     norm_row_ns: float = 0.0  # per row a row-wise normalization reduces, beyond its FLOPs
     copy_element_ns: float = 0.0  # per element a Transpose copies one at a time
@@ -268,6 +274,11 @@ class Runtime:
     # The classes whose curves the calibration read per call (its benchmarks of them made
     # several calls: a grouped ConvInteger, a per-axis QuantizeLinear); the others per kernel.
     per_call_classes: frozenset[str] = frozenset()
+
+    def copy_fixed_s(self, op: str, parts: int = 0) -> float:
+        """Seconds a lone copy kernel of `op` pays beyond the launch, with `parts` parts beyond
+        its first (0 for an op not measured)."""
+        return (self.copy_fixed_ns.get(op, 0.0) + parts * self.copy_part_ns) * 1e-9
 
 
 @dataclass(frozen=True)
@@ -509,6 +520,8 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
         cold_kernel_us=r.non_negative(table, "cold_kernel_us", "runtime",
                                       default.cold_kernel_us),
         run_call_us=r.non_negative(table, "run_call_us", "runtime", default.run_call_us),
+        copy_fixed_ns=_copy_fixed_ns(r, table.get("copy_fixed_ns", {})),
+        copy_part_ns=r.non_negative(table, "copy_part_ns", "runtime", default.copy_part_ns),
         denormal_factor=r.positive(table, "denormal_factor", "runtime", default.denormal_factor),
         norm_row_ns=r.non_negative(table, "norm_row_ns", "runtime", default.norm_row_ns),
         copy_element_ns=r.non_negative(table, "copy_element_ns", "runtime",
@@ -516,6 +529,14 @@ def _runtime(r: _Reader, table: Any) -> Runtime:
         libm_call_ns=r.non_negative(table, "libm_call_ns", "runtime", default.libm_call_ns),
         copy_gbps=_copy_gbps(r, table.get("copy_gbps", {})),
         per_call_classes=frozenset(per_call))
+
+
+def _copy_fixed_ns(r: _Reader, table: Any) -> dict[str, float]:
+    """runtime.copy_fixed_ns: a table of op type -> non-negative ns."""
+    if not isinstance(table, dict):
+        raise HardwareProfileError(f"{r.where}: runtime.copy_fixed_ns must be a table of "
+                                   "op type -> ns")
+    return {op: r.non_negative(table, op, "runtime.copy_fixed_ns", 0.0) for op in table}
 
 
 def _copy_gbps(r: _Reader, table: Any) -> dict[str, float]:

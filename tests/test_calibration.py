@@ -806,15 +806,17 @@ def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     data = _calibration(denormal_factor=120.0, transcendental_flops=3.0,
                         cold_weight_gbps=17.0, copy_run_ns=9.0, norm_row_ns=14.0,
                         copy_element_ns=2.0, cold_line_ns=18.0, cold_kernel_us=1.0,
-                        run_call_us=2.2).to_dict()
+                        run_call_us=2.2, copy_fixed_ns={"Slice": 150.0},
+                        copy_part_ns=100.0).to_dict()
     runtime = apply_calibration(host_profile(1), Calibration.from_dict(data)).runtime
     assert runtime == Runtime(ORT_CPU, transcendental_flops=3.0, copy_run_ns=9.0,
                               cold_weight_gbps=17.0, denormal_factor=120.0, norm_row_ns=14.0,
                               copy_element_ns=2.0, cold_line_ns=18.0, cold_kernel_us=1.0,
-                              run_call_us=2.2)
+                              run_call_us=2.2, copy_fixed_ns={"Slice": 150.0},
+                              copy_part_ns=100.0)
     for key in ("denormal_factor", "transcendental_flops", "cold_weight_gbps", "copy_run_ns",
                 "norm_row_ns", "copy_element_ns", "cold_line_ns", "cold_kernel_us",
-                "run_call_us"):
+                "run_call_us", "copy_fixed_ns", "copy_part_ns"):
         del data[key]
     for point in data["points"]:
         del point["transcendental"], point["pass_flops"], point["pass_transcendental"]
@@ -823,6 +825,7 @@ def test_an_old_file_reads_the_factors_it_lacks_as_neutral(cache: Path) -> None:
     assert old.denormal_factor == old.transcendental_flops == 1.0
     assert old.cold_weight_gbps == old.copy_run_ns == old.norm_row_ns == 0.0  # nothing added
     assert old.copy_element_ns == old.cold_line_ns == old.cold_kernel_us == old.run_call_us == 0.0
+    assert old.copy_fixed_ns == {} and old.copy_part_ns == 0.0
     assert all(p.runs == p.rows == p.elements == 0 for p in old.points)
     assert apply_calibration(host_profile(1), old).runtime == Runtime(ORT_CPU)
 
@@ -842,6 +845,64 @@ def test_a_run_calls_fixed_cost_is_added_once_to_the_model_in_no_group(cache: Pa
     assert a.groups == b.groups and len(a.groups) == 2
     assert b.latency_s - a.latency_s == pytest.approx(2.2e-6, rel=1e-9)
     assert b.energy_j - a.energy_j == pytest.approx(a.profile.static_w * 2.2e-6, rel=1e-9)
+
+
+def test_copy_fixed_costs_are_recovered_from_chain_timings() -> None:
+    """The catalogue's copy chains timed by hand from known costs (ns: a run call 2000, a
+    kernel 150, beyond it Slice 160, Gather 360, Expand 120, Split and Concat 100 each, 110 a
+    part beyond the first, each step's bytes 5): fit_copy_fixed finds them, the bytes left in;
+    without the Split chains, no Split or Concat cost and no part cost."""
+    kernel, step_ns = 150.0, {"Slice": 160.0 + 150, "Gather": 360.0 + 150,
+                              "Expand": 120.0 + 150 + 160 + 150}
+    samples = {}
+    for bench in catalogue.copy_chains():
+        family, steps = bench.name.split(catalogue.CHAIN)[0], int(bench.name.split()[2])
+        parts = int(bench.name.split(" x")[1]) if family == "Split" else 0
+        ns = step_ns.get(family, 2 * (kernel + 100.0 + 110.0 * (parts - 1)))
+        samples[bench.name] = (2000.0 + steps * (ns + 5.0)) * 1e-9
+    fixed, part = fit.fit_copy_fixed(samples, kernel * 1e-9)
+    assert fixed == pytest.approx({"Slice": 165.0, "Gather": 365.0, "Expand": 120.0,
+                                   "Split": 102.5, "Concat": 102.5})
+    assert part == pytest.approx(110.0)
+    no_split = {k: v for k, v in samples.items() if not k.startswith("Split")}
+    assert fit.fit_copy_fixed(no_split, kernel * 1e-9) == (
+        pytest.approx({"Slice": 165.0, "Gather": 365.0, "Expand": 120.0}), 0.0)
+
+
+def test_a_lone_copy_kernel_pays_its_calibrated_fixed_cost(cache: Path,
+                                                            tmp_path: Path) -> None:
+    """A Split into 3, a Concat of the 3 reversed, a Slice and a Gather, which ORT's optimized
+    graph keeps as kernels of their own: the estimate with copy_fixed_ns and copy_part_ns is
+    the one without plus each op's fixed cost and 2 parts each for the Split and the Concat,
+    every other group unchanged."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    consts = [helper.make_tensor(name, i64, [len(v)], v) for name, v in (
+        ("sizes", [32, 32, 64]), ("zero", [0]), ("end", [100]), ("one", [1]),
+        ("perm", list(range(99, -1, -1))))]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("Split", ["r", "sizes"], ["a", "b", "c"], axis=1),
+         helper.make_node("Concat", ["c", "b", "a"], ["j"], axis=1),
+         helper.make_node("Slice", ["j", "zero", "end", "one"], ["s"]),
+         helper.make_node("Gather", ["s", "perm"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", f, [1, 128])],
+        [helper.make_tensor_value_info("y", f, [1, 100])], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    kept = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+    assert kept == ["Relu", "Split", "Concat", "Slice", "Gather"]
+    result = onnxlens.analyze(model)
+    fixed = {"Split": 90.0, "Concat": 80.0, "Slice": 150.0, "Gather": 350.0, "Expand": 1e6}
+    without, with_fixed = (_calibration(copy_fixed_ns=costs, copy_part_ns=part)
+                           for costs, part in (({}, 0.0), (fixed, 100.0)))
+    a, b = (result.estimate(apply_calibration(host_profile(1), cal), None, cal.efficiency)
+            for cal in (without, with_fixed))
+    added = {g.nodes[0]: b.groups[g.id].latency_s - a.groups[g.id].latency_s
+             for g in result.groups}
+    assert added == pytest.approx({"Relu_0": 0.0, "Split_1": 290e-9, "Concat_2": 280e-9,
+                                   "Slice_3": 150e-9, "Gather_4": 350e-9}, abs=1e-15)
 
 
 def test_the_denormal_factor_is_measured() -> None:

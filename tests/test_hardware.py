@@ -70,7 +70,8 @@ def test_a_calibrated_runtime_round_trips_through_toml(tmp_path: Path) -> None:
                       cold_weight_gbps=16.0, denormal_factor=3.5, norm_row_ns=14.0,
                       copy_element_ns=2.2, cold_line_ns=18.0, cold_kernel_us=1.1,
                       per_call_classes=frozenset({"dequantize", "quantize"}),
-                      copy_gbps={"reorder": 87.0, "blocked_transpose": 53.0})
+                      copy_gbps={"reorder": 87.0, "blocked_transpose": 53.0},
+                      copy_fixed_ns={"Slice": 159.0, "Split": 98.0}, copy_part_ns=118.0)
     hw = dataclasses.replace(load_profile("xeon_8480"), runtime=runtime)
     path = tmp_path / "xeon_8480.toml"
     path.write_text(profile_to_toml(hw), encoding="utf-8")

@@ -164,6 +164,10 @@ class Kernel:
     # The peak its MACs run at where not its group's precision's (an int8 group that ORT runs
     # as DequantizeLinear, a float32 Conv and QuantizeLinear: `ort_cpu._unfused_kernels`).
     peak: str | None = None
+    # A lone copy node's op type and its parts beyond the first (Split's outputs, Concat's
+    # inputs), whose fixed cost a calibration measured (`Runtime.copy_fixed_s`).
+    op: str = ""
+    parts: int = 0
 
 
 class KernelShape(TypedDict, total=False):

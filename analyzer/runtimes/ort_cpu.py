@@ -1414,6 +1414,22 @@ def depthwise_filter_lines(channels: int, taps: int, block: int) -> int:
     return -(-_padded(channels, block) * taps * 4 // CACHE_LINE_BYTES)
 
 
+# Copy ops whose kernels' fixed cost a calibration measures (`fit.fit_copy_fixed`).
+COPY_OPS = frozenset({"Slice", "Gather", "Expand", "Split", "Concat"})
+
+
+def lone_copy(mg: ModelGraph, k: Kernel) -> Kernel:
+    """`k` with its op and parts (`Kernel.op`, `Kernel.parts`) where it is one launched node of
+    COPY_OPS: a Split's outputs, a Concat's inputs beyond the first."""
+    if len(k.nodes) != 1 or not k.launches:
+        return k
+    info = mg.info(k.nodes[0])
+    if info.op_type not in COPY_OPS:
+        return k
+    tensors = {"Split": info.outputs, "Concat": info.inputs}.get(info.op_type, ())
+    return replace(k, op=info.op_type, parts=max(len(tensors) - 1, 0))
+
+
 def nchwc_block(hw: HardwareProfile) -> int:
     """Channels per block of ORT's NCHWc layout: one fp32 vector of the CPU (8 with AVX2, 16
     with AVX-512; 8 where the profile does not give its vector width)."""
@@ -1461,7 +1477,7 @@ class OrtCpu:
                         for t in layout_changes(k, have)]
                 if share := max((denormal.get(n, 0.0) for n in k.nodes), default=0.0):
                     k = replace(k, denormal_share=share)
-                k = cold_filter_lines(mg, cold_start(k, cold), block)
+                k = lone_copy(mg, cold_filter_lines(mg, cold_start(k, cold), block))
                 run += [*bias_broadcast(mg, k), *hard_swish_products(mg, k)]
                 if k.open_sum:
                     open_sums.update((t.name, k) for t in k.outputs

@@ -457,9 +457,61 @@ def _ort_only() -> list[Bench]:
 
 def chain(length: int) -> Bench:
     """`length` Relu kernels on 16 floats: almost nothing but per-kernel overhead."""
-    return Bench(f"Relu chain {length}", lambda: _model(
+    return Bench(f"Relu{CHAIN}{length}", lambda: _model(
         [helper.make_node("Relu", ["X" if i == 0 else f"t{i}"], [f"t{i + 1}"])
          for i in range(length)], [("X", (16,))], (f"t{length}", (16,))), 0, 0.0)
+
+
+# Chains of small copies, whose slope is a copy kernel's cost inside a graph
+# (`fit.fit_copy_fixed`): each at two step counts, on COPY_CHAIN_FLOATS floats (a decode step's
+# hidden size), Split and Concat with COPY_CHAIN_PARTS parts each.
+CHAIN = " chain "  # in every chain benchmark's name: a point of none
+COPY_CHAIN_STEPS = (4, 20)
+COPY_CHAIN_FLOATS = 128
+COPY_CHAIN_PARTS = (2, 4, 8)
+COPY_FAMILIES = ("Slice", "Gather", "Expand", "Split")
+
+
+def copy_chain(family: str, steps: int, parts: int = 2) -> Bench:
+    """`steps` steps of a small copy on COPY_CHAIN_FLOATS floats, each feeding the next:
+    "Slice" drops one element; "Gather" permutes the elements; "Expand" doubles the rows and
+    a Slice takes one back; "Split" splits into `parts` and a Concat joins them reversed."""
+    n = COPY_CHAIN_FLOATS
+
+    def build() -> onnx.ModelProto:
+        consts = [numpy_helper.from_array(np.asarray(v, np.int64), name) for name, v in (
+            ("one", [1]), ("zero", [0]), ("rows", [2, n]),
+            ("sizes", [n // parts] * parts), ("perm", _RNG.permutation(n)))]
+        nodes, width = [], n + steps if family == "Slice" else n
+        for i in range(steps):
+            x, y = f"t{i}", f"t{i + 1}"
+            nodes += _copy_step(family, x, y, i, width - i, parts, consts)
+        return _model(nodes, [("t0", (1, width))], (f"t{steps}", (1, n)), consts)
+    name = f"{family}{CHAIN}{steps}" + (f" x{parts}" if family == "Split" else "")
+    return Bench(name, build, 0, 0.0)
+
+
+def _copy_step(family: str, x: str, y: str, i: int, width: int, parts: int,
+               consts: list[TensorProto]) -> list[onnx.NodeProto]:
+    """One step of `copy_chain` from `x` ([1, width]) to `y`."""
+    if family == "Slice":
+        consts.append(numpy_helper.from_array(np.asarray([width - 1], np.int64), f"end{i}"))
+        return [helper.make_node("Slice", [x, "zero", f"end{i}", "one"], [y])]
+    if family == "Gather":
+        return [helper.make_node("Gather", [x, "perm"], [y], axis=1)]
+    if family == "Expand":
+        return [helper.make_node("Expand", [x, "rows"], [f"e{i}"]),
+                helper.make_node("Slice", [f"e{i}", "zero", "one", "zero"], [y])]
+    pieces = [f"p{i}_{j}" for j in range(parts)]
+    return [helper.make_node("Split", [x, "sizes"], pieces, axis=1),
+            helper.make_node("Concat", pieces[::-1], [y], axis=1)]
+
+
+def copy_chains() -> list[Bench]:
+    """`copy_chain` of each family at both step counts, Split's at each part count."""
+    return [copy_chain(family, steps, parts) for steps in COPY_CHAIN_STEPS
+            for family in COPY_FAMILIES
+            for parts in (COPY_CHAIN_PARTS if family == "Split" else (2,))]
 
 
 SQUARE_GEMM = matmul(1024, 1024, 1024, 2)
@@ -779,7 +831,7 @@ def _native_decoder() -> list[Bench]:
 
 def benchmarks(backend: str = ORT_CPU) -> list[Bench]:
     """The whole set `backend` is calibrated on, coarse tier first; names are unique."""
-    out = [chain(n) for n in CHAIN_LENGTHS]
+    out = [chain(n) for n in CHAIN_LENGTHS] + (copy_chains() if backend == ORT_CPU else [])
     for family in (_gemms, _convolutions, _depthwise, _vector, _movement_and_attention,
                    _quantized):
         out += family()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 
@@ -33,7 +33,7 @@ from ...analyzer.hardware import (
     load_profile,
 )
 from ...analyzer.host import detect_cpu, host_profile, replace_measured
-from .catalogue import CAPPED, SQUARE_GEMM
+from .catalogue import CAPPED, CHAIN, COPY_CHAIN_PARTS, COPY_CHAIN_STEPS, SQUARE_GEMM
 
 # Without MACs (`fit_vector`), a benchmark is informative on efficiency only if memory takes
 # less than this share of it (bandwidths and the curve are fitted in turn, each on its own).
@@ -169,6 +169,41 @@ def fit_copy_rates(points: Sequence[Point]) -> dict[str, float]:
         if mine:
             out[cls] = sum(p.bytes for p in mine) / sum(p.seconds for p in mine) / 1e9
     return out
+
+
+def fit_copy_fixed(samples: Mapping[str, float], kernel_s: float
+                   ) -> tuple[dict[str, float], float]:
+    """A small copy kernel's fixed cost inside a graph, beyond a kernel's overhead (`kernel_s`,
+    the Relu chains' slope), in ns per op type, and what Split and Concat pay per part (output
+    or input) beyond their first, from the run times of `catalogue.copy_chain`'s chains
+    (`samples`, by name). A chain's step costs s = (t(long) - t(short)) / (long - short)
+    steps, the run call and the graph's ends cancelling; each step's kernels k·kernel_s; its
+    bytes (a few hundred, ~5 ns in L1) are left in. Slice, Gather: s - kernel_s. Expand:
+    s - 2·kernel_s - Slice's (its step ends in a Slice). Split and Concat: a line through s
+    over their parts p, s(p) = 2·kernel_s + Split + Concat + 2·part·(p - 1), each half the
+    fixed sum (one chain cannot tell them apart). Measured (ORT 1.31, Zen 5, 1 thread, 128
+    floats, kernel 152 ns): Slice 159, Gather 364, Expand 115, Split and Concat 102 each,
+    108 a part; one-op graphs of them had read 420-490 ns alone, an estimate of ~170.
+    A family without both step counts is left out; none: ({}, 0), nothing added."""
+    short, long = COPY_CHAIN_STEPS
+
+    def step_s(family: str, parts: str = "") -> float | None:
+        a, b = (samples.get(f"{family}{CHAIN}{n}{parts}") for n in (short, long))
+        return None if a is None or b is None else (b - a) / (long - short)
+
+    fixed: dict[str, float] = {}
+    for op in ("Slice", "Gather"):
+        if (s := step_s(op)) is not None:
+            fixed[op] = s - kernel_s
+    if (s := step_s("Expand")) is not None and "Slice" in fixed:
+        fixed["Expand"] = s - 2 * kernel_s - fixed["Slice"]
+    split = {p: s for p in COPY_CHAIN_PARTS if (s := step_s("Split", f" x{p}")) is not None}
+    part_s = 0.0
+    if len(split) >= 2:
+        intercept, slope = fit_line(list(split), list(split.values()))
+        part_s = max(slope / 2, 0.0)
+        fixed["Split"] = fixed["Concat"] = (intercept + slope - 2 * kernel_s) / 2
+    return {op: max(s, 0.0) * 1e9 for op, s in fixed.items()}, part_s * 1e9
 
 
 def capped_pairs(points: Sequence[Point]) -> list[tuple[Point, Point]]:

@@ -45,9 +45,11 @@ from ..ort_timing import (
     time_session,
 )
 from .catalogue import (
+    CHAIN,
     COLD_CHAINS,
     COLD_FILTER_CHAINS,
     FLUSH,
+    Bench,
     benchmarks,
     chain,
     conv_chain,
@@ -55,7 +57,7 @@ from .catalogue import (
     flushed,
     value_info,
 )
-from .fit import cold_weight_rate, fit, fit_line
+from .fit import cold_weight_rate, fit, fit_copy_fixed, fit_line
 
 # ORT's NCHWc layout changes around a lone Conv or pool: not part of the op's own time.
 LAYOUT_KERNELS = ("ReorderInput", "ReorderOutput")
@@ -256,12 +258,9 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
             seconds = timers[bench.name](min_time_s)
             samples[bench.name] = min(seconds, samples.get(bench.name, seconds))
     timers.clear()  # the sessions and their buffers
-    chain = {len(models[b.name].graph.node): samples[b.name]
-             for b in benches if b.name.startswith("Relu chain") and b.name in samples}
-    fixed_s, kernel_s = fit_line(list(chain), list(chain.values()))
-    kernel_s = max(kernel_s, 0.0)
+    fixed_s, kernel_s, copy_ns, part_ns = _chain_fits(benches, models, samples)
     kernels = _kernels_of(backend, hw)
-    points = [p for b in benches if b.name in samples and not b.name.startswith("Relu chain")
+    points = [p for b in benches if b.name in samples and CHAIN not in b.name
               for p in [_point(b.name, models[b.name], samples[b.name], fixed_s, kernel_s,
                                kernels)] if p is not None]
     cal = fit(points, hw, threads, kernel_s)
@@ -287,7 +286,20 @@ def run_calibration(threads: int, *, budget_s: float = 100, progress: bool = Tru
                                backend=backend, denormal_factor=factor, cold_weight_gbps=cold,
                                cold_line_ns=line_ns, cold_kernel_us=kernel_us,
                                run_call_us=max(fixed_s, 0.0) * 1e6,
+                               copy_fixed_ns=copy_ns, copy_part_ns=part_ns,
                                profile=hw.key if backend in GPU_RUNTIMES else "")
+
+
+def _chain_fits(benches: list[Bench], models: dict[str, onnx.ModelProto],
+                samples: dict[str, float]) -> tuple[float, float, dict[str, float], float]:
+    """A run call's fixed cost and a kernel's overhead, the intercept and slope of the Relu
+    chains' run time over their length (the slope at least 0), and the copy kernels' fixed
+    costs from their chains (`fit_copy_fixed`)."""
+    chain = {len(models[b.name].graph.node): samples[b.name]
+             for b in benches if b.name.startswith(f"Relu{CHAIN}") and b.name in samples}
+    fixed_s, kernel_s = fit_line(list(chain), list(chain.values()))
+    kernel_s = max(kernel_s, 0.0)
+    return (fixed_s, kernel_s, *fit_copy_fixed(samples, kernel_s))
 
 
 def _base_profile(backend: str, profile: str | None, threads: int) -> HardwareProfile:
