@@ -20,7 +20,11 @@ The models are built from configs with random weights (nothing is downloaded) in
   (MatMulNBits), run at the builder's
   named dims pinned as `--dim` pins them: prefill of 128 tokens (past_sequence_length 0) and
   one decode step at context 512 (past 511 + 1 new). Building them needs onnxruntime-genai
-  importable: `PYTHONPATH=/tmp/genai_pkg`.
+  importable: `PYTHONPATH=/tmp/genai_pkg`;
+- Hugging Face causal LMs exported by dynamo with their KV cache (`past_key_values.N.key/value`
+  in, `present.N.*` out; `tests/hf_models.export_with_cache`), fp32, the same two phases: a
+  Llama of the HF rows' size (6 KV heads, vocabulary 4096; rows `hfllama-*`) and a new user's
+  tiny multi-query GPTBigCode (hidden 128, 4 heads, 2 layers, vocabulary 1024; `hfbigcode-*`).
 
 Measured and estimated as `estimate_accuracy.py` does for torchvision (its helpers: the
 calibration of this host at `--threads`, ORT's CPU provider at that many threads, the
@@ -77,6 +81,17 @@ DECODERS = {  # row prefix -> (folder, config, precisions)
         num_attention_heads=8, num_key_value_heads=2, head_dim=32, sliding_window=64,
         num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=1024), ("fp32",)),
 }
+# Hugging Face causal LMs exported by torch's dynamo exporter with their KV cache
+# (`tests/hf_models.export_with_cache`), fp32: a grouped-query Llama of the HF rows' size and a
+# new user's tiny multi-query GPTBigCode, whose decode step is mostly kernels of a few microseconds.
+HF_DECODERS = {  # row prefix -> config
+    "hfllama": transformers.LlamaConfig(
+        vocab_size=4096, hidden_size=HF_HIDDEN, intermediate_size=2048,
+        num_hidden_layers=HF_LAYERS, num_attention_heads=HF_HEADS,
+        num_key_value_heads=HF_HEADS // 2, max_position_embeddings=2048),
+    "hfbigcode": transformers.GPTBigCodeConfig(
+        vocab_size=1024, n_embd=128, n_layer=2, n_head=4, n_positions=2048, multi_query=True),
+}
 TARGETS = {"seq128": 0.15, "prefill": 0.15, "decode": 0.25}
 
 
@@ -98,13 +113,27 @@ def hf_model(name: str, models: Path) -> Path:
     return path
 
 
-def genai_model(decoder: str, precision: str, models: Path) -> Path:
+def decoder_model(decoder: str, precision: str, models: Path) -> Path:
+    if decoder in HF_DECODERS:
+        return hf_decoder(decoder, models)
     folder, config, precisions = DECODERS[decoder]
     path = models / folder / precision / "model.onnx"
     if not path.exists():
         from make import build
 
         build(config, models / folder, precisions)
+    return path
+
+
+def hf_decoder(decoder: str, models: Path) -> Path:
+    path = models / f"{decoder}-kv.onnx"
+    if not path.exists():
+        import torch
+        from hf_models import export_with_cache
+
+        torch.manual_seed(0)
+        export_with_cache(transformers.AutoModelForCausalLM.from_config(HF_DECODERS[decoder]),
+                          path)
     return path
 
 
@@ -142,14 +171,16 @@ def cases(names: list[str], models: Path) -> list[Case]:
             out.append(Case(name, hf_model(name, models), None, "seq128"))
         else:  # <decoder>-<precision>-<phase>
             decoder, precision, kind = name.split("-")
-            path = genai_model(decoder, precision, models)
+            path = decoder_model(decoder, precision, models)
             out.append(Case(name, path, phase_dims(path, kind), kind))
     return out
 
 
-ROWS = ("gpt2", "bert", "llama", *(f"{d}-{p}-{k}" for d, (_, _, precisions) in DECODERS.items()
-                                    for p in precisions
-                                    for k in ("prefill", "decode")))
+PHASES = ("prefill", "decode")
+ROWS = ("gpt2", "bert", "llama",
+        *(f"{d}-{p}-{k}" for d, (_, _, precisions) in DECODERS.items()
+          for p in precisions for k in PHASES),
+        *(f"{d}-fp32-{k}" for d in HF_DECODERS for k in PHASES))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         roof_s = rooflines[c.name]
         error, naive_error = est_s / meas_s - 1, naive_s / meas_s - 1
         target = TARGETS[c.kind]
-        print(f"{c.name:20s} {groups:6d} {meas_s * 1e3:9.2f} {est_s * 1e3:9.2f} {error:+7.1%} "
-              f"{naive_s * 1e3:8.2f} {naive_error:+7.1%} {roof_s * 1e3:8.2f} "
+        print(f"{c.name:20s} {groups:6d} {meas_s * 1e3:9.3f} {est_s * 1e3:9.3f} {error:+7.1%} "
+              f"{naive_s * 1e3:8.3f} {naive_error:+7.1%} {roof_s * 1e3:8.3f} "
               f"{roof_s / meas_s - 1:+7.1%} {target:7.0%} "
               f"{'yes' if abs(error) <= target and not unknown else 'no':>4s}   rounds "
               + " ".join(f"{t * 1e3:.2f}" for t in rounds[c.name])

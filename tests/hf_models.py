@@ -69,3 +69,46 @@ def export(name: str, path: Path, *, layers: int, hidden: int, seq: int,
             torch.onnx.export(_Hidden(model, FORWARD[name]), (ids, mask), str(path),
                               dynamo=False, input_names=names)
     return path
+
+
+class _WithCache(torch.nn.Module):
+    """A causal LM's step as an LLM export has it: (input_ids, attention_mask, past K/V of every
+    layer) -> (logits, present K/V of every layer), the cache in transformers' DynamicCache."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model, self.layers = model, model.config.num_hidden_layers
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor,
+                past: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        cache = transformers.DynamicCache(config=self.model.config)
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                         use_cache=True)
+        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *present)
+
+
+def export_with_cache(model: torch.nn.Module, path: Path) -> Path:
+    """A causal LM exported by dynamo with its KV cache as inputs and outputs named as
+    Hugging Face's optimum names them (`past_key_values.N.key/value`, `present.N.key/value`),
+    dims `sequence_length`, `past_sequence_length` and `total_sequence_length` symbolic."""
+    step = _WithCache(model.eval())
+    probe = model(input_ids=torch.zeros(1, 1, dtype=torch.int64), use_cache=True)
+    keys = probe.past_key_values.layers[0].keys  # [batch, kv heads, tokens, head dim]
+    past = [torch.randn(1, keys.shape[1], 4, keys.shape[3]) for _ in range(2 * step.layers)]
+    slots = [f"{i}.{kv}" for i in range(step.layers) for kv in ("key", "value")]
+    new, old = torch.export.Dim("sequence_length", max=4096), torch.export.Dim(
+        "past_sequence_length", max=4096)
+    shapes = {"ids": {1: new}, "mask": {1: torch.export.Dim("total_sequence_length", max=8192)},
+              "past": [{2: old} for _ in past]}
+    ids = torch.randint(0, model.config.vocab_size, (1, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(step, (ids, torch.ones(1, 12, dtype=torch.int64), past), str(path),
+                          dynamo=True, dynamic_shapes=shapes, external_data=False,
+                          input_names=["input_ids", "attention_mask",
+                                       *(f"past_key_values.{s}" for s in slots)],
+                          output_names=["logits", *(f"present.{s}" for s in slots)])
+    return path

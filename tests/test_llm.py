@@ -257,3 +257,28 @@ def test_the_html_report_has_the_llm_view(decoder: str) -> None:
     crafted["llm"]["sliding_window"] = [{"layers": "<b>x</b>", "window": 4}]
     page = render_html(crafted)
     assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt; layer(s)" in page
+
+
+def test_a_hugging_face_export_with_its_cache(tmp_path) -> None:
+    """transformers' Llama (GQA: 4 query heads, 2 KV heads of 16) exported by dynamo with its
+    DynamicCache as inputs and outputs, as `benchmarks/llm_accuracy.py`'s hfllama rows are:
+    the LLM view reads its KV heads, its steps' MACs are the hand count from the config, and
+    each layer is one attention group."""
+    import transformers
+    from hf_models import export_with_cache
+
+    from onnxlens.analyzer.fusion import ATTENTION
+
+    torch.manual_seed(0)
+    mlp = 2 * HIDDEN
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=mlp, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=256))
+    path = export_with_cache(model, tmp_path / "llama.onnx")
+    result = analyze(path, prompt_len=8, context_len=32)
+    assert result.llm["kv_cache_bytes_per_token"] == 2 * LAYERS * KV_HEADS * HEAD_DIM * 4
+    swiglu = 3 * HIDDEN * mlp  # gate, up and down projections a token
+    assert result.llm["prefill"]["macs"] == _matmul_macs(new=8, past=0) + LAYERS * 8 * swiglu
+    assert result.llm["decode"]["macs"] == _matmul_macs(new=1, past=31) + LAYERS * swiglu
+    decode = analyze(path, dims=decode_dims(kv_layout(result.declared_inputs), 32))
+    assert sum(ATTENTION in g.pattern for g in decode.groups) == LAYERS
