@@ -38,6 +38,10 @@ class ThreadPool {
   // whose every chunk packs the whole operand it does not split asks for one chunk a thread,
   // so that the operand is packed once a thread, not once a chunk.
   int64_t chunk_for(int64_t total, int64_t align = 1, int64_t per_thread = 4) const;
+  // Wakes sleeping workers without a job, to spin for the next one: a run calls it before it
+  // copies its inputs in, so that the OS's wake-up (about a millisecond on a loaded host)
+  // overlaps that copy instead of delaying the first parallel kernel.
+  void wake();
 
   static constexpr int64_t kMinParallelWork = 1 << 15;
 
@@ -53,6 +57,7 @@ class ThreadPool {
   std::atomic<uint64_t> open_{0};        // the number of the job workers may join, 0: none
   std::atomic<bool> stop_{false};
   std::atomic<int> sleepers_{0};
+  std::atomic<uint64_t> wakes_{0};  // calls to wake() that found a sleeper
   // The open job: written by the calling thread while no worker is active, read by workers
   // that joined it (open_ names it).
   const RangeFn* fn_ = nullptr;

@@ -181,6 +181,7 @@ void Executor::run(const std::vector<const void*>& inputs, const std::vector<voi
     throw RunError(cat("expected ", plan_.inputs.size(), " inputs and ", plan_.outputs.size(),
                        " outputs"));
   }
+  pool_.wake();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = tensors_[static_cast<size_t>(plan_.inputs[i])];
     std::memcpy(t.data, inputs[i], static_cast<size_t>(t.nbytes));

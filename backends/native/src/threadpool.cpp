@@ -81,6 +81,13 @@ void ThreadPool::for_range(int64_t total, int64_t chunk, const RangeFn& f, int64
   wait_until([&] { return active_.load() == 0; });
 }
 
+void ThreadPool::wake() {
+  if (sleepers_.load() == 0) return;  // a worker about to sleep misses this: harmless
+  wakes_.fetch_add(1);
+  { std::lock_guard<std::mutex> lock(mutex_); }  // a sleeper between its check and its wait
+  wake_.notify_all();
+}
+
 void ThreadPool::drain(int tid) {
   for (;;) {
     const int64_t begin = next_.fetch_add(chunk_);
@@ -94,15 +101,16 @@ void ThreadPool::drain(int tid) {
 void ThreadPool::worker(int tid) {
   uint64_t seen = 0;
   for (;;) {
-    const auto until = std::chrono::steady_clock::now() + kSpin;
+    auto until = std::chrono::steady_clock::now() + kSpin;
     for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
       relax();
       if ((i & 255) == 255 && std::chrono::steady_clock::now() >= until) {
+        const uint64_t woken = wakes_.load();
         std::unique_lock<std::mutex> lock(mutex_);
         sleepers_.fetch_add(1);
-        wake_.wait(lock, [&] { return generation_.load() != seen; });
+        wake_.wait(lock, [&] { return generation_.load() != seen || wakes_.load() != woken; });
         sleepers_.fetch_sub(1);
-        break;
+        until = std::chrono::steady_clock::now() + kSpin;  // a job, or wake(): spin for one
       }
     }
     if (stop_.load()) return;
