@@ -51,6 +51,10 @@ struct GemmB {
   const Im2col* im2col = nullptr;
   const float* p = nullptr;
   int64_t rs = 0, cs = 0;
+  // A strided B with contiguous rows read in place by the micro-kernel, panel by panel (a
+  // partial last panel of a block packed), where it is packed block by block; only when
+  // gemm_reads_b_in_place and C's columns are not scattered.
+  bool in_place = false;
 };
 
 // C(i, j) lives at p[i * ldc + (col_off ? col_off[j] : j)].
@@ -73,6 +77,9 @@ int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue,
 
 // Whether gemm() reads a strided A (A(i, k) = p[i * rs + k * cs]) in place, unpacked.
 bool gemm_reads_a_in_place(int64_t rs, int64_t cs);
+
+// Whether gemm() reads a strided B (B(k, j) = p[k * rs + j * cs]) with in_place set in place.
+bool gemm_reads_b_in_place(int64_t rs, int64_t cs);
 
 // The floats a strided M x K A packed once takes, when worth it: when it is not read in
 // place, B is wider than one column block (else A is packed once anyway) and A is at most

@@ -95,11 +95,14 @@ struct SimdKernels {
   // epilogue `e` if not null; only C's rows [0, m) (2 <= m <= mr: the SIMD kernels compute
   // only those) and columns [0, n) (1 <= n <= nr) are read and written, and the epilogue's
   // column bias and residual read only there. A(i, k) is a packed panel's a[k * mr + i] when
-  // lda is 0, else a[i * lda + k], read in place (rows [0, m) only).
-  void (*gemm_ukernel)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
-                       int64_t ldc, bool acc, const TileEpilogue* e, int64_t n, int64_t m);
-  // The same for n <= kNarrowCols columns (B's panel still nr wide), column by column: the
-  // columns past a tile's whole vectors of nr / 2 (gemm.cpp `columns`).
+  // lda is 0, else a[i * lda + k], read in place (rows [0, m) only). B(k, j) = b[k * ldb + j]:
+  // a packed panel (ldb = nr) or, when A is packed, nr contiguous columns of a row-major B
+  // read in place (all nr columns are read).
+  void (*gemm_ukernel)(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb,
+                       float* c, int64_t ldc, bool acc, const TileEpilogue* e, int64_t n,
+                       int64_t m);
+  // The same for n <= kNarrowCols columns (B a packed panel, still nr wide), column by
+  // column: the columns past a tile's whole vectors of nr / 2 (gemm.cpp `columns`).
   void (*gemm_ucols)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
                      int64_t ldc, bool acc, const TileEpilogue* e, int64_t n, int64_t m);
   // out[0, nr) = A_row[kc]^T B_panel[kc x nr], A_row[k] = a[k * as]: one row of a tile (a

@@ -57,14 +57,15 @@ inline TileEpilogue tile_epilogue(const GemmC& c, int64_t i, int64_t j) {
 // The micro-kernel over m rows and n columns of a tile: the columns past its whole vectors
 // (nr / 2 wide), when they are few, run narrow (gemm_ucols) instead of as a whole vector.
 void columns(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, const float* bp,
-             float* c, int64_t ldc, bool acc, const TileEpilogue* e, int64_t n, int64_t m) {
+             int64_t ldb, float* c, int64_t ldc, bool acc, const TileEpilogue* e, int64_t n,
+             int64_t m) {
   const int64_t narrow = n % (s.nr / 2);
   if (narrow == 0 || narrow > kNarrowCols) {
-    s.gemm_ukernel(kc, ap, lda, bp, c, ldc, acc, e, n, m);
+    s.gemm_ukernel(kc, ap, lda, bp, ldb, c, ldc, acc, e, n, m);
     return;
   }
   const int64_t wide = n - narrow;
-  if (wide > 0) s.gemm_ukernel(kc, ap, lda, bp, c, ldc, acc, e, wide, m);
+  if (wide > 0) s.gemm_ukernel(kc, ap, lda, bp, ldb, c, ldc, acc, e, wide, m);
   TileEpilogue shifted{};
   if (e) {
     shifted = *e;
@@ -75,10 +76,11 @@ void columns(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, con
 }
 
 // One micro-tile at C(i, j) of m x n valid elements, A a packed panel (lda 0) or read in
-// place; the last K block also runs a fast epilogue.
+// place, B a packed panel (ldb nr) or read in place; the last K block also runs a fast
+// epilogue.
 void tile(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, const float* bp,
-          const GemmC& c, int64_t i, int64_t j, int64_t m, int64_t n, bool acc, bool last,
-          float* buf) {
+          int64_t ldb, const GemmC& c, int64_t i, int64_t j, int64_t m, int64_t n, bool acc,
+          bool last, float* buf) {
   TileEpilogue e{};
   const bool fused = last && c.fast != nullptr;
   if (m > 1) {
@@ -91,8 +93,8 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, const 
       int64_t t1 = contiguous(c, j + t0, n - t0) ? n : t0 + 1;  // the whole rest, usually
       while (t1 < n && contiguous(c, j + t0, t1 - t0 + 1)) ++t1;
       if (fused) e = tile_epilogue(c, i, j + t0);
-      columns(s, kc, ap, lda, bp + t0, c_at(c, i, j + t0), c.ldc, acc, fused ? &e : nullptr,
-              t1 - t0, m);
+      columns(s, kc, ap, lda, bp + t0, ldb, c_at(c, i, j + t0), c.ldc, acc,
+              fused ? &e : nullptr, t1 - t0, m);
       t0 = t1;
     }
     return;
@@ -164,6 +166,12 @@ bool gemm_reads_a_in_place(int64_t rs, int64_t cs) {
   return cs == 1 && rs > 0 && rs % 1024 != 0;
 }
 
+// B's rows read in place, nr columns of a panel at a time (a 1x1 convolution's input planes),
+// under the same guard against one L1 set as A's.
+bool gemm_reads_b_in_place(int64_t rs, int64_t cs) {
+  return gemm_reads_a_in_place(rs, cs);
+}
+
 int64_t gemm_a_once_floats(const SimdKernels& s, int64_t M, int64_t K, int64_t N, int64_t rs,
                            int64_t cs) {
   if (gemm_reads_a_in_place(rs, cs)) return 0;
@@ -220,6 +228,10 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
   // block by K block.
   const bool in_place = !a.packed && gemm_reads_a_in_place(a.rs, a.cs);
   const bool once = a.pack_once && !a.packed && !in_place && K > 0;
+  // Whole panels in place: no narrow columns (gemm_ucols) and, with M % mr != 1, no tile of
+  // one row (gemv_panel), which read packed panels only; and A packed.
+  const bool b_in_place = b.in_place && gemm_reads_b_in_place(b.rs, b.cs) &&
+                          c.col_off == nullptr && !in_place && M % s.mr != 1;
   const int64_t once_rows = round_up(m1 - m0, s.mr);
   const Buffers buf = carve(s, workspace + (a.pack_once ? round_up(M, s.mr) * K : 0));
   if (once) {
@@ -240,6 +252,10 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
       const float* bp = buf.b;
       if (b.packed) {
         bp = packed_block(*b.packed, pc, kc, jc, s.nr);
+      } else if (b_in_place) {
+        bp = b.p + pc * b.rs + jc;
+        // Only the block's last panel when it is partial, so that no load passes B's end.
+        if (nc % s.nr) s.pack_b(bp + nc / s.nr * s.nr, b.rs, 1, kc, nc % s.nr, buf.b);
       } else if (b.im2col) {
         s.pack_im2col(*b.im2col, pc, kc, jc, nc, buf.b);
       } else {
@@ -259,13 +275,17 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
           s.pack_a(a.p + ic * a.rs + pc * a.cs, a.rs, a.cs, mc, kc, buf.a);
         }
         for (int64_t jr = 0; jr < nc; jr += s.nr) {
-          const float* bpanel = bp + (jr / s.nr) * s.nr * kc;
           const int64_t n = std::min<int64_t>(s.nr, nc - jr);
+          const bool whole_in_place = b_in_place && n == s.nr;
+          const float* bpanel = whole_in_place ? bp + jr
+                                : b_in_place    ? buf.b
+                                                : bp + (jr / s.nr) * s.nr * kc;
+          const int64_t ldb = whole_in_place ? b.rs : s.nr;
           for (int64_t ir = 0; ir < mc; ir += s.mr) {
             const int64_t m = std::min<int64_t>(s.mr, mc - ir);
             const float* at = in_place ? ap + ir * a.rs : ap + (ir / s.mr) * s.mr * kc;
-            tile(s, kc, at, in_place ? a.rs : 0, bpanel, c, ic + ir, jc + jr, m, n, pc > 0,
-                 last, buf.tile);
+            tile(s, kc, at, in_place ? a.rs : 0, bpanel, ldb, c, ic + ir, jc + jr, m, n,
+                 pc > 0, last, buf.tile);
           }
         }
         if (last && c.fast == nullptr) epilogue(s, c, ic, ic + mc, jc, jc + nc, buf.epilogue);

@@ -1,6 +1,7 @@
 // Conv: depthwise convolutions run a direct kernel per channel; every other convolution is a
 // GEMM per group, W_g (M/g x C/g*kh*kw, packed once) times an implicit im2col of the input
-// whose columns are the output pixels of all images of the batch.
+// whose columns are the output pixels of all images of the batch; a 1x1 convolution of one
+// image at stride 1 without pads reads its input planes as that matrix, in place.
 #include <algorithm>
 
 #include "conv_geometry.h"
@@ -210,6 +211,9 @@ class ConvKernel : public XyKernel {
       }
     }
     tables_ = std::make_unique<Im2colTables>(g_, C / groups_, simd_.nr);
+    // A 1x1 convolution of one image, stride 1, no padding: its im2col is its input.
+    pointwise_ = g_.N == 1 && g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 &&
+                 g_.pt == 0 && g_.pl == 0 && g_.pb == 0 && g_.pr == 0;
     if (g_.N > 1) {  // images side by side as columns: column j is pixel j % ohw of image j / ohw
       const int64_t ohw = g_.OH * g_.OW, ncols = g_.N * ohw;
       col_off_.resize(static_cast<size_t>(ncols));
@@ -286,7 +290,14 @@ class ConvKernel : public XyKernel {
           a.packed = &packed_[static_cast<size_t>(gi)];
         }
         GemmB b;
-        b.im2col = &im;
+        if (pointwise_) {  // the group's input planes are B itself, K rows of ohw columns
+          b.p = x_.f32() + gi * cg * ohw;
+          b.rs = ohw;
+          b.cs = 1;
+          b.in_place = true;
+        } else {
+          b.im2col = &im;
+        }
         GemmC c;
         c.p = y_.f32() + gi * mg * ohw;
         c.ldc = ohw;
@@ -303,7 +314,7 @@ class ConvKernel : public XyKernel {
 
   Window2d g_{};
   int64_t groups_ = 1, M_ = 0;
-  bool depthwise_ = false, dw_fused_ = false;
+  bool depthwise_ = false, dw_fused_ = false, pointwise_ = false;
   EwProgram epilogue_;
   FastEpilogue fast_;
   const float* w_ = nullptr;
