@@ -8,6 +8,7 @@ portable path is checked here too.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -202,6 +203,7 @@ def test_conv_pointwise_reads_its_input_in_place(c: int, m: int, group: int, h: 
              helper.make_node("Relu", ["s"], ["y"])]
     check(model_of(nodes, {"x": x, "r": r}, weights, ["y"]), {"x": x, "r": r}, threads=threads)
 
+
 @pytest.mark.parametrize(("s", "pads"), [(2, [1, 1, 1, 1]), (1, [0, 0, 0, 0]), (2, [0, 1, 0, 1])])
 def test_conv_im2col_vectors_across_rows(s: int, pads: list[int]) -> None:
     # The implicit im2col reads each vector of a panel (16 lanes on AVX-512, 8 on AVX2) by its
@@ -339,6 +341,23 @@ def test_conv_two_threads(images: int, side: int) -> None:
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]
     check(model_of(nodes, feeds, weights, ["y"]), feeds, threads=2)
+
+
+def test_runs_after_the_workers_sleep() -> None:
+    """A 2-thread run after its pool's workers went to sleep (2 ms without a job), which
+    wake() rouses as the run starts, then its first parallel kernel's job: both runs of a
+    convolution (20x20: split by panels) equal onnx.reference, and neither hangs."""
+    rng = np.random.default_rng(3)
+    feeds = {"x": rand(rng, 1, 8, 20, 20)}
+    weights = {"w": rand(rng, 16, 8, 3, 3)}
+    model = model_of([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], feeds,
+                     weights, ["y"])
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    backend = NativeCpuBackend(2)
+    backend.prepare(model)
+    for _ in range(2):
+        time.sleep(0.02)
+        np.testing.assert_allclose(backend.run(feeds)["y"], want, rtol=1e-4, atol=1e-4)
 
 
 # ---- kernels, by family -----------------------------------------------------------------------
