@@ -1351,12 +1351,29 @@ def _symbolic_inference(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
             complete = engine._infer_impl()
         engine._update_output_from_vi()
     except Exception as e:  # its failures are many and unhelpful; onnx's partial answer stands
-        warnings.append(f"ONNX Runtime's symbolic shape inference gave up: {_first_line(e)}")
+        node = _inferring(e)
+        at = f" at node {node.name!r} ({node.op_type})" if node is not None else ""
+        warnings.append(f"ONNX Runtime's symbolic shape inference gave up{at}: {_first_line(e)}")
         return model
     if not complete:
         warnings.append("ONNX Runtime's symbolic shape inference gave up: some shapes stay unknown")
         return model
     return engine.out_mp_
+
+
+def _inferring(e: BaseException) -> onnx.NodeProto | None:
+    """The node ORT's symbolic inference was at when it raised `e`: its messages do not say
+    (shapes that do not broadcast fail with a bare AssertionError). Its loop,
+    `SymbolicShapeInference._infer_impl`, holds the node in the local `node`; the innermost
+    such frame (a subgraph's) is the one. None where the failure was outside the loop."""
+    node = None
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "_infer_impl":
+            local = tb.tb_frame.f_locals.get("node")
+            node = local if isinstance(local, onnx.NodeProto) else node
+        tb = tb.tb_next
+    return node
 
 
 @functools.cache

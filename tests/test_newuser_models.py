@@ -346,3 +346,26 @@ def test_kernels_of_a_function_ort_inlines_map_to_its_node(tmp_path) -> None:
     assert times.mapped_kernels == len(times.kernels)
     body = [k for k in times.kernels if k.op_type in ("ReduceMax", "Exp", "ReduceSum")]
     assert len(body) == 3 and all(k.nodes == ("softmax",) for k in body)
+
+
+def test_ort_symbolic_inference_failing_names_its_node(tmp_path) -> None:
+    """ORT's symbolic shape inference fails with a bare AssertionError (HF Gemma 3's cache model
+    at a past under its window: an Expand whose shapes do not broadcast); the warning names the
+    node, the one ONNX Runtime's own loader refuses. Here FastGelu (unknown to onnx's inference)
+    feeds an Add of [2, 3] and [2, 5]."""
+    nodes = [helper.make_node("FastGelu", ["x"], ["g"], domain="com.microsoft"),
+             helper.make_node("Add", ["g", "y"], ["z"], name="the_add")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                     helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, "m"])])
+    path = tmp_path / "broken.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.microsoft", 1)],
+                                ir_version=10), path)
+    with pytest.raises(Exception, match=r"Node \(the_add\) Op \(Add\)"):
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    result = analyze(str(path))
+    assert ("ONNX Runtime's symbolic shape inference gave up at node 'the_add' (Add): "
+            "AssertionError") in result.warnings
+    assert not result.totals["complete"]
