@@ -207,7 +207,8 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
              helper.make_node("Gather", ["x", "rows"], ["g"], axis=1)]
     nodes += [helper.make_node("ReduceSum", [t], [f"s{t}"], keepdims=0)
               for t in ("p", "t1", "t2", "t3", "c", "g")]
-    nodes.append(helper.make_node("Sum", [f"s{t}" for t in ("p", "t1", "t2", "t3", "c", "g")], ["y"]))
+    nodes.append(helper.make_node("Sum", [f"s{t}" for t in ("p", "t1", "t2", "t3", "c", "g")],
+                                  ["y"]))
     graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [1, 4, 6, 8])], [helper.make_tensor_value_info(
             "y", TensorProto.FLOAT, [])], [pads, rows])
