@@ -33,7 +33,7 @@ from ...analyzer.hardware import (
     load_profile,
 )
 from ...analyzer.host import detect_cpu, host_profile, replace_measured
-from .catalogue import CAPPED, CHAIN, COPY_CHAIN_PARTS, COPY_CHAIN_STEPS, SQUARE_GEMM
+from .catalogue import CAPPED, COPY_CHAIN_PARTS, COPY_CHAIN_STEPS, SQUARE_GEMM, copy_chain
 
 # Without MACs (`fit_vector`), a benchmark is informative on efficiency only if memory takes
 # less than this share of it (bandwidths and the curve are fitted in turn, each on its own).
@@ -187,8 +187,8 @@ def fit_copy_fixed(samples: Mapping[str, float], kernel_s: float
     A family without both step counts is left out; none: ({}, 0), nothing added."""
     short, long = COPY_CHAIN_STEPS
 
-    def step_s(family: str, parts: str = "") -> float | None:
-        a, b = (samples.get(f"{family}{CHAIN}{n}{parts}") for n in (short, long))
+    def step_s(family: str, parts: int = 2) -> float | None:
+        a, b = (samples.get(copy_chain(family, n, parts).name) for n in (short, long))
         return None if a is None or b is None else (b - a) / (long - short)
 
     fixed: dict[str, float] = {}
@@ -197,7 +197,7 @@ def fit_copy_fixed(samples: Mapping[str, float], kernel_s: float
             fixed[op] = s - kernel_s
     if (s := step_s("Expand")) is not None and "Slice" in fixed:
         fixed["Expand"] = s - 2 * kernel_s - fixed["Slice"]
-    split = {p: s for p in COPY_CHAIN_PARTS if (s := step_s("Split", f" x{p}")) is not None}
+    split = {p: s for p in COPY_CHAIN_PARTS if (s := step_s("Split", p)) is not None}
     part_s = 0.0
     if len(split) >= 2:
         intercept, slope = fit_line(list(split), list(split.values()))
