@@ -500,6 +500,35 @@ def test_data_movement(op: str, inputs: list[tuple], attrs: dict, weights: dict)
     check(model_of([node], feeds, consts, outs), feeds, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(("shape", "pads", "mode", "runs"), [
+    ((1, 7, 5, 3), [0] * 8, "constant", 1),  # Swin's Pad at a multiple of its window
+    ((1, 7, 5, 3), [0, 2, 1, 0, 0, 1, 3, 0], "constant", 10 * 3),  # H, W: rows of [W, C]
+    ((2, 3, 5), [0, 0, -1, 0, 0, 2], "constant", 6 * 2),  # a crop, then a fill, of the last
+    ((2, 3, 5), [1, 0, 2, 0, 1, 1], "reflect", 12 * 4),  # 2 | 1 | 0..4 | 3
+    ((3, 4, 5), [0, 2, 0, 0, 3, 0], "wrap", 3 * 3),  # 2 3 | 0..3 | 0 1 2 over rows of 5
+])
+def test_pad_copies_runs(shape: tuple, pads: list[int], mode: str, runs: int) -> None:
+    """A Pad is a copy of runs (k_data.cpp MapCopyKernel): the trailing dims it does not pad
+    copied whole, consecutive input rows one memcpy, fills one fill_n; every ISA at 1 and 2
+    threads equals ONNX Runtime to the bit (onnx.reference refuses negative pads), also for
+    int64, and the kernel model counts the memcpy / fill calls counted by hand per case."""
+    from onnxlens.backends.native import lower
+    from onnxlens.backends.native.kernel_model import map_runs
+
+    rng = np.random.default_rng(len(shape) + sum(pads))
+    for x in (rand(rng, *shape), rng.integers(-9, 9, shape).astype(np.int64)):
+        value = np.array(-2.5 if x.dtype == np.float32 else 7, x.dtype)
+        node = helper.make_node("Pad", ["x", "p", "v"], ["y"], mode=mode)
+        model = model_of([node], {"x": x}, {"p": np.array(pads, np.int64), "v": value}, ["y"],
+                         opset=19)
+        for threads in (1, 2):
+            check(model, {"x": x}, rtol=0, atol=0, oracle="ort", threads=threads)
+    out = tuple(s + pads[d] + pads[d + len(shape)] for d, s in enumerate(shape))
+    maps = [lower._pad_index(o - pads[d], s, mode)
+            for d, s in enumerate(shape) for o in range(out[d])]
+    assert map_runs(maps, shape, out) == runs
+
+
 @pytest.mark.parametrize("channels", [3, 24, 40, 1000])
 def test_layout_reorders(channels: int) -> None:
     """NCHW -> NHWC and back (the blocked transpose of the SIMD table: 8 x 8 tiles, and the

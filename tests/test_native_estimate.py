@@ -189,7 +189,8 @@ def test_a_view_is_a_copy_of_its_bytes(tmp_path: Path) -> None:
 
 def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None:
     """`runs`, each a fixed cost beyond the bytes, read from the plan's kernels on x [1, 4, 6,
-    8]: a Pad is a MapCopy of one memcpy per output element (1·4·8·8 = 256); a Transpose
+    8]: a Pad of H by 1 each side is a MapCopy of a fill, one memcpy of the 6 rows of 8
+    and a fill per (1, 4) index (3 x 4 = 12; element by element it was 256); a Transpose
     (0, 2, 1, 3) keeps the last dim contiguous, one run of 8 per (1, 6, 4) index = 24; (0, 3,
     2, 1) makes the innermost dim strided, copied element by element: no run, 192 `elements`
     (each a fixed cost of its own); (0, 2, 3, 1), NCHW -> NHWC, is a blocked transpose (the
@@ -218,7 +219,7 @@ def test_copies_count_the_separate_copies_the_core_makes(tmp_path: Path) -> None
     r, out = _kernels(path)
     runs = {r.graph.info(k.nodes[0]).outputs[0].name: k.runs
             for g in r.groups for k in out[g.id] if k.cls == "data_movement"}
-    assert runs == {"p": 256, "t1": 24, "t2": 0, "t3": 0, "c": 2, "g": 2}
+    assert runs == {"p": 12, "t1": 24, "t2": 0, "t3": 0, "c": 2, "g": 2}
     elements = {r.graph.info(k.nodes[0]).outputs[0].name: k.elements
                 for g in r.groups for k in out[g.id] if k.cls == "data_movement"}
     assert elements == {"p": 0, "t1": 0, "t2": 1 * 6 * 8 * 4, "t3": 0, "c": 0, "g": 0}
