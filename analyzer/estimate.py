@@ -295,6 +295,8 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
     run_hw = hw if source != hw.main_memory else hw.evicted()
     out = {g: None if ks is None else cost_kernels(ks, run_hw, at(g), eff, source)
            for g, ks in kernels.items()}
-    known, run_s = [e for e in out.values() if e is not None], hw.runtime.run_call_us * 1e-6
-    return ModelEstimate(hw.key, hw, precision, hw.calibrated, out, run_s + sum(
-        e.latency_s for e in known), hw.static_w * run_s + sum(e.energy_j for e in known))
+    known = [e for e in out.values() if e is not None]
+    run_s = hw.runtime.run_call_us * 1e-6  # once a run, in no group
+    latency_s = run_s + sum(e.latency_s for e in known)
+    energy_j = hw.static_w * run_s + sum(e.energy_j for e in known)
+    return ModelEstimate(hw.key, hw, precision, hw.calibrated, out, latency_s, energy_j)
