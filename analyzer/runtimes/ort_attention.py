@@ -213,9 +213,10 @@ def packed_keys(mg: ModelGraph, nodes: Sequence[str]) -> list[Kernel]:
     qk = next((k for k in nodes if mg.info(k).op_type == "MatMul"
                and not constant_input(mg, mg.info(k), 1)), None)  # not a projection
     scaled = any(i.op_type in _SCALES and in_attention_block(mg, i) for i in map(mg.info, nodes))
-    a, keys = (mg.info(qk).input(0), mg.info(qk).input(1)) if qk else (None, None)
-    if not scaled or a is None or keys is None or not (a.known and keys.known) or (
-            a.rank < 2 or a.dims[-2] != 1):
+    if qk is None or not scaled:
+        return []
+    a, keys = mg.info(qk).input(0), mg.info(qk).input(1)
+    if a is None or keys is None or not (a.known and keys.known) or a.rank < 2 or a.dims[-2] != 1:
         return []
     return [Kernel(REORDER, Cost(bytes_read=keys.nbytes, bytes_written=keys.nbytes), (qk,),
                    launches=0)]
