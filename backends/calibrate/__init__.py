@@ -27,9 +27,11 @@ not), which rarely hit one benchmark every time.
 
 Fitting, in the estimator's terms (a group takes max(compute, memory) + overhead):
 
-1. overhead: the slope of run time over the length of a chain of tiny Relu kernels; through
-   ORT's CPU provider, a small copy's fixed cost beyond it (Slice, Gather, Expand, Split and
-   Concat, and per part of the last two) from chains of them (`fit_copy_fixed`);
+1. overhead: the slope of run time over the length of a chain of tiny Relu kernels, and its
+   intercept, a run call's own fixed cost, which the estimator adds once a model
+   (`run_call_us`); through ORT's CPU provider, a small copy's fixed cost beyond the slope
+   (Slice, Gather, Expand, Split and Concat, and per part of the last two) from chains of
+   them (`fit_copy_fixed`);
 2. the fp32 peak: the host profile's, raised to the best GEMM rate measured if that beats it
    (efficiencies measured above the peak count as 1); the rate of the 1024^3 GEMM is kept as
    the "measured GEMM peak" a naive estimate would use;
