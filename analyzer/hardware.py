@@ -95,7 +95,9 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
 SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8": "conv",
                "depthwise_int8": "depthwise",
-               "gemm_int8": "gemm", "conv_integer": "conv", "gemm_s8s8": "gemm",
+               "gemm_int8": "gemm", "gemv_int8": "gemm_int8", "gemm_int8_unpacked": "gemm_int8",
+               "conv_integer": "conv",
+               "gemm_s8s8": "gemm",
                "grouped_conv_integer": "conv",
                "gemm_nbits": "gemm", "conv_int8_im2col": "conv", "conv_unpacked": "conv",
                "gqa_decode": "gemm", "native_nbits": "gemm", "native_gqa": "attention",
@@ -128,6 +130,21 @@ CONV_INTEGER = "conv_integer"
 # them in its portable one, measured (ORT 1.31, Zen 5) 13-19 GMAC/s in three models, 15-30x
 # slower than with uint8 activations: a class of its own.
 GEMM_S8S8 = "gemm_s8s8"
+# An integer GEMM of one row (a batch-1 decode step's DynamicQuantizeMatMul or QGemm): MLAS's
+# uint8 x int8 kernel on one row of A runs without the per-call cost that the multi-row GEMMs
+# fit into `gemm_int8`'s f_half (0.86 us: their A packing, a cost per row block), at the rate
+# of its weights' bytes. Measured (ORT 1.31, 1 thread, Zen 5), the whole kernel less a
+# launch: [1, 128] x [128, 128] 0.64 us, [1, 128] x [128, 256] 0.81, [1, 1024] x [1024, 1024]
+# 10.1 (102 GMAC/s), where gemm_int8's curve read 2.7 us for the first. A class of its own,
+# read as `gemm_int8` by a calibration without it.
+GEMV_INT8 = "gemv_int8"
+# An integer product of two activations (a quantized attention's Q·Kᵀ and P·V: QLinearMatMul,
+# or a QDQ MatMul without weights), one call per head: ORT packs B at every call, where a
+# weight is packed once at load. Measured (ORT 1.31, 1 thread, Zen 5, QDQ u8 x u8): 8, 12 and 4
+# heads of [128, 32] x [32, 128], [64, 64] x [64, 64], [256, 64] x [64, 256] at 97-133 GMAC/s,
+# a weights GEMM of as many MACs ([64, 256] x [256, 256]) at 363. A class of its own, read as
+# `gemm_int8` by a calibration without it.
+GEMM_INT8_UNPACKED = "gemm_int8_unpacked"
 # ORT's MatMulNBits at accuracy_level 4 over more than one row (MLAS's CompInt8 kernel:
 # int8 VNNI dot products on 4-bit weights unpacked per block, with per-block scale work):
 # measured (ORT 1.31, Zen 5) at 0.25 of the int8 GEMMs' peak, a class of its own.
@@ -174,7 +191,7 @@ CONV_INT8_IM2COL = "conv_int8_im2col"
 # ResNet-18 QDQ with int8 activations): its 11 float Convs 1.3-1.5x the NCHWc rate's time.
 CONV_UNPACKED = "conv_unpacked"
 INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8, GEMM_NBITS, GROUPED_CONV_INTEGER,
-                CONV_INT8_IM2COL)
+                CONV_INT8_IM2COL, GEMV_INT8, GEMM_INT8_UNPACKED)
 # The runtime whose kernels a profile's calibration measured (`Runtime.name`; the estimator
 # then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU provider,
 # NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.
@@ -309,8 +326,10 @@ class HardwareProfile:
         raise HardwareProfileError(f"profile {self.key!r} has no peak for {precision}")
 
     def class_efficiency(self, cls: str) -> float:
-        """The constant efficiency of op class `cls` (a subclass reads its parent's)."""
-        return self.efficiency.get(cls) or self.efficiency[SUBCLASS_OF[cls]]
+        """The constant efficiency of op class `cls` (a subclass reads its nearest ancestor's)."""
+        while cls not in self.efficiency:
+            cls = SUBCLASS_OF[cls]
+        return self.efficiency[cls]
 
     def pj_per_flop(self, precision: str) -> float:
         if precision in self.compute_pj_per_flop:

@@ -118,6 +118,23 @@ def test_a_memory_bound_benchmark_bounds_the_curve_from_below_only() -> None:
         assert near[0](f, i) == pytest.approx(near[1](f, i), rel=0.01)
 
 
+def test_a_subclass_without_a_curve_reads_its_nearest_calibrated_ancestors() -> None:
+    """gemv_int8 -> gemm_int8 -> gemm (SUBCLASS_OF): a calibration made before the one-row
+    class existed estimates it as it did, at gemm_int8's curve, not gemm's; a profile's
+    constant efficiencies likewise."""
+    int8, gemv = Curve(0.8, 7.5e5, 4.2), Curve(0.95, 7.5e4, 7.5)
+    assert _calibration().curve("gemv_int8") == _calibration().curves["gemm"]
+    assert _calibration(curves={**_calibration().curves, "gemm_int8": int8}).curve(
+        "gemv_int8") is int8
+    assert _calibration(curves={**_calibration().curves, "gemm_int8": int8,
+                                "gemv_int8": gemv}).curve("gemv_int8") is gemv
+    assert _calibration(curves={"elementwise": Curve(0.3)}).curve("gemv_int8").e_max == 0.3
+    hw = host_profile(1)
+    efficiency = {**hw.efficiency, "gemm_int8": 0.25}
+    assert dataclasses.replace(hw, efficiency=efficiency).class_efficiency("gemv_int8") == 0.25
+    assert hw.class_efficiency("gemm_int8_unpacked") == hw.efficiency["gemm"]
+
+
 def test_a_constant_curve_from_too_few_points() -> None:
     curve = fit.fit_curve(np.array([1e6, 1e7]), np.array([1.0, 10.0]), np.array([0.2, 0.4]))
     assert curve.f_half == curve.i_half == 0.0

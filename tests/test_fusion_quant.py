@@ -277,8 +277,8 @@ def test_a_zero_point_at_the_lowest_value_is_a_relu() -> None:
 
 # ---- dynamic quantization ---------------------------------------------------------------------
 
-def _mlp(tmp_path: Path, bias: bool, shared_input: bool) -> Path:
-    """x [1, 7, 32] -> MatMul [32, 16] (+ bias) -> y; with `shared_input`, a second MatMul
+def _mlp(tmp_path: Path, bias: bool, shared_input: bool, rows: int = 7) -> Path:
+    """x [1, rows, 32] -> MatMul [32, 16] (+ bias) -> y; with `shared_input`, a second MatMul
     reads x too (its DynamicQuantizeLinear is then shared, as for attention's Q, K and V)."""
     rng = np.random.default_rng(0)
 
@@ -287,19 +287,19 @@ def _mlp(tmp_path: Path, bias: bool, shared_input: bool) -> Path:
 
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m" if bias else "y"])]
     inits = [weight("w", 32, 16)]
-    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 16])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, 16])]
     if bias:
         nodes.append(helper.make_node("Add", ["m", "b"], ["y"]))
         inits.append(weight("b", 16))
     if shared_input:
         nodes.append(helper.make_node("MatMul", ["x", "w2"], ["z"]))
         inits.append(weight("w2", 32, 16))
-        outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 7, 16]))
-    graph = helper.make_graph(nodes, "mlp",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 7, 32])],
-                              outputs, inits)
+        outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, rows, 16]))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, 32])
+    graph = helper.make_graph(nodes, "mlp", [x], outputs, inits)
     fp32 = tmp_path / "fp32.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=10), fp32)  # one ORT 1.31 loads
     quantization.quantize_dynamic(fp32, tmp_path / "dynamic.onnx")
     return tmp_path / "dynamic.onnx"
 
@@ -317,6 +317,57 @@ def test_a_dynamic_quantized_matmul_is_one_group(tmp_path: Path, bias: bool,
     # ORT: one DynamicQuantizeMatMul (MatMulIntegerToFloat with its bias).
     (kernel,) = _ort_kernels(result, 0)
     assert kernel.cls == "gemm_int8" and kernel.cost == result.group_costs[0].cost
+
+
+def _ort_mac_kernel(path: Path) -> tuple[str, bool, list[int]]:
+    """ORT's own optimized graph (CPU, all optimizations): its one integer MAC kernel's op,
+    whether its B is an initializer (prepacked at load), and A's shape."""
+    ort = pytest.importorskip("onnxruntime")
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(path.with_suffix(".ort.onnx"))
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    graph = onnx.shape_inference.infer_shapes(onnx.load(options.optimized_model_filepath)).graph
+    (node,) = [n for n in graph.node if n.op_type in (
+        "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul", "MatMulInteger")]
+    b = 3 if node.op_type == "QLinearMatMul" else 1
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in (*graph.input, *graph.value_info)}
+    return node.op_type, node.input[b] in {i.name for i in graph.initializer}, shapes[
+        node.input[0]]
+
+
+@pytest.mark.parametrize(("rows", "cls"), [(1, "gemv_int8"), (7, "gemm_int8")])
+def test_a_dynamic_quantized_matmul_of_one_row_is_a_gemv(tmp_path: Path, rows: int,
+                                                         cls: str) -> None:
+    """A decode step's projection (one row of A on weights) is a class of its own
+    (hardware.GEMV_INT8): ORT runs a DynamicQuantizeMatMul on a prepacked B of one row."""
+    path = _mlp(tmp_path, bias=False, shared_input=False, rows=rows)
+    op, packed, a_shape = _ort_mac_kernel(path)
+    assert (op, packed, a_shape) == ("DynamicQuantizeMatMul", True, [1, rows, 32])
+    (kernel,) = _ort_kernels(_checked(analyze(path)), 0)
+    assert kernel.cls == cls and kernel.cost.macs == rows * 32 * 16
+
+
+def test_a_quantized_product_of_two_activations_is_unpacked(tmp_path: Path) -> None:
+    """Attention's Q·Kᵀ quantized by quantize_static (QDQ): both operands are activations, so
+    ORT packs B at each call (hardware.GEMM_INT8_UNPACKED), one call per head."""
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["x", "xt"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qk", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])])
+    fp32 = tmp_path / "fp32.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=10), fp32)
+    quantization.quantize_static(fp32, tmp_path / "qdq.onnx", Reader((1, 2, 8, 16)),
+                                 quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=quantization.QuantType.QUInt8)
+    op, packed, a_shape = _ort_mac_kernel(tmp_path / "qdq.onnx")
+    assert not packed and a_shape == [1, 2, 8, 16], op
+    result = _checked(analyze(tmp_path / "qdq.onnx"))
+    (kernel,) = [k for g in range(len(result.groups)) for k in _ort_kernels(result, g)
+                 if k.cost.macs]
+    assert (kernel.cls, kernel.calls, kernel.cost.macs) == ("gemm_int8_unpacked", 2, 2 * 8 * 16 * 8)
 
 
 def test_a_shared_dynamic_quantizer_is_its_own_group(tmp_path: Path) -> None:

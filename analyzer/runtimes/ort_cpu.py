@@ -33,8 +33,10 @@ from ..hardware import (
     CONV_INT8_IM2COL,
     CONV_INTEGER,
     CONV_UNPACKED,
+    GEMM_INT8_UNPACKED,
     GEMM_NBITS,
     GEMM_S8S8,
+    GEMV_INT8,
     GROUPED_CONV_INTEGER,
     INT8_CLASS,
     ORT_CPU,
@@ -916,6 +918,37 @@ def _integer_macs(mg: ModelGraph, head: NodeInfo) -> bool:
     return precision is not None and precision.startswith("int")
 
 
+def int8_gemm_class(mg: ModelGraph, head: NodeInfo) -> str:
+    """The class of an integer GEMM on uint8 activations: GEMM_INT8_UNPACKED when its B is an
+    activation, GEMV_INT8 on weights with one row of A, gemm_int8 otherwise."""
+    b = 3 if head.op_type in _QOPERATOR_MACS else 1  # QLinearMatMul, QGemm: A, scale, zero, B
+    if not _weights(mg, head, b):
+        return GEMM_INT8_UNPACKED
+    return GEMV_INT8 if gemm_rows(head) == 1 else INT8_CLASS["gemm"]
+
+
+def _weights(mg: ModelGraph, info: NodeInfo, i: int) -> bool:
+    """Whether input `i` is constant, or a DequantizeLinear of a constant (a QDQ weight, which
+    ORT's QDQ fusion takes as the quantized kernel's constant B, prepacked at load)."""
+    if constant_input(mg, info, i):
+        return True
+    t = info.input(i)
+    key = None if t is None else mg.producer.get(t.name)
+    return key is not None and mg.info(key).op_type == "DequantizeLinear" and constant_input(
+        mg, mg.info(key), 0)
+
+
+def gemm_rows(head: NodeInfo) -> int | None:
+    """M, the rows of A a GEMM node multiplies (a MatMul's leading dims flattened, as MLAS
+    runs a MatMul on 2-D weights; a Gemm's A, transposed by transA); None when unknown."""
+    a = head.input(0)
+    if a is None or not a.known or a.rank < 2:
+        return None
+    if head.op_type in ("Gemm", "QGemm"):
+        return a.dims[1] if head.attr("transA", 0) else a.dims[0]
+    return a.size // a.dims[-1]
+
+
 def _integer_kernel(mg: ModelGraph, k: Kernel, costs: dict[str, Cost | None]) -> Kernel:
     """A kernel multiplying integers without the arithmetic of its DequantizeLinear nodes:
     ORT's QDQ transformer runs DQ -> op -> Q as the op's quantized kernel (QLinearConv,
@@ -942,6 +975,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
                            passes=activation_passes(mg, nodes, False))
         if _integer_macs(mg, head):
             cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else INT8_CLASS.get(cls, cls)
+            cls = int8_gemm_class(mg, head) if cls == INT8_CLASS["gemm"] else cls
             return _integer_kernel(mg, replace(kernel, cls=cls), costs)
         return kernel
     if head.op_type == "BatchNormalization":

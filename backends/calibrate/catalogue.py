@@ -785,7 +785,10 @@ def _quantized() -> list[Bench]:
            conv(128, 128, 24, act="Relu"), conv(256, 256, 12), conv(32, 64, 96, 3, 2),
            conv(64, 256, 24, 1, act="Relu"), conv(512, 128, 12, 1), conv(3, 32, 208, 3, 2),
            depthwise(128, 24, act="Relu"), depthwise(256, 12), depthwise(96, 48, 3, 2),
-           gemm(1, 1024, 512), matmul(256, 512, 512)]
+           gemm(1, 1024, 512), matmul(256, 512, 512),
+           # attention's products of two activations, a call per head (B packed at each)
+           batched_matmul(8, 128, 32, 128), batched_matmul(12, 64, 64, 64),
+           batched_matmul(4, 256, 64, 256), batched_matmul(16, 32, 64, 32)]
     # stems of 3 input channels: ORT's im2col path (`ort_cpu.symmetric_conv`), with the one
     # above (3->32 at 208) enough points for a curve of its own
     qdq += [conv(3, 64, 112, 7, 2), conv(3, 16, 96)]
@@ -798,6 +801,10 @@ def _quantized() -> list[Bench]:
     dynamic = [matmul(64, 256, 256), conv(64, 64, 24, act="Relu"), linear(512, 256, 1024),
                matmul(256, 512, 512), matmul(1, 1024, 1024), linear(256, 1024, 256),
                conv(32, 128, 24, 1), conv(128, 128, 12), depthwise(64, 48), depthwise(256, 12)]
+    # one-row GEMMs (GEMV_INT8: a decode step's projections), three in L1 and two in L2 beside
+    # the 1 MB one above, so that each level fits a factor of its own
+    dynamic += [matmul(1, 128, 128), matmul(1, 128, 256), matmul(1, 256, 128),
+                matmul(1, 512, 512), matmul(1, 256, 1024)]
     # int8 activations in QOperator QLinearConv / QLinearMatMul (GEMM_S8S8)
     s8 = [conv(64, 64, 24), matmul(64, 256, 256), conv(32, 128, 24, 1)]
     # Standalone Q and DQ: per tensor, per channel on the first axis, per column on the last.
