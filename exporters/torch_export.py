@@ -422,6 +422,8 @@ def export_model(spec: str, out: str | Path, *, batch: int = 1, image_size: int 
                              output_names=None if ":" in spec else ["output"],
                              metadata=_provenance(spec, size))
     except ExportError as e:
+        if ":" not in spec:  # a torchvision or timm model: made for an image
+            raise
         # A module:factory of a model with other inputs (a transformer's token ids) fails
         # somewhere inside its forward; say what it was fed and what to do instead.
         raise ExportError(f"{e} (onnxlens calls it on one float32 image [{batch}, 3, {size}, "
