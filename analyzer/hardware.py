@@ -292,7 +292,7 @@ class Runtime:
     # several calls: a grouped ConvInteger, a per-axis QuantizeLinear); the others per kernel.
     per_call_classes: frozenset[str] = frozenset()
 
-    def copy_fixed_s(self, op: str, parts: int = 0) -> float:
+    def copy_fixed_s(self, op: str, parts: int) -> float:
         """Seconds a lone copy kernel of `op` pays beyond the launch, with `parts` parts beyond
         its first (0 for an op not measured)."""
         return (self.copy_fixed_ns.get(op, 0.0) + parts * self.copy_part_ns) * 1e-9
