@@ -1369,16 +1369,16 @@ def cold_start(k: Kernel, unread: set[str]) -> Kernel:
                                                     if t.known))
 
 
-def folded_at_load(mg: ModelGraph, symbolic_inputs: frozenset[str] = frozenset()) -> set[str]:
+def folded_at_load(mg: ModelGraph, run_time: frozenset[str] = frozenset()) -> set[str]:
     """The nodes ORT's constant folding computes when a session loads (`static_nodes`), less
     DequantizeLinear and what only it makes constant: ORT keeps a DQ (ConstantFolding's
     skip_dequantize_linear, on while QDQ fusion is) for its QDQ transformer to fuse, or to run
     each run where it does not (BERT's int8 weights). ORT loads the file as it is, its
-    `symbolic_inputs` unpinned, so a Shape or Size of a tensor whose shape depends on them
-    (`shaped_at_run_time`) runs each step, and so does what it feeds: the HF Llama's decode
-    step (dynamo, past 511) runs its mask's Range, LessOrEqual, Expand, Concat and GatherND
-    and the position ids' Slice every step, which the pinned dims had folded here."""
-    run_time = shaped_at_run_time(mg, symbolic_inputs)
+    symbolic inputs unpinned, so a Shape or Size of a tensor whose shape depends on them
+    (`run_time`: `shaped_at_run_time`'s) runs each step, and so does what it feeds: the HF
+    Llama's decode step (dynamo, past 511) runs its mask's Range, LessOrEqual, Expand, Concat
+    and GatherND and the position ids' Slice every step, which the pinned dims had folded
+    here."""
     return static_nodes((i for i in map(mg.info, mg.order) if i.op_type != "DequantizeLinear"
                          and not (i.op_type in ("Shape", "Size") and i.inputs[0] is not None
                                   and i.inputs[0].name in run_time)), mg.initializers)
@@ -1489,8 +1489,8 @@ class OrtCpu:
         out: GroupKernels = {}
         cold = set(mg.graph_inputs)  # until the first kernel reading one of them (`cold_start`)
         symbolic = model.symbolic_inputs if model else frozenset()
-        static = folded_at_load(mg, symbolic)
         run_time = frozenset(shaped_at_run_time(mg, symbolic))
+        static = folded_at_load(mg, run_time)
         constants = {t.name for key in static for t in mg.info(key).outputs}
         for g in groups:
             if any(node_costs.get(k) is None for k in g.nodes):
