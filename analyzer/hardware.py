@@ -99,7 +99,8 @@ SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8"
                "conv_integer": "conv",
                "gemm_s8s8": "gemm",
                "grouped_conv_integer": "conv",
-               "gemm_nbits": "gemm", "conv_int8_im2col": "conv", "conv_unpacked": "conv",
+               "gemm_nbits": "gemm", "gemv_nbits": "gemm", "conv_int8_im2col": "conv",
+               "conv_unpacked": "conv",
                "gqa_decode": "gemm", "native_nbits": "gemm", "native_gqa": "attention",
                "moe": "gemm", "qmoe": "gemm", "where": "elementwise",
                "skip_normalization": "normalization", "skip_rms_normalization": "normalization",
@@ -149,6 +150,12 @@ GEMM_INT8_UNPACKED = "gemm_int8_unpacked"
 # int8 VNNI dot products on 4-bit weights unpacked per block, with per-block scale work):
 # measured (ORT 1.31, Zen 5) at 0.25 of the int8 GEMMs' peak, a class of its own.
 GEMM_NBITS = "gemm_nbits"
+# The same at one row of A (a batch-1 decode step): a GEMV over the 4-bit weights, whose
+# per-call work (A quantized per block, the kernel's setup) the fp32 `gemm` curve it was read
+# at does not have. Measured (ORT 1.31, 1 thread, Zen 5, chains of the node): [1, 128] x
+# [128, 128] 0.90 us a kernel, [1, 256] x [256, 256] 1.63, where `gemm` read 0.44 / 1.24. A
+# class of its own, read as `gemm` by a calibration without it.
+GEMV_NBITS = "gemv_nbits"
 # ORT's GroupQueryAttention at one new token (a decode step): per query head it copies its KV
 # head's past into the present and runs one score at a time, a dot product of the head size
 # for Q·Kᵀ and an axpy for P·V, in SSE loops outside MLAS's AVX-512 kernels (`ort_attention.
@@ -191,7 +198,7 @@ CONV_INT8_IM2COL = "conv_int8_im2col"
 # ResNet-18 QDQ with int8 activations): its 11 float Convs 1.3-1.5x the NCHWc rate's time.
 CONV_UNPACKED = "conv_unpacked"
 INT8_CLASSES = (*INT8_CLASS.values(), CONV_INTEGER, GEMM_S8S8, GEMM_NBITS, GROUPED_CONV_INTEGER,
-                CONV_INT8_IM2COL, GEMV_INT8, GEMM_INT8_UNPACKED)
+                CONV_INT8_IM2COL, GEMV_INT8, GEMM_INT8_UNPACKED, GEMV_NBITS)
 # The runtime whose kernels a profile's calibration measured (`Runtime.name`; the estimator
 # then costs groups as that runtime's kernels); ORT_CPU is ONNX Runtime's CPU provider,
 # NATIVE_CPU the project's executor: the runtimes `-H host` can be calibrated on.

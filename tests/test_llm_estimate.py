@@ -102,9 +102,9 @@ def _n_bits(rows: int, level: int) -> onnxlens.AnalysisResult:
 @pytest.mark.parametrize(("rows", "level", "cls", "flops"), [
     # prefill, CompInt8: the MLAS kernel's own class, no dequantizing of B
     (8, 4, "gemm_nbits", 0),
-    # one row (decode) and accuracy_level 0 (fp32 GEMM on dequantized B): the node's cost,
-    # 2 FLOPs per weight to dequantize B (2 x 64 x 32)
-    (1, 4, "gemm", 4096),
+    # one row (decode: a GEMV of its own class) and accuracy_level 0 (fp32 GEMM on
+    # dequantized B): the node's cost, 2 FLOPs per weight to dequantize B (2 x 64 x 32)
+    (1, 4, "gemv_nbits", 4096),
     (8, 0, "gemm", 4096),
 ])
 def test_matmul_n_bits_runs_mlas_int8_kernel_in_a_class_of_its_own(rows: int, level: int,

@@ -37,6 +37,7 @@ from ..hardware import (
     GEMM_NBITS,
     GEMM_S8S8,
     GEMV_INT8,
+    GEMV_NBITS,
     GROUPED_CONV_INTEGER,
     INT8_CLASS,
     ORT_CPU,
@@ -1115,8 +1116,9 @@ def n_bits_kernel(info: NodeInfo, k: Kernel) -> Kernel:
     `gemm_nbits`, calibrated on MatMulNBits benchmarks (`catalogue.matmul_n_bits`), and B is
     never dequantized to float (its 2 FLOPs per weight are inside that rate). One row (a
     decode step) is a GEMV whose time is its 4-bit weights and scales streamed from memory
-    (`cold_weights`), and other accuracy levels dequantize B blocks to fp32 for an fp32 GEMM
-    (float32 MACs): both as the node's cost.
+    (`cold_weights`) plus a cost per call: the node's cost in a class of its own,
+    `gemv_nbits`; other accuracy levels dequantize B blocks to fp32 for an fp32 GEMM (float32
+    MACs): the node's cost.
 
     The CompInt8 kernel's efficiency reads its reuse as 2·K FLOPs per output: each output
     ends its K/32 blocks of dot products with a horizontal sum of its accumulators and a
@@ -1129,7 +1131,7 @@ def n_bits_kernel(info: NodeInfo, k: Kernel) -> Kernel:
     if info.attr("accuracy_level", 0) != 4 or a is None or not a.known or not k.cost.macs:
         return k
     if a.size // a.dims[-1] <= 1:
-        return k
+        return replace(k, cls=GEMV_NBITS)
     dequantize = 2 * info.attr("K") * info.attr("N")
     return replace(k, cls=GEMM_NBITS, reuse=2 * info.attr("K"),
                    cost=replace(k.cost, other_flops=k.cost.other_flops - dequantize))

@@ -531,11 +531,14 @@ def _gemms() -> list[Bench]:
             linear(2048, 128, 512, gelu=True), linear(2048, 512, 128), linear(512, 256, 1024),
             linear(512, 1024, 256), linear(256, 512, 2048, gelu=True), linear(256, 2048, 512),
             SQUARE_GEMM, matmul(1, 8192, 4096, 2, weight=False)]
-    # 4-bit weights as LLMs ship for ORT, over a prefill's rows (one row is a GEMV: `gemm`);
-    # two over a short K, where MLAS's CompInt8 kernel pays per output (`gemm_nbits`'s i_half).
+    # 4-bit weights as LLMs ship for ORT, over a prefill's rows; two over a short K, where
+    # MLAS's CompInt8 kernel pays per output (`gemm_nbits`'s i_half); one row, a decode
+    # step's GEMV (`gemv_nbits`), in L1 and L2.
     out += [matmul_n_bits(128, 1024, 2048, 0), matmul_n_bits(32, 1024, 1024),
             matmul_n_bits(256, 512, 1536), matmul_n_bits(64, 2048, 512),
             matmul_n_bits(128, 256, 1024), matmul_n_bits(128, 256, 4096)]
+    out += [matmul_n_bits(1, k, n) for k, n in ((128, 128), (128, 256), (512, 512),
+                                                 (256, 1024), (1024, 1024), (2048, 512))]
     return out
 
 
