@@ -282,10 +282,9 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
                    node_costs: dict[str, Cost | None], hw: HardwareProfile, precision: str,
                    efficiency: Efficiency | None = None, model: LoadedModel | None = None,
                    group_precisions: Mapping[int, str] | None = None) -> ModelEstimate:
-    """Every group's estimate and the model's (their sum and a run call's): each group as its
-    runtime's kernels (`analyzer.runtimes`; one per group uncalibrated), at `precision` (a
-    what-if of an fp32 graph, or GRAPH: each group at its own, else float32); weights from
-    where the run leaves them (`weights_level`), kernels cold from DRAM (`evicted`)."""
+    """Every group's estimate, as its runtime's kernels (`analyzer.runtimes`), at `precision`
+    (a what-if of an fp32 graph, or GRAPH: each group at its own), weights from where the run
+    leaves them (`weights_level`); the model's: their sum and a run call's fixed cost."""
     at = precision_for(precision, group_precisions or {})
     eff = efficiency or constant_efficiency(hw)
     kernels = kernel_model(hw.runtime.name).kernels(mg, groups, node_costs, group_costs, hw, model)
@@ -295,8 +294,7 @@ def estimate_model(mg: ModelGraph, groups: list[Group], group_costs: dict[int, C
     run_hw = hw if source != hw.main_memory else hw.evicted()
     out = {g: None if ks is None else cost_kernels(ks, run_hw, at(g), eff, source)
            for g, ks in kernels.items()}
-    known = [e for e in out.values() if e is not None]
-    run_s = hw.runtime.run_call_us * 1e-6  # once a run, in no group
-    latency_s = run_s + sum(e.latency_s for e in known)
-    energy_j = hw.static_w * run_s + sum(e.energy_j for e in known)
-    return ModelEstimate(hw.key, hw, precision, hw.calibrated, out, latency_s, energy_j)
+    known, run_s = [e for e in out.values() if e is not None], hw.runtime.run_call_us * 1e-6
+    return ModelEstimate(hw.key, hw, precision, hw.calibrated, out,  # the run call: in no group
+                         run_s + sum(e.latency_s for e in known),
+                         hw.static_w * run_s + sum(e.energy_j for e in known))
