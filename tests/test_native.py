@@ -328,6 +328,27 @@ def test_matmul_a_in_place(m: int, k: int, n: int) -> None:
     check(model_of(nodes, feeds, weights, ["y"]), feeds)
 
 
+@pytest.mark.parametrize(("heads", "k", "n"), [(4, 32, 515), (3, 515, 33), (2, 300, 1024),
+                                               (5, 7, 40)])
+def test_matmul_one_row_reads_b_in_place(heads: int, k: int, n: int) -> None:
+    """A decode step's attention as a batched MatMul [heads, 1, k] x [heads, k, n] (B a run-time
+    tensor) reads B's rows in place through gemv_panel, whole panels of nr columns (a partial
+    last one packed): n = 515, 33 leave a partial panel on every ISA, k = 515, 300 cross
+    gemm.cpp's K block (accumulating into C), n = 1024 keeps B packed (4 KiB rows), and the
+    Add of a bias per column runs as the one-row tile's epilogue. Against onnx.reference on
+    every instruction set at 1 and 2 threads (one head a thread, or one head's columns split
+    by panels)."""
+    rng = np.random.default_rng(heads + k + n)
+    feeds = {"a": rand(rng, heads, 1, k), "b": rand(rng, heads, k, n)}
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["p"]),
+             helper.make_node("Add", ["p", "bias"], ["y"])]
+    model = model_of(nodes, feeds, {"bias": rand(rng, n)}, ["y"])
+    for threads in (1, 2):
+        check(model, feeds, threads=threads)
+    one = {"a": feeds["a"][:1], "b": feeds["b"][:1]}
+    check(model_of(nodes, one, {"bias": rand(rng, n)}, ["y"]), one, threads=2)
+
+
 @pytest.mark.parametrize(("images", "side"), [(1, 7), (1, 14), (2, 7), (2, 10), (1, 20)])
 def test_conv_two_threads(images: int, side: int) -> None:
     """A 3x3 convolution with its epilogue at 2 threads against onnx.reference, on as many

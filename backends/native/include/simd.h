@@ -105,9 +105,12 @@ struct SimdKernels {
   // column: the columns past a tile's whole vectors of nr / 2 (gemm.cpp `columns`).
   void (*gemm_ucols)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
                      int64_t ldc, bool acc, const TileEpilogue* e, int64_t n, int64_t m);
-  // out[0, nr) = A_row[kc]^T B_panel[kc x nr], A_row[k] = a[k * as]: one row of a tile (a
-  // matrix-vector product), without the mr - 1 rows of zeros the micro-kernel would multiply.
-  void (*gemv_panel)(int64_t kc, const float* a, int64_t as, const float* b, float* out);
+  // out[0, nr) = A_row[kc]^T B_panel[kc x nr], A_row[k] = a[k * as], B_panel(k, j) =
+  // b[k * ldb + j] (a packed panel, ldb = nr, or nr columns of a row-major B read in place):
+  // one row of a tile (a matrix-vector product), without the mr - 1 rows of zeros the
+  // micro-kernel would multiply.
+  void (*gemv_panel)(int64_t kc, const float* a, int64_t as, const float* b, int64_t ldb,
+                     float* out);
   // Pack rows [0, m) x cols [0, k) of A(i, j) = a[i * rs + j * cs] into mr-row panels
   // [k][mr] (rows past m are zero).
   void (*pack_a)(const float* a, int64_t rs, int64_t cs, int64_t m, int64_t k, float* dst);

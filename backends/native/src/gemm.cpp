@@ -101,7 +101,7 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, const 
   }
   // One row: a matrix-vector product (batch-1 classifier), or the last row of M.
   if (fused) e = tile_epilogue(c, i, j);
-  s.gemv_panel(kc, ap, lda > 0 ? 1 : s.mr, bp, buf);
+  s.gemv_panel(kc, ap, lda > 0 ? 1 : s.mr, bp, ldb, buf);
   for (int64_t t = 0; t < n; ++t) {
     float* dst = c_at(c, i, j + t);
     float v = acc ? *dst + buf[t] : buf[t];
@@ -228,10 +228,13 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
   // block by K block.
   const bool in_place = !a.packed && gemm_reads_a_in_place(a.rs, a.cs);
   const bool once = a.pack_once && !a.packed && !in_place && K > 0;
-  // Whole panels in place: no narrow columns (gemm_ucols) and, with M % mr != 1, no tile of
-  // one row (gemv_panel), which read packed panels only; and A packed.
-  const bool b_in_place = b.in_place && gemm_reads_b_in_place(b.rs, b.cs) &&
-                          c.col_off == nullptr && !in_place && M % s.mr != 1;
+  // Whole panels in place: no narrow columns (gemm_ucols), which read packed panels only;
+  // A packed for the micro-kernel, or one row of A (gemv_panel: a decode step's attention
+  // as a batched MatMul of [heads, 1, d], where packing B per head cost more than the
+  // product). A last tile of one row under M's (M % mr == 1) stays packed, as measured.
+  const bool b_in_place = b.in_place && !b.packed && gemm_reads_b_in_place(b.rs, b.cs) &&
+                          c.col_off == nullptr &&
+                          (M == 1 || (!in_place && M % s.mr != 1));
   const int64_t once_rows = round_up(m1 - m0, s.mr);
   const Buffers buf = carve(s, workspace + (a.pack_once ? round_up(M, s.mr) * K : 0));
   if (once) {

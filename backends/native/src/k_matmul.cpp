@@ -175,6 +175,7 @@ class MatMulKernel : public Kernel {
     b.p = b_ + b_off_[item];
     b.rs = bm_.rs;
     b.cs = bm_.cs;
+    b.in_place = M_ == 1;  // a row of A against B read once: packing B would read it twice
     GemmC c;
     c.p = y_.f32() + item * M_ * N_;
     c.ldc = N_;
