@@ -60,6 +60,7 @@ from . import (
     op_class,
 )
 from .ort_attention import gqa_kernels, in_attention_block, packed_keys, without_work_of
+from .ort_fp16 import cast_kernel, float32_nodes, inserted_casts
 from .ort_moe import moe_kernel
 
 NCHWC, NCHW, NHWC = "nchwc", "nchw", "nhwc"
@@ -893,14 +894,16 @@ def _cast_constants(mg: ModelGraph, info: NodeInfo) -> bool:
         constant_input(mg, info, i) for i in range(1, len(info.inputs)))
 
 
-def float16_as_float32(k: Kernel) -> Kernel:
+def float16_as_float32(k: Kernel, fp32: frozenset[str]) -> Kernel:
     """ORT's CPU provider has no float16 Conv, Gemm or MatMul on x86 (MLAS's are ARM's): it
     puts Casts around them (InsertCastTransformer), folds those of the weights at load and
     drops back-to-back pairs, so an fp16 model runs the fp32 model's kernels on 4-byte
     tensors (profiled, ORT 1.31, ResNet-18 fp16: 20 Conv, 1 Gemm and 1 Cast, all float32): a
     kernel writing float16 moves twice the bytes stored, its weights included. Its MACs run at
-    the profile's fp16 peak, which a CPU without fp16 units reads as fp32's."""
-    if not any(t.elem_type == onnx.TensorProto.FLOAT16 for t in k.outputs):
+    the profile's fp16 peak, which a CPU without fp16 units reads as fp32's. Kernels of
+    `fp32`'s nodes only (`ort_fp16.float32_nodes`): the others run in float16."""
+    if fp32.isdisjoint(k.nodes) or not any(
+            t.elem_type == onnx.TensorProto.FLOAT16 for t in k.outputs):
         return k
     c = k.cost
     return replace(k, cost=replace(c, bytes_read=2 * c.bytes_read,
@@ -1494,12 +1497,15 @@ class OrtCpu:
         run_time = frozenset(shaped_at_run_time(mg, symbolic))
         static = folded_at_load(mg, run_time)
         constants = {t.name for key in static for t in mg.info(key).outputs}
+        fp32 = float32_nodes(mg)
+        casts = inserted_casts(mg, fp32, constants | mg.initializers)
         for g in groups:
             if any(node_costs.get(k) is None for k in g.nodes):
                 out[g.id] = None
                 continue
             run: list[Kernel] = []
-            for k in map(float16_as_float32, ort_kernels(mg, g, node_costs, block, run_time)):
+            for k in ort_kernels(mg, g, node_costs, block, run_time):
+                k = float16_as_float32(k, fp32)
                 if k.nodes and static.issuperset(k.nodes):
                     continue  # computed once, when the session loads
                 k = reads_constants(mg, _folded(mg, k, open_sums) or k, constants)
@@ -1515,6 +1521,7 @@ class OrtCpu:
                     k = replace(k, denormal_share=share)
                 k = lone_copy(mg, cold_filter_lines(mg, cold_start(k, cold), block))
                 run += [*bias_broadcast(mg, k), *hard_swish_products(mg, k)]
+                run += [cast_kernel(t) for n in k.nodes for t in casts.get(n, ())]
                 if k.open_sum:
                     open_sums.update((t.name, k) for t in k.outputs
                                      if len(mg.consumers.get(t.name, ())) == 1)
