@@ -58,6 +58,19 @@ def test_an_op_keeps_float16_where_its_one_node_graph_holds_no_cast(op: str, tmp
     assert _ort_casts(model, tmp_path) == (0 if op in FLOAT16_KERNELS else 2)
 
 
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
+                                "SimplifiedLayerNormalization", "FastGelu"])
+def test_ort_norms_keep_float16(op: str, tmp_path) -> None:
+    """ORT's own norms over [2, 8] (gamma an initializer) have float16 kernels; FastGelu not."""
+    skip = op.startswith("Skip")
+    domain = "" if op == "SimplifiedLayerNormalization" else "com.microsoft"
+    inputs = ["x", "x", "g"] if skip else ["x", "g"] if "Norm" in op else ["x"]
+    model = _model([helper.make_node(op, inputs, ["y"], domain=domain)], [2, 8],
+                   {"g": _weight(8)} if "Norm" in op else {})
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    assert _ort_casts(model, tmp_path) == (0 if op in FLOAT16_KERNELS else 2)
+
+
 def test_matmul_reshape_matmul_runs_in_float32_with_casts_at_the_ends(tmp_path) -> None:
     """The Reshape between two float32 MatMuls is isolated: ORT forces it to float32, so only
     the graph input and output are cast: 2, as the kernel model says."""

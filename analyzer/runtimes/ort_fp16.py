@@ -20,7 +20,8 @@ from . import Kernel
 FLOAT16_KERNELS = frozenset({
     "Reshape", "Transpose", "Concat", "Split", "Slice", "Gather", "GatherND", "Expand",
     "Squeeze", "Unsqueeze", "Identity", "Flatten", "Shape", "IsNaN", "Cast", "Clip", "Max",
-    "Min", "Round", "Sign", "LayerNormalization"})
+    "Min", "Round", "Sign", "LayerNormalization", "SimplifiedLayerNormalization",
+    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"})
 
 
 def _float16(t: TensorInfo | None) -> bool:
@@ -29,8 +30,10 @@ def _float16(t: TensorInfo | None) -> bool:
 
 def _checked_inputs(info: NodeInfo) -> tuple[TensorInfo | None, ...]:
     """The inputs ORT's isolation check reads: the first of each formal parameter, so of a
-    variadic one (Concat's) only the first."""
-    formals = onnx.defs.get_schema(info.op_type).inputs
+    variadic one (Concat's) only the first; all of an op onnx does not define (ORT's own)."""
+    if not onnx.defs.has(info.op_type, info.domain):
+        return info.inputs
+    formals = onnx.defs.get_schema(info.op_type, domain=info.domain).inputs
     variadic = formals[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
     return info.inputs[:len(formals)] if variadic else info.inputs
 
