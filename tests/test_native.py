@@ -8,6 +8,7 @@ portable path is checked here too.
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -379,6 +380,34 @@ def test_runs_after_the_workers_sleep() -> None:
     for _ in range(2):
         time.sleep(0.02)
         np.testing.assert_allclose(backend.run(feeds)["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def _pool_workers() -> dict[str, set[int]]:
+    """Each native pool worker of this process (by its thread name): the CPUs it may run on."""
+    tasks = Path("/proc/self/task").iterdir()
+    return {t.name: os.sched_getaffinity(int(t.name)) for t in tasks
+            if (t / "comm").read_text().strip() == "onnxlens-pool"}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="Linux /proc only")
+@pytest.mark.parametrize("threads", [2, 3])
+def test_workers_pinned_one_cpu_each(threads: int) -> None:
+    """Worker t of a pool runs on the t-th CPU the process may use, when there is one for each
+    thread; with more threads than CPUs the workers stay free."""
+    allowed = sorted(os.sched_getaffinity(0))
+    before = set(_pool_workers())
+    rng = np.random.default_rng(4)
+    feeds = {"x": rand(rng, 1, 8, 20, 20)}
+    model = model_of([helper.make_node("Relu", ["x"], ["y"])], feeds, {}, ["y"])
+    backend = NativeCpuBackend(threads)
+    backend.prepare(model)
+    np.testing.assert_array_equal(backend.run(feeds)["y"], np.maximum(feeds["x"], 0))
+    workers = [cpus for tid, cpus in _pool_workers().items() if tid not in before]
+    assert len(workers) == threads - 1
+    if len(allowed) >= threads:
+        assert sorted(workers, key=min) == [{cpu} for cpu in allowed[1:threads]]
+    else:
+        assert workers == [set(allowed)] * (threads - 1)
 
 
 # ---- kernels, by family -----------------------------------------------------------------------

@@ -3,7 +3,8 @@
 // `for_range(total, chunk, f, work)` runs f(tid, begin, end) over [0, total) in chunks that
 // the threads claim one at a time, so a thread the OS has not scheduled yet (a shared, loaded
 // machine) holds nobody up: the others take its share. It returns when every chunk is done.
-// Workers spin briefly between jobs (kernels come back to back), then sleep. Handing out a job
+// Workers spin briefly between jobs (kernels come back to back), then sleep; worker t runs on
+// the t-th CPU the process may use, when there is one for every thread. Handing out a job
 // takes no lock unless a worker sleeps: one kernel of a small model lasts a few microseconds.
 #pragma once
 

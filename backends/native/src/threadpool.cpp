@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#ifdef __linux__
+#include <pthread.h>
+#include <sched.h>
+#endif
+
 namespace onnxlens {
 
 namespace {
@@ -29,10 +34,40 @@ void wait_until(F done) {
 // How long a worker spins for the next job before it sleeps: longer than the gap between two
 // kernels of a model, so that a run does not wait for threads to be woken.
 constexpr auto kSpin = std::chrono::milliseconds(2);
+
+// Names a worker (top -H, gdb) and pins it to the tid-th CPU the process may use, when there
+// are enough for every thread. Left free, the worker of a run that follows 50 ms of idle often
+// joined milliseconds late (where the scheduler put it was not traced): MobileNetV2 at 2
+// threads, runs 50 ms apart, median 8.4 ms free against 2.7 pinned (1 thread: 4.5).
+void name_and_pin(std::thread& worker, int tid, int threads) {
+#ifdef __linux__
+  pthread_setname_np(worker.native_handle(), "onnxlens-pool");
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) < threads) {
+    return;
+  }
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed) && seen++ == tid) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      pthread_setaffinity_np(worker.native_handle(), sizeof(one), &one);
+      return;
+    }
+  }
+#else
+  (void)worker;
+  (void)tid;
+  (void)threads;
+#endif
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
-  for (int tid = 1; tid < threads_; ++tid) workers_.emplace_back([this, tid] { worker(tid); });
+  for (int tid = 1; tid < threads_; ++tid) {
+    workers_.emplace_back([this, tid] { worker(tid); });
+    name_and_pin(workers_.back(), tid, threads_);
+  }
 }
 
 ThreadPool::~ThreadPool() {
