@@ -150,7 +150,6 @@ from .cost.base import Cost
 from .errors import OnnxLensError, UsageError
 from .hardware import (
     CONV_UNPACKED,
-    GEMV,
     GPU_RUNTIMES,
     GQA_DECODE,
     HOST_RUNTIMES,
@@ -173,7 +172,7 @@ from .host import detect_cpu, host_profile, replace_measured
 SCHEMA = "onnxlens-calibration/2"  # 2: level factors scale i_half; grouped_conv; backend
 # Op classes with multiply-accumulates get a curve of their own; the others use `elementwise`.
 MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "grouped_conv_nchwc", "gemm", "attention",
-               CONV_UNPACKED, GQA_DECODE, GEMV, MOE, QMOE, *INT8_CLASSES,
+               CONV_UNPACKED, GQA_DECODE, MOE, QMOE, *INT8_CLASSES,
                NATIVE_NBITS, NATIVE_GQA)
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.

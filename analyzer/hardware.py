@@ -100,7 +100,7 @@ SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8"
                "gemm_s8s8": "gemm",
                "grouped_conv_integer": "conv",
                "gemm_nbits": "gemm", "gemv_nbits": "gemm", "conv_int8_im2col": "conv",
-               "conv_unpacked": "conv", "gemv": "gemm",
+               "conv_unpacked": "conv",
                "gqa_decode": "gemm", "native_nbits": "gemm", "native_gqa": "attention",
                "moe": "gemm", "qmoe": "gemm", "where": "elementwise",
                "skip_normalization": "normalization", "skip_rms_normalization": "normalization",
@@ -162,14 +162,6 @@ GEMV_NBITS = "gemv_nbits"
 # decode_kernel`): measured (ORT 1.31, Zen 5) 8.3 ns a score at head size 32, 0.06 of the fp32
 # peak, where the gemm curve's per-call term read each head's products as 1.4 us calls.
 GQA_DECODE = "gqa_decode"
-# A float MatMul or Gemm of one row of A on constant weights (a batch-1 decode step's
-# projections, a classifier): MLAS's SGEMM over one row, bound by streaming the weights. Its
-# small end (a tiny decoder's [1, 128] x [128, 384], ~0.1 MFLOP) lies below every multi-row
-# benchmark of `gemm`, whose curve extrapolated it by whichever of two near-equal fits a
-# calibration landed on (f_half 0 or 0.4 MFLOP: a tiny decode step read 0.87x or 1.36x of
-# ORT on the same measurements). A class of its own on one-row benchmarks in L1, L2 and
-# DRAM, read as `gemm` by a calibration without it.
-GEMV = "gemv"
 # ORT's MoE and QMoE (com.microsoft) on CPU: per picked expert an unpacked MlasGemm for fc1
 # (B transposed and packed at each call), a scalar SwiGLU loop over its inter values (std::exp,
 # a divide and clamps: measured ~12 ns a value, ORT 1.31, Zen 5), fc2's MlasGemm, a scalar

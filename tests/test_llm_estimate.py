@@ -119,33 +119,6 @@ def test_matmul_n_bits_runs_mlas_int8_kernel_in_a_class_of_its_own(rows: int, le
     assert kernel.reuse == (2 * 64 if cls == "gemm_nbits" else 0)  # 2·K FLOPs per output
 
 
-@pytest.mark.parametrize(("rows", "weights", "cls"), [
-    (1, True, "gemv"),  # a decode step's projection: one row on constant weights
-    (2, True, "gemm"),
-    (1, False, "gemm"),  # B an activation (attention's products): packed at each call
-])
-def test_a_float_matmul_of_one_row_on_weights_is_a_gemv(rows: int, weights: bool,
-                                                        cls: str) -> None:
-    b = numpy_helper.from_array(np.ones((64, 32), np.float32), "b")
-    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [rows, 64])]
-    if not weights:
-        inputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, [64, 32]))
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")], "g", inputs,
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 32])],
-        [b] if weights else [])
-    r = onnxlens.analyze(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    costs = {k: nc.cost for k, nc in r.node_costs.items()}
-    [kernel] = ort_kernels(r.graph, r.groups[0], costs, 16)
-    assert (kernel.cls, kernel.cost.macs) == (cls, rows * 64 * 32)
-
-
-def test_a_calibration_without_gemv_reads_it_as_gemm() -> None:
-    hw = load_profile("xeon_8480")
-    assert "gemv" not in hw.efficiency
-    assert hw.class_efficiency("gemv") == hw.class_efficiency("gemm")
-
-
 def test_matmul_n_bits_prefill_reads_its_curve_at_2k_flops_per_output() -> None:
     """The CompInt8 kernel's cost per output (a horizontal sum and a scaled store after its
     K/32 blocks) makes its efficiency a function of K: the estimator asks the curve at one

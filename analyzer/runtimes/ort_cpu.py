@@ -36,7 +36,6 @@ from ..hardware import (
     GEMM_INT8_UNPACKED,
     GEMM_NBITS,
     GEMM_S8S8,
-    GEMV,
     GEMV_INT8,
     GEMV_NBITS,
     GROUPED_CONV_INTEGER,
@@ -982,8 +981,7 @@ def _ort_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, Co
             cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else INT8_CLASS.get(cls, cls)
             cls = int8_gemm_class(mg, head) if cls == INT8_CLASS["gemm"] else cls
             return _integer_kernel(mg, replace(kernel, cls=cls), costs)
-        one_row = cls == "gemm" and gemm_rows(head) == 1 and _weights(mg, head, 1)
-        return replace(kernel, cls=GEMV) if one_row else kernel
+        return kernel
     if head.op_type == "BatchNormalization":
         x = head.input(0)
         layout = NCHWC if x is not None and x.known and x.rank == 4 else NCHW

@@ -531,9 +531,6 @@ def _gemms() -> list[Bench]:
             linear(2048, 128, 512, gelu=True), linear(2048, 512, 128), linear(512, 256, 1024),
             linear(512, 1024, 256), linear(256, 512, 2048, gelu=True), linear(256, 2048, 512),
             SQUARE_GEMM, matmul(1, 8192, 4096, 2, weight=False)]
-    # one row on weights (GEMV: a decode step's projections), small ones in L1 and L2 beside
-    # the four above (L2, DRAM)
-    out += [matmul(1, 128, 128), matmul(1, 128, 384), matmul(1, 256, 256), matmul(1, 512, 512)]
     # 4-bit weights as LLMs ship for ORT, over a prefill's rows; two over a short K, where
     # MLAS's CompInt8 kernel pays per output (`gemm_nbits`'s i_half); one row, a decode
     # step's GEMV (`gemv_nbits`), in L1 and L2.
