@@ -171,8 +171,8 @@ from .host import detect_cpu, host_profile, replace_measured
 
 SCHEMA = "onnxlens-calibration/2"  # 2: level factors scale i_half; grouped_conv; backend
 # Op classes with multiply-accumulates get a curve of their own; the others use `elementwise`.
-MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "grouped_conv_nchwc", "gemm", "attention",
-               CONV_UNPACKED, GQA_DECODE, MOE, QMOE, *INT8_CLASSES,
+MAC_CLASSES = ("conv", "depthwise", "grouped_conv", "grouped_conv_nchwc", "depthwise_nchw", "gemm",
+               "attention", CONV_UNPACKED, GQA_DECODE, MOE, QMOE, *INT8_CLASSES,
                NATIVE_NBITS, NATIVE_GQA)
 VECTOR_CLASS = "elementwise"
 # Classes without MACs that get a curve of their own when they have enough benchmarks.
@@ -296,11 +296,12 @@ class Calibration:
         return self.levels[-1][0]
 
     def curve(self, cls: str) -> Curve:
-        if cls in self.curves:
-            return self.curves[cls]
-        parent = SUBCLASS_OF.get(cls)
-        if parent in self.curves:
-            return self.curves[parent]
+        """Its class's curve, else its nearest calibrated ancestor's (`SUBCLASS_OF`)."""
+        ancestor: str | None = cls
+        while ancestor is not None:
+            if ancestor in self.curves:
+                return self.curves[ancestor]
+            ancestor = SUBCLASS_OF.get(ancestor)
         if cls in MAC_CLASSES and "gemm" in self.curves:
             return self.curves["gemm"]
         return self.curves[VECTOR_CLASS]

@@ -94,6 +94,7 @@ OP_CLASSES = ("conv", "depthwise", "gemm", "attention", "elementwise", "normaliz
 # Finer classes a calibration may measure; a profile without them uses the class given here
 # (a grouped convolution is a convolution to a profile that does not tell them apart).
 SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8": "conv",
+               "depthwise_nchw": "grouped_conv",
                "depthwise_int8": "depthwise",
                "gemm_int8": "gemm", "gemv_int8": "gemm_int8", "gemm_int8_unpacked": "gemm_int8",
                "conv_integer": "conv",

@@ -135,6 +135,23 @@ def test_a_subclass_without_a_curve_reads_its_nearest_calibrated_ancestors() -> 
     assert hw.class_efficiency("gemm_int8_unpacked") == hw.efficiency["gemm"]
 
 
+def test_the_per_call_cost_is_judged_on_every_level() -> None:
+    """f_half is a cost per call, whatever level the operands sit in. Large GEMMs in L3 (the
+    reference level, the most points) hardly tell it: at 1e8-1e10 FLOPs an f_half of 1e5
+    moves them 0.1% or less. Small ones in L1 (3e4-3e5 FLOPs, 25-75% of their time a per-call
+    cost) do, and the fit recovers it from them: the L1 points within 5%, where the best fit
+    of the L3 points alone may take any f_half up to 1e6 within 1% of theirs."""
+    truth = Curve(0.9, 1e5, 0.0)
+    flops = np.concatenate([np.logspace(8, 10, 7), [3e4, 1e5, 3e5]])
+    levels = ["L3"] * 7 + ["L1"] * 3
+    intensity = np.full(10, 100.0)
+    eff = np.array([truth(f, i) for f, i in zip(flops, intensity, strict=True)])
+    curve = fit.fit_curve(flops, intensity, eff, levels)
+    assert curve.f_half == pytest.approx(1e5, rel=0.1)
+    for f in flops[7:]:
+        assert curve(f, 100.0, "L1") == pytest.approx(truth(f, 100.0), rel=0.05)
+
+
 def test_a_constant_curve_from_too_few_points() -> None:
     curve = fit.fit_curve(np.array([1e6, 1e7]), np.array([1.0, 10.0]), np.array([0.2, 0.4]))
     assert curve.f_half == curve.i_half == 0.0
@@ -362,13 +379,17 @@ def test_a_sum_of_squares_is_a_reduction_class_of_its_own(op: str, cls: str) -> 
     # 8 channels a group: M = 8, K = 72, N = 48 x 48 in slices of 128, 18 GEMMs a group
     (catalogue.conv(64, 64, 48, 3, 1, 8), "grouped_conv", 8 * 18),
     # quantized, ORT's NHWC QLinearConv: no NCHWc path, the class it had before
-    (catalogue.quantized(catalogue.conv(128, 128, 24, 3, 1, 8), "qdq"), "grouped_conv", 1)])
+    (catalogue.quantized(catalogue.conv(128, 128, 24, 3, 1, 8), "qdq"), "grouped_conv", 1),
+    # depthwise with 54 channels (off a multiple of 4): per channel M = 1, K = 9, N = 48 x 48
+    # in slices of 1024 (StrideN doubled while StrideK / 2 >= K), 3 GEMMs a channel
+    (catalogue.depthwise(54, 48), "depthwise_nchw", 54 * 3)])
 def test_a_grouped_conv_benchmark_is_read_at_its_path(bench: catalogue.Bench, cls: str,
                                                       calls: int) -> None:
     """A grouped Conv whose groups are whole NCHWc blocks (16 channels on AVX-512) is ORT's
     NCHWc kernel, one per group, class `grouped_conv_nchwc`; with 8 channels a group it is
     the NCHW path's im2col and GEMMs, `grouped_conv`; quantized, a QLinearConv, never on the
-    NCHWc path. A calibration without the first class reads it at `conv`'s curve."""
+    NCHWc path; a depthwise one off the NCHWc path is `depthwise_nchw`. A calibration without
+    these classes reads them at `conv`'s curve (`depthwise_nchw` through `grouped_conv`)."""
     point = measure._point(bench.name, bench.build(), 1e-4, 0.0, 0.0,
                            measure._kernels_of(ORT_CPU, host_profile(1)))
     assert point is not None and (point.op_class, point.calls) == (cls, calls)

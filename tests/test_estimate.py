@@ -595,7 +595,8 @@ def test_convolution_classes() -> None:
     # ORT's NCHWc path: output channels a multiple of 4; a 3-channel input is read as NCHW.
     assert ort_conv_path(conv([64, 3, 3, 3], 1), 16) == ("conv", "nchw", "nchwc")
     assert ort_conv_path(conv([58, 58, 1, 1], 1), 16) == ("conv", "nchw", "nchw")
-    assert ort_conv_path(conv([58, 1, 3, 3], 58), 16) == ("grouped_conv", "nchw", "nchw")
+    # A depthwise one with odd channels: MlasConv per channel, a class of its own.
+    assert ort_conv_path(conv([58, 1, 3, 3], 58), 16) == ("depthwise_nchw", "nchw", "nchw")
     assert ort_conv_path(conv([64, 8, 3, 3], 8), 16) == ("grouped_conv", "nchw", "nchw")
     assert ort_conv_path(conv([64, 1, 3, 3], 64), 16) == ("depthwise", "nchwc", "nchwc")
     # Grouped: NCHWc when each group's channels fill whole blocks (16 here, 8 on AVX2), a class
@@ -611,7 +612,7 @@ def test_a_depthwise_conv_with_a_channel_multiplier_is_a_plain_conv(
     """A Conv over 32 groups of one input channel each, `multiplier` output channels per group
     ([32 x multiplier, 1, 3, 3], FastViT's downsampling with 2): ORT's NchwcTransformer takes
     it only with one output channel per group; with more it is a plain Conv in ORT's optimized
-    graph, ours `grouped_conv` on the NCHW path: 32 groups of M = multiplier, K = 9, N = 196
+    graph, ours `depthwise_nchw` on the NCHW path: 32 groups of M = multiplier, K = 9, N = 196
     output pixels, N >= K and 64 >= 9 so StrideN doubles to 1024 (StrideK 16): one GEMM call
     per group."""
     import onnxruntime as ort
@@ -631,7 +632,7 @@ def test_a_depthwise_conv_with_a_channel_multiplier_is_a_plain_conv(
     assert (theirs.domain == "com.microsoft.nchwc") == nchwc
     [head] = onnxlens.analyze(model).graph.infos.values()
     assert ort_conv_path(head, 16) == (("depthwise", "nchwc", "nchwc") if nchwc
-                                       else ("grouped_conv", "nchw", "nchw"))
+                                       else ("depthwise_nchw", "nchw", "nchw"))
     if not nchwc:
         assert group_gemms(head) == (32, _reuse(multiplier, 9, 196))
 

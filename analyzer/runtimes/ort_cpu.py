@@ -130,6 +130,14 @@ _GELU_DEPTH = 4  # x -> Add(x, 0.044715·x³) -> Mul -> Tanh: GPT-2's tanh formu
 # 0.25: fitted on both, one `grouped_conv` curve read the first 2.2-3.6x slow and the second
 # 26-33% fast. A class of its own, a `conv` to a calibration without it.
 GROUPED_CONV_NCHWC = "grouped_conv_nchwc"
+# A depthwise Conv on the NCHW path (output channels off a multiple of 4, or a channel
+# multiplier): MlasConv's one im2col and GEMM of M = 1 or 2 rows per channel, a fixed cost
+# per call that the `grouped_conv` curve, fitted on 4-24 channels per group, did not hold:
+# one curve for both read ReXNet's depthwise Convs (38-185 channels) 1.8x slow or the
+# grouped ones 1.5x slow, depending on which its fit favoured. A class of its own, read per
+# call like them, a `grouped_conv` to a calibration without it.
+DEPTHWISE_NCHW = "depthwise_nchw"
+_GROUP_CALLS = frozenset({"grouped_conv", GROUPED_CONV_NCHWC, DEPTHWISE_NCHW})  # `group_gemms`
 # An elementwise kernel between DQs and a Q (QDQ Add, Mul; QLinearAdd, QLinearMul nodes):
 # ORT's QLinearAdd / QLinearMul work on the uint8 values (MLAS), measured 5 us for a ResNet
 # residual where the float rate of its dequantize, add, requantize FLOPs said 4x that.
@@ -194,7 +202,7 @@ def ort_conv_path(info: NodeInfo, block: int) -> tuple[str, str, str]:
             return "grouped_conv", NCHW, NCHW
         return GROUPED_CONV_NCHWC, NCHWC, NCHWC
     if cls == "depthwise" and (cout % 4 or cout != groups):
-        return "grouped_conv", NCHW, NCHW
+        return DEPTHWISE_NCHW, NCHW, NCHW
     if cout % 4:
         return cls, NCHW, NCHW
     cin = cin_per_group * groups
@@ -1011,7 +1019,7 @@ def _conv_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, C
     head = mg.info(nodes[0])
     cls, reads, writes = ort_conv_path(head, block)
     if _integer_macs(mg, head):  # no NCHWc reorders; a QLinearConv NHWC (`nhwc_conv`)
-        cls = INT8_CLASS.get(cls, "grouped_conv" if cls == GROUPED_CONV_NCHWC else cls)
+        cls = INT8_CLASS.get(cls, "grouped_conv" if cls in _GROUP_CALLS else cls)
         if head.op_type == "ConvInteger":  # `grouped_conv_integer`: the class's comment
             cls = GROUPED_CONV_INTEGER if head.attr("group", 1) > 1 else CONV_INTEGER
         cls = GEMM_S8S8 if multiplies_int8_activations(mg, head) else cls
@@ -1024,8 +1032,7 @@ def _conv_kernel(mg: ModelGraph, nodes: list[str], role: str, costs: dict[str, C
             activation_passes(mg, nodes, True)), calls=calls, reuse=reuse), costs)
     if cls == "conv" and not constant_input(mg, head, 1):  # weights made at run time
         cls, reads, writes = CONV_UNPACKED, NCHW, NCHW
-    calls, reuse = (group_gemms(head, reads == NCHW) if cls in ("grouped_conv", GROUPED_CONV_NCHWC)
-                    else (1, 0.0))
+    calls, reuse = group_gemms(head, reads == NCHW) if cls in _GROUP_CALLS else (1, 0.0)
     kernel = kernel_of(mg, nodes, costs, cls, reads, writes,
                        open_sum=role == "anchor" and len(nodes) == 1 and writes == NCHWC,
                        reuse=reuse, calls=calls,

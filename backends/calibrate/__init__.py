@@ -56,17 +56,20 @@ Fitting, in the estimator's terms (a group takes max(compute, memory) + overhead
 `fit_check` then asks the estimator for each benchmark's time on the calibrated profile: how
 well the fitted model explains what it was fitted on, per class (`onnxlens calibrate` prints
 it).
-   Classes are the estimator's on the runtime measured: through ORT, a convolution ORT runs
-   off its NCHWc path (grouped, or output channels not a multiple of 4) is `grouped_conv`.
+   Classes are the estimator's on the runtime measured: through ORT, a grouped convolution
+   ORT runs off its NCHWc path is `grouped_conv`, a depthwise one (output channels not a
+   multiple of 4, or a channel multiplier) `depthwise_nchw`.
 
 `--backend native-cpu` (`run_calibration(backend=...)`) times the same graphs on the
 project's own executor instead (one step per group, nothing cut off; graphs it cannot run
 are left out) and saves a calibration of its own.
 
-A curve is fitted by least absolute deviations on ln(efficiency): for each (f_half, i_half)
-on a log grid the best e_max is closed-form (the median log residual), and the grid point
-with the smallest error wins; then each memory level with enough benchmarks gets the i_half
-factor (on a grid) that fits its benchmarks best, and e_max is refitted. Benchmarks run in
+A curve is fitted by least absolute deviations on ln(efficiency): for each f_half on a log
+grid, the i_half (on a grid) that fits the most common memory level's benchmarks best, with
+the best e_max closed-form (the median log residual); then each other memory level with
+enough benchmarks gets the i_half factor (on a grid) that fits its benchmarks best, and e_max
+is refitted on all; the f_half whose curve fits all benchmarks best wins (a cost per call is
+the same whatever level the operands sit in). Benchmarks run in
 priority order (a coarse set covering every class first), and those that would overrun
 `budget_s` are skipped.
 """

@@ -579,7 +579,11 @@ def _convolutions() -> list[Bench]:
             conv(128, 128, 48, 3, 2, 16, act="Relu"), conv(256, 256, 12, 3, 1, 64),
             # Output channels off a multiple of 4: ORT's NCHW path.
             conv(54, 54, 24, 1, act="Relu"), conv(90, 90, 48, 1), conv(30, 30, 96, 1, act="Relu"),
-            depthwise(54, 48), depthwise(90, 24, 3, 2)]
+            depthwise(54, 48), depthwise(90, 24, 3, 2),
+            # Depthwise on the NCHW path (`depthwise_nchw`): ReXNet's odd channel counts,
+            # FastViT's channel multiplier of 2.
+            depthwise(38, 56), depthwise(162, 28, 3, 2), depthwise(366, 14, 5),
+            conv(48, 96, 28, 7, 2, 48)]
     return out
 
 

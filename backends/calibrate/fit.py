@@ -449,14 +449,21 @@ def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
               levels: Sequence[str] = (), reuse: bool = True, per_call: bool = False,
               floor: np.ndarray | None = None) -> Curve:
     """Least absolute deviations on ln(eff) of e_max · F/(F + f_half) · I/(I + i_half · level
-    factor), with e_max <= 1. The shape is fitted on the most common level's points (the
-    reference, factor 1; all points when no levels are given): a grid over (f_half, i_half)
-    with the best e_max for each (`_best_log_scale`). Each other level with LEVEL_POINTS
-    points or more then takes the factor from LEVEL_GRID that fits its points best, and e_max
-    is refitted on all. Intensities past the largest fitted one are read as it (no
-    extrapolation). Absolute, not squared, deviations: one odd benchmark (a channel count ORT
-    runs on a slow path) must not drag a whole class. Fewer than 3 points fit e_max alone;
-    `reuse` False fits no reuse factor (i_half 0); `per_call` offers F_HALF_LOW_GRID too.
+    factor), with e_max <= 1. For each f_half on a grid: i_half is fitted on the most common
+    level's points (the reference, factor 1; all points when no levels are given) with the
+    best e_max for each (`_best_log_scale`); each other level with LEVEL_POINTS points or more
+    takes the factor from LEVEL_GRID that fits its points best; e_max is refitted on all. The
+    f_half whose curve fits all points best wins (`_fit_reuse`). Intensities past the largest
+    fitted one are read as it (no extrapolation). Absolute, not squared, deviations: one odd
+    benchmark (a channel count ORT runs on a slow path) must not drag a whole class. Fewer
+    than 3 points fit e_max alone; `reuse` False fits no reuse factor (i_half 0); `per_call`
+    offers F_HALF_LOW_GRID too.
+
+    f_half is a cost per call, the same wherever the operands live, so every level's points
+    judge it. (Judged on the reference level's alone, large GEMMs in L3 here, it was free
+    below them: calibrations minutes apart landed on 0, 237K, 422K or 562K FLOPs, and the
+    last priced a 32x32x32 MatMul in L1 at 2.5 us against 0.58 measured, a tiny decoder's
+    [1, 128] x [128, 384] projection at 1.4-3.2 us against 1.8.)
 
     `floor`, per point, is ln(memory time / measured time): the estimator takes max(compute,
     memory), so a curve that puts a point's compute time under its memory time predicts the
@@ -469,32 +476,42 @@ def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
     floor = np.full_like(y, -np.inf) if floor is None else np.asarray(floor, float)
     names = np.asarray(levels if len(levels) else [""] * len(y))
     counts = {lv: int((names == lv).sum()) for lv in dict.fromkeys(names.tolist())}
-    reference, *others = sorted(counts, key=lambda lv: -counts[lv])
-    ref = names == reference
-    f_grid = np.asarray(F_HALF_GRID if ref.sum() >= 3 else (0.0,))
-    if per_call and ref.sum() >= 3:
-        f_grid = np.asarray(sorted((*F_HALF_GRID, *F_HALF_LOW_GRID)))
-    i_grid = np.asarray(I_HALF_GRID if reuse and ref.sum() >= 3 else (0.0,))
-    g = (np.log(flops[ref] / (flops[ref] + f_grid[:, None]))[:, None, :]
-         + np.log(intensity[ref] / (intensity[ref] + i_grid[:, None]))[None, :, :])
-    log_e, err = _best_log_scale(y[ref] - g, floor[ref])  # per (f_half, i_half)
-    fi, ii = np.unravel_index(int(np.argmin(err)), err.shape)
-    f_half, i_half = float(f_grid[fi]), float(i_grid[ii])
+    reference = max(counts, key=lambda lv: counts[lv])
+    enough = counts[reference] >= 3
+    f_grid = (sorted((*F_HALF_GRID, *F_HALF_LOW_GRID)) if per_call else F_HALF_GRID) \
+        if enough else (0.0,)
+    i_grid = np.asarray(I_HALF_GRID if reuse and enough else (0.0,))
+    fits = [_fit_reuse(y, flops, intensity, names, reference, floor, f_half, i_grid)
+            for f_half in f_grid]
+    error, f_half, i_half, factors, e_max = min(fits, key=lambda fit: fit[0])
+    return Curve(float(math.exp(e_max)), f_half, i_half, float(intensity.max()), factors,
+                 len(y), float(error))
+
+
+def _fit_reuse(y: np.ndarray, flops: np.ndarray, intensity: np.ndarray, names: np.ndarray,
+               reference: str, floor: np.ndarray, f_half: float, i_grid: np.ndarray
+               ) -> tuple[float, float, float, dict[str, float], float]:
+    """`fit_curve` at one f_half: (mean deviation over all points, f_half, i_half, the level
+    factors, ln e_max)."""
     size = np.log(flops / (flops + f_half))
+    ref = names == reference
+    g = np.log(intensity[ref] / (intensity[ref] + i_grid[:, None]))  # per i_half
+    log_e, err = _best_log_scale(y[ref] - size[ref] - g, floor[ref])
+    best = int(np.argmin(err))
+    i_half = float(i_grid[best])
     scale = np.ones_like(y)  # each point's i_half factor
     factors: dict[str, float] = {}
-    for level in others if i_half else ():
+    for level in dict.fromkeys(names.tolist()) if i_half else ():
         mask = names == level
-        if mask.sum() >= LEVEL_POINTS:
+        if level != reference and mask.sum() >= LEVEL_POINTS:
             reuse = np.log(intensity[mask] / (intensity[mask] + i_half * LEVEL_GRID[:, None]))
-            level_err = _deviations(y[mask] - log_e[fi, ii] - size[mask] - reuse,
+            level_err = _deviations(y[mask] - log_e[best] - size[mask] - reuse,
                                     floor[mask]).mean(axis=-1)
             factors[level] = float(LEVEL_GRID[int(np.argmin(level_err))])
             scale[mask] = factors[level]
     shape = size + np.log(intensity / (intensity + i_half * scale))
     e_max, error = _best_log_scale(y - shape, floor)
-    return Curve(float(math.exp(e_max)), f_half, i_half, float(intensity.max()), factors,
-                 len(y), float(error))
+    return float(error), float(f_half), i_half, factors, float(e_max)
 
 
 def _deviations(residual: np.ndarray, floor: np.ndarray) -> np.ndarray:
