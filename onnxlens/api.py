@@ -72,9 +72,13 @@ def analyze(
         result.sweep = sweep_rows(analyze_at, batches or [primary], precisions, targets)
     layout = _kv_layout(result, prompt_len or context_len, options.get("dims"))
     if layout is not None:
+        contexts = _as_list(context_len) or [DEFAULT_CONTEXT_LEN]
+        if prompt_len and (short := [c for c in contexts if c < prompt_len]):
+            raise UsageError(f"--context-len {short[0]} is shorter than --prompt-len "
+                             f"{prompt_len}: decode steps follow the prompt")
         result.llm = _llm_view(source, result, layout, targets, precisions[0],
-                               batches[0] if batches else 1, prompt_len or DEFAULT_PROMPT_LEN,
-                               _as_list(context_len) or [DEFAULT_CONTEXT_LEN],
+                               batches[0] if batches else 1,
+                               prompt_len or min(DEFAULT_PROMPT_LEN, *contexts), contexts,
                                options | ({"batch": batches[0]} if batches else {}))
     elif prompt_len or context_len:
         raise UsageError("--prompt-len / --context-len: the model has no KV-cache inputs "

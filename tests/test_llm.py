@@ -153,6 +153,24 @@ def test_a_bad_context_len_is_a_one_line_error(decoder: str, value: str, why: st
     assert f"--context-len '{value}': {why}" in run.output
 
 
+def test_a_context_shorter_than_the_prompt_is_a_one_line_error(decoder: str) -> None:
+    """Decode steps follow the prompt: --context-len under --prompt-len exits 2 with one line
+    naming both. Given alone, a context under the default prompt (512) shortens the prompt
+    to it: prefill of 64 tokens, hand-counted."""
+    from typer.testing import CliRunner
+
+    from onnxlens.cli import app
+
+    run = CliRunner().invoke(app, ["analyze", decoder, "--prompt-len", "64", "--context-len",
+                                   "128,32"])
+    assert run.exit_code == 2, run.exception
+    assert "--context-len 32 is shorter than --prompt-len 64" in run.output
+    assert "Traceback" not in run.output
+    llm = analyze(decoder, context_len=[64, 128]).llm
+    assert llm["prefill"]["prompt_len"] == 64
+    assert llm["prefill"]["macs"] == _matmul_macs(new=64, past=0)
+
+
 def test_prompt_len_on_a_model_without_cache_is_a_usage_error(tmp_path) -> None:
     import onnx
     from onnx import TensorProto, helper
