@@ -359,8 +359,8 @@ def test_ort_cpu_runs_an_fp16_conv_as_fp32_with_its_clip_apart() -> None:
     import onnx_ir
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    from onnxlens.analyzer.runtimes.ort_cpu import NCHW, float16_as_float32, ort_kernels
-    from onnxlens.analyzer.runtimes.ort_fp16 import float32_nodes
+    from onnxlens.analyzer.runtimes.ort_cpu import NCHW, ort_kernels
+    from onnxlens.analyzer.runtimes.ort_fp16 import float16_as_float32, float32_nodes
     from onnxlens.backends.calibrate.catalogue import conv
     from onnxlens.backends.ort_timing import profile_model
 

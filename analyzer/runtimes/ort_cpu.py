@@ -60,7 +60,13 @@ from . import (
     op_class,
 )
 from .ort_attention import gqa_kernels, in_attention_block, packed_keys, without_work_of
-from .ort_fp16 import cast_kernel, float32_nodes, inserted_casts
+from .ort_fp16 import (
+    cast_kernel,
+    float16_as_float32,
+    float32_nodes,
+    inserted_casts,
+    is_float16,
+)
 from .ort_moe import moe_kernel
 
 NCHWC, NCHW, NHWC = "nchwc", "nchw", "nhwc"
@@ -898,25 +904,8 @@ def _cast_constants(mg: ModelGraph, info: NodeInfo) -> bool:
     MobileNetV2 fp16): 35 Clips (ReLU6) as kernels of their own between 34 ReorderInput and 35
     ReorderOutput; fp32: each fused into its Conv."""
     x = info.input(0)
-    return x is not None and x.elem_type == onnx.TensorProto.FLOAT16 and any(
+    return is_float16(x) and any(
         constant_input(mg, info, i) for i in range(1, len(info.inputs)))
-
-
-def float16_as_float32(k: Kernel, fp32: frozenset[str]) -> Kernel:
-    """ORT's CPU provider has no float16 Conv, Gemm or MatMul on x86 (MLAS's are ARM's): it
-    puts Casts around them (InsertCastTransformer), folds those of the weights at load and
-    drops back-to-back pairs, so an fp16 model runs the fp32 model's kernels on 4-byte
-    tensors (profiled, ORT 1.31, ResNet-18 fp16: 20 Conv, 1 Gemm and 1 Cast, all float32): a
-    kernel writing float16 moves twice the bytes stored, its weights included. Its MACs run at
-    the profile's fp16 peak, which a CPU without fp16 units reads as fp32's. Kernels of
-    `fp32`'s nodes only (`ort_fp16.float32_nodes`): the others run in float16."""
-    if fp32.isdisjoint(k.nodes) or not any(
-            t.elem_type == onnx.TensorProto.FLOAT16 for t in k.outputs):
-        return k
-    c = k.cost
-    return replace(k, cost=replace(c, bytes_read=2 * c.bytes_read,
-                                   bytes_written=2 * c.bytes_written,
-                                   param_bytes=2 * c.param_bytes))
 
 
 def _integer_macs(mg: ModelGraph, head: NodeInfo) -> bool:

@@ -8,6 +8,8 @@ tensor, however many readers it has); those of constants are folded when the ses
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import onnx
 
 from ..cost.base import Cost
@@ -24,7 +26,7 @@ FLOAT16_KERNELS = frozenset({
     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"})
 
 
-def _float16(t: TensorInfo | None) -> bool:
+def is_float16(t: TensorInfo | None) -> bool:
     return t is not None and t.elem_type == onnx.TensorProto.FLOAT16
 
 
@@ -46,8 +48,8 @@ def _isolated(mg: ModelGraph, key: str, fp32: set[str]) -> bool:
     info = mg.info(key)
     fed = [t.name for t in info.inputs if t is not None and t.name in mg.producer]
     fp16_in = [mg.producer[t.name] for t in _checked_inputs(info)
-               if _float16(t) and t.name in mg.producer]
-    fp16_out = [t for t in info.outputs if _float16(t)]
+               if is_float16(t) and t.name in mg.producer]
+    fp16_out = [t for t in info.outputs if is_float16(t)]
     return (bool(fed) and bool(fp16_in) and bool(fp16_out)
             and not any(t.name in mg.graph_outputs for t in info.outputs)
             and all(p in fp32 for p in fp16_in)
@@ -58,7 +60,7 @@ def float32_nodes(mg: ModelGraph) -> frozenset[str]:
     """The nodes reading or writing float16 that ORT runs on float32 kernels: those without a
     float16 kernel, then, in one pass in file order as ORT makes it, the isolated others."""
     fp32 = {key for key, info in mg.infos.items() if info.op_type not in FLOAT16_KERNELS
-            and any(map(_float16, (*info.inputs, *info.outputs)))}
+            and any(map(is_float16, (*info.inputs, *info.outputs)))}
     for key, info in mg.infos.items():
         if info.op_type in FLOAT16_KERNELS and _isolated(mg, key, fp32):
             fp32.add(key)
@@ -86,7 +88,7 @@ def inserted_casts(mg: ModelGraph, fp32: frozenset[str],
     constant (`constants`: initializers, outputs folded at load), cast up at its first
     float32 reader. `fp32` is `float32_nodes`."""
     tensors = {t.name: t for info in mg.infos.values()
-               for t in (*info.inputs, *info.outputs) if _float16(t)}
+               for t in (*info.inputs, *info.outputs) if is_float16(t)}
     casts: dict[str, list[TensorInfo]] = {}
     for name, t in tensors.items():
         constant = name in constants
@@ -105,3 +107,19 @@ def cast_kernel(t: TensorInfo) -> Kernel:
     elements = t.nbytes // 2
     return Kernel("elementwise", Cost(other_flops=elements, bytes_read=2 * elements,
                                       bytes_written=4 * elements), (), inputs=(t,))
+
+
+def float16_as_float32(k: Kernel, fp32: frozenset[str]) -> Kernel:
+    """ORT's CPU provider has no float16 Conv, Gemm or MatMul on x86 (MLAS's are ARM's): it
+    puts Casts around them (InsertCastTransformer), folds those of the weights at load and
+    drops back-to-back pairs, so an fp16 model runs the fp32 model's kernels on 4-byte
+    tensors (profiled, ORT 1.31, ResNet-18 fp16: 20 Conv, 1 Gemm and 1 Cast, all float32): a
+    kernel writing float16 moves twice the bytes stored, its weights included. Its MACs run at
+    the profile's fp16 peak, which a CPU without fp16 units reads as fp32's. Kernels of
+    `fp32`'s nodes only (`float32_nodes`): the others run in float16."""
+    if fp32.isdisjoint(k.nodes) or not any(map(is_float16, k.outputs)):
+        return k
+    c = k.cost
+    return replace(k, cost=replace(c, bytes_read=2 * c.bytes_read,
+                                   bytes_written=2 * c.bytes_written,
+                                   param_bytes=2 * c.param_bytes))
