@@ -161,10 +161,10 @@ from .hardware import (
     ORT_CPU,
     QMOE,
     RUNTIMES,
-    SUBCLASS_OF,
     HardwareProfile,
     MemoryLevel,
     Runtime,
+    lineage,
     load_profile,
 )
 from .host import detect_cpu, host_profile, replace_measured
@@ -297,11 +297,9 @@ class Calibration:
 
     def curve(self, cls: str) -> Curve:
         """Its class's curve, else its nearest calibrated ancestor's (`SUBCLASS_OF`)."""
-        ancestor: str | None = cls
-        while ancestor is not None:
-            if ancestor in self.curves:
-                return self.curves[ancestor]
-            ancestor = SUBCLASS_OF.get(ancestor)
+        own = next((self.curves[c] for c in lineage(cls) if c in self.curves), None)
+        if own is not None:
+            return own
         if cls in MAC_CLASSES and "gemm" in self.curves:
             return self.curves["gemm"]
         return self.curves[VECTOR_CLASS]

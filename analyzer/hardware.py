@@ -71,7 +71,7 @@ import dataclasses
 import functools
 import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,14 @@ SUBCLASS_OF = {"grouped_conv": "conv", "grouped_conv_nchwc": "conv", "conv_int8"
                "dequantize": "elementwise", "reduce_squares": "reduce",
                "reorder": "data_movement",
                "blocked_transpose": "data_movement"}
+
+
+def lineage(cls: str) -> Iterator[str]:
+    """`cls`, then its parent, its parent's parent, ... (`SUBCLASS_OF`), nearest first."""
+    ancestor: str | None = cls
+    while ancestor is not None:
+        yield ancestor
+        ancestor = SUBCLASS_OF.get(ancestor)
 # MLAS's blocked copies, which shuffle vectors between planes rather than stream: ORT's NCHWc
 # layout changes (ReorderInput / ReorderOutput) and its Transpose that moves one axis past the
 # innermost (NCHW <-> NHWC, MlasTranspose). Each streams at a rate of its own, which a
@@ -335,9 +343,7 @@ class HardwareProfile:
 
     def class_efficiency(self, cls: str) -> float:
         """The constant efficiency of op class `cls` (a subclass reads its nearest ancestor's)."""
-        while cls not in self.efficiency:
-            cls = SUBCLASS_OF[cls]
-        return self.efficiency[cls]
+        return self.efficiency[next((c for c in lineage(cls) if c in self.efficiency), cls)]
 
     def pj_per_flop(self, precision: str) -> float:
         if precision in self.compute_pj_per_flop:

@@ -478,8 +478,8 @@ def fit_curve(flops: np.ndarray, intensity: np.ndarray, eff: np.ndarray,
     counts = {lv: int((names == lv).sum()) for lv in dict.fromkeys(names.tolist())}
     reference = max(counts, key=lambda lv: counts[lv])
     enough = counts[reference] >= 3
-    f_grid = (sorted((*F_HALF_GRID, *F_HALF_LOW_GRID)) if per_call else F_HALF_GRID) \
-        if enough else (0.0,)
+    f_grid = sorted((*F_HALF_GRID, *F_HALF_LOW_GRID)) if per_call else F_HALF_GRID
+    f_grid = f_grid if enough else (0.0,)
     i_grid = np.asarray(I_HALF_GRID if reuse and enough else (0.0,))
     fits = [_fit_reuse(y, flops, intensity, names, reference, floor, f_half, i_grid)
             for f_half in f_grid]
