@@ -74,11 +74,7 @@ class CopyKernel : public Kernel {
     const int64_t stride = dims_.empty() ? 1 : strides_.back();
     auto body = [&](int, int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
-        int64_t off = offset_, rest = row;
-        for (size_t d = dims_.size() - (dims_.empty() ? 0 : 1); d-- > 0;) {
-          off += (rest % dims_[d]) * strides_[d];
-          rest /= dims_[d];
-        }
+        const int64_t off = input_offset(row, dims_.size() - (dims_.empty() ? 0 : 1));
         copy_run(y_.as<char>() + row * len * size, x_.as<const char>() + off * size, len,
                  stride, size);
       }
@@ -107,12 +103,7 @@ class CopyKernel : public Kernel {
     auto body = [&](int, int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
         const int64_t m = task / bands, r0 = task % bands * kBand;
-        int64_t off = offset_, rest = m;
-        for (size_t d = n - 2; d-- > 0;) {
-          off += (rest % dims_[d]) * strides_[d];
-          rest /= dims_[d];
-        }
-        simd_.transpose(x_.f32() + off + r0, sc, cols, std::min(kBand, rows - r0),
+        simd_.transpose(x_.f32() + input_offset(m, n - 2) + r0, sc, cols, std::min(kBand, rows - r0),
                         y_.f32() + (m * rows + r0) * cols, cols);
       }
     };
@@ -145,6 +136,17 @@ class CopyKernel : public Kernel {
       kept_stride_ = strides_[d];
     }
     strides_ = stride_list_;
+  }
+
+  // The input element where the `index`-th block of the first `outer` coalesced dims starts
+  // (`index` row-major over them, the last fastest).
+  int64_t input_offset(int64_t index, size_t outer) const {
+    int64_t off = offset_;
+    for (size_t d = outer; d-- > 0;) {
+      off += (index % dims_[d]) * strides_[d];
+      index /= dims_[d];
+    }
+    return off;
   }
 
   int64_t row_count() const {
