@@ -205,13 +205,16 @@ def test_conv_pointwise_reads_its_input_in_place(c: int, m: int, group: int, h: 
     check(model_of(nodes, {"x": x, "r": r}, weights, ["y"]), {"x": x, "r": r}, threads=threads)
 
 
-@pytest.mark.parametrize(("s", "pads"), [(2, [1, 1, 1, 1]), (1, [0, 0, 0, 0]), (2, [0, 1, 0, 1])])
-def test_conv_im2col_vectors_across_rows(s: int, pads: list[int]) -> None:
+@pytest.mark.parametrize(("s", "pads", "width"), [
+    (2, [1, 1, 1, 1], 70), (1, [0, 0, 0, 0], 70), (2, [0, 1, 0, 1], 70), (1, [1, 1, 1, 1], 12),
+    (2, [1, 1, 1, 1], 18)])
+def test_conv_im2col_vectors_across_rows(s: int, pads: list[int], width: int) -> None:
     # The implicit im2col reads each vector of a panel (16 lanes on AVX-512, 8 on AVX2) by its
-    # own step: output rows of 35 or 33 pixels put a row boundary inside some vectors (a
-    # gather) and not others (contiguous or every other float), in one panel.
-    rng = np.random.default_rng(s * 10 + sum(pads))
-    x = rand(rng, 1, 8, 40, 70)
+    # own runs: output rows of 35, 33 or 68 pixels put one row boundary inside some vectors
+    # (two runs of contiguous or every other float) and none inside others, in one panel; rows
+    # of 12 or 9 pixels put two inside some vectors (lane by lane, a gather).
+    rng = np.random.default_rng(s * 10 + sum(pads) + width)
+    x = rand(rng, 1, 8, 40, width)
     weights = {"w": rand(rng, 24, 8, 3, 3), "b": rand(rng, 24)}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=pads)]
     check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})

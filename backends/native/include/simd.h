@@ -25,12 +25,22 @@ struct Src {
 // Implicit im2col: column j of the packed B matrix is output pixel j, row k is (channel,
 // ky, kx); the value is input[col_base[j] + k_delta[k]] where bit t of
 // masks[panel * kpos_count + k_pos[k]] says that lane t of that panel is inside the image.
+// How one vector of an im2col panel row reads the input: col_base rises by `step` (1 or 2)
+// from lane to lane, over all its lanes (`brk` 0) or over lanes [0, brk) and again over
+// [brk, n) from another start (a vector that crosses from one output row into the next);
+// step 0: neither, lane by lane. Packed in a byte: step | brk << 2.
+constexpr uint8_t vector_runs(int step, int brk) {
+  return static_cast<uint8_t>(step | brk << 2);
+}
+constexpr int run_step(uint8_t code) { return code & 3; }
+constexpr int run_break(uint8_t code) { return code >> 2; }
+
 struct Im2col {
   const float* input;
   int64_t ncols;
   const int64_t* col_base;
   const int32_t* col_base32;   // the same as int32 for gathers, or null if they do not fit
-  // per NR / 2-lane vector (two per panel): col_base rises by 1 or 2 from lane to lane, or 0
+  // per NR / 2-lane vector (two per panel): how its lanes read the input (vector_runs)
   const uint8_t* vector_step;
   const uint64_t* masks;
   const int64_t* k_delta;

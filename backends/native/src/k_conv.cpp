@@ -133,15 +133,20 @@ class Im2colTables {
     view_.kpos_count = kpos;
   }
 
-  // 1 or 2 when col_base rises by that from lane to lane over a vector's n columns, else 0.
+  // The vector_runs of the n columns from j0: one run of step 1 or 2, or two runs of the same
+  // step (the second from the lane where the step breaks), else step 0.
   uint8_t vector_step(int64_t j0, int64_t n) const {
-    if (n <= 1) return 1;
+    if (n <= 1) return vector_runs(1, 0);
     const int64_t step = col_base_[j0 + 1] - col_base_[j0];
-    if (step != 1 && step != 2) return 0;
+    if (step != 1 && step != 2) return vector_runs(0, 0);
+    int64_t brk = 0;
     for (int64_t t = 1; t < n; ++t) {
-      if (col_base_[j0 + t] - col_base_[j0 + t - 1] != step) return 0;
+      const int64_t rise = col_base_[j0 + t] - col_base_[j0 + t - 1];
+      if (rise == step) continue;
+      if (brk != 0) return vector_runs(0, 0);
+      brk = t;
     }
-    return static_cast<uint8_t>(step);
+    return vector_runs(static_cast<int>(step), static_cast<int>(brk));
   }
 
   Im2col view(const float* input) const {
