@@ -22,9 +22,6 @@ struct Src {
   int64_t stride;
 };
 
-// Implicit im2col: column j of the packed B matrix is output pixel j, row k is (channel,
-// ky, kx); the value is input[col_base[j] + k_delta[k]] where bit t of
-// masks[panel * kpos_count + k_pos[k]] says that lane t of that panel is inside the image.
 // How one vector of an im2col panel row reads the input: col_base rises by `step` (1 or 2)
 // from lane to lane, over all its lanes (`brk` 0) or over lanes [0, brk) and again over
 // [brk, n) from another start (a vector that crosses from one output row into the next);
@@ -35,6 +32,9 @@ constexpr uint8_t vector_runs(int step, int brk) {
 constexpr int run_step(uint8_t code) { return code & 3; }
 constexpr int run_break(uint8_t code) { return code >> 2; }
 
+// Implicit im2col: column j of the packed B matrix is output pixel j, row k is (channel,
+// ky, kx); the value is input[col_base[j] + k_delta[k]] where bit t of
+// masks[panel * kpos_count + k_pos[k]] says that lane t of that panel is inside the image.
 struct Im2col {
   const float* input;
   int64_t ncols;
