@@ -119,6 +119,8 @@ def lineage(cls: str) -> Iterator[str]:
     while ancestor is not None:
         yield ancestor
         ancestor = SUBCLASS_OF.get(ancestor)
+
+
 # MLAS's blocked copies, which shuffle vectors between planes rather than stream: ORT's NCHWc
 # layout changes (ReorderInput / ReorderOutput) and its Transpose that moves one axis past the
 # innermost (NCHW <-> NHWC, MlasTranspose). Each streams at a rate of its own, which a

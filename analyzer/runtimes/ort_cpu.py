@@ -1129,7 +1129,8 @@ def n_bits_kernel(info: NodeInfo, k: Kernel) -> Kernel:
     a = info.input(0)
     if info.attr("accuracy_level", 0) != 4 or a is None or not a.known or not k.cost.macs:
         return k
-    if a.size // a.dims[-1] <= 1:
+    rows = gemm_rows(info)  # None: a vector A, one row
+    if rows is None or rows <= 1:
         return replace(k, cls=GEMV_NBITS)
     dequantize = 2 * info.attr("K") * info.attr("N")
     return replace(k, cls=GEMM_NBITS, reuse=2 * info.attr("K"),
