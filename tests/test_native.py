@@ -220,6 +220,27 @@ def test_conv_im2col_vectors_across_rows(s: int, pads: list[int], width: int) ->
     check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})
 
 
+@pytest.mark.parametrize(("images", "dil", "h", "w", "m", "threads"), [
+    (1, 1, 11, 37, 26, 1), (2, 1, 6, 20, 24, 1), (1, 2, 9, 33, 14, 1), (1, 1, 16, 40, 24, 2)])
+def test_conv_reads_im2col_taps_in_place(images: int, dil: int, h: int, w: int, m: int,
+                                         threads: int) -> None:
+    # A stride-1 convolution whose output rows are as wide as its input's reads the flat
+    # panels of its im2col in place (gemm.cpp taps_in_place): each tap's lanes masked where
+    # they fall in the padding, above, below and beside the image, and where a panel crosses
+    # a row boundary; 40 channels are K = 360, two K blocks, the second accumulating; a last
+    # row panel of 2 rows (26 and 14 filters); a partial last panel packed (narrow columns);
+    # two images put a panel across their boundary (packed, the rest in place); dilation 2.
+    # Bias, residual and Relu fused into the store.
+    rng = np.random.default_rng(images * 100 + dil * 10 + w)
+    x, r = rand(rng, images, 40, h, w), rand(rng, images, m, h, w)
+    weights = {"w": rand(rng, m, 40, 3, 3), "b": rand(rng, m)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[dil] * 4,
+                              dilations=[dil, dil]),
+             helper.make_node("Add", ["c", "r"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    check(model_of(nodes, {"x": x, "r": r}, weights, ["y"]), {"x": x, "r": r}, threads=threads)
+
+
 @FUZZ
 @given(op=st.sampled_from(["MaxPool", "AveragePool"]), k=pairs(1, 4), s=pairs(1, 3),
        pads=st.lists(st.integers(0, 1), min_size=4, max_size=4), ceil=st.integers(0, 1),

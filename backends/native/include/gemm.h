@@ -75,6 +75,10 @@ struct GemmC {
 int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue,
                               int64_t a_once_floats = 0);
 
+// Whether gemm() may read an implicit im2col of M rows with packed A in place, unpacked (its
+// flat blocks: no tile of one row, which the matrix-vector kernel runs on packed panels).
+bool gemm_reads_taps_in_place(const SimdKernels& s, int64_t M);
+
 // Whether gemm() reads a strided A (A(i, k) = p[i * rs + k * cs]) in place, unpacked.
 bool gemm_reads_a_in_place(int64_t rs, int64_t cs);
 

@@ -48,6 +48,28 @@ struct Im2col {
   int64_t kpos_count;
 };
 
+// Whether the n columns from j (j a multiple of 2 half, the panel width) read consecutive
+// floats of the input: each vector of `half` lanes one run of step 1, and the second where
+// the first ends.
+inline bool im2col_flat(const Im2col& g, int64_t j, int64_t n, int64_t half) {
+  const int64_t v = j / half;
+  return g.vector_step[v] == vector_runs(1, 0) &&
+         (n <= half || (g.vector_step[v + 1] == vector_runs(1, 0) &&
+                        g.col_base[j + half] == g.col_base[j] + half));
+}
+
+// A panel of an implicit im2col whose columns read consecutive floats (a stride-1
+// convolution's output pixels on rows as wide as the input's), read in place by the
+// micro-kernel: row k of the panel is the nr floats from input + col_base + k_delta[k], lane t
+// counted as 0 where bit t of masks[k_pos[k]] is clear (the pixel's tap lies in the padding).
+struct ImTaps {
+  const float* input;
+  int64_t col_base;        // Im2col::col_base of the panel's first column
+  const int64_t* k_delta;  // from the first row of the K block
+  const int32_t* k_pos;
+  const uint64_t* masks;   // the panel's: Im2col::masks + panel * kpos_count
+};
+
 // One channel of a depthwise convolution (2-D; a 1-D one has H = kh = 1).
 struct DepthwiseArgs {
   const float* in;
@@ -111,6 +133,9 @@ struct SimdKernels {
   void (*gemm_ukernel)(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb,
                        float* c, int64_t ldc, bool acc, const TileEpilogue* e, int64_t n,
                        int64_t m);
+  // The same with B an implicit im2col panel read in place (A packed, lda 0), any n.
+  void (*gemm_ukernel_taps)(int64_t kc, const float* a, const ImTaps& b, float* c, int64_t ldc,
+                            bool acc, const TileEpilogue* e, int64_t n, int64_t m);
   // The same for n <= kNarrowCols columns (B a packed panel, still nr wide), column by
   // column: the columns past a tile's whole vectors of nr / 2 (gemm.cpp `columns`).
   void (*gemm_ucols)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,

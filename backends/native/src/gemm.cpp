@@ -116,6 +116,15 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, const 
   }
 }
 
+// A micro-tile whose B is a flat im2col panel read in place (taps_in_place).
+void tile_taps(const SimdKernels& s, int64_t kc, const float* ap, const ImTaps& b,
+               const GemmC& c, int64_t i, int64_t j, int64_t m, int64_t n, bool acc, bool last) {
+  TileEpilogue e{};
+  const bool fused = last && c.fast != nullptr;
+  if (fused) e = tile_epilogue(c, i, j);
+  s.gemm_ukernel_taps(kc, ap, b, c_at(c, i, j), c.ldc, acc, fused ? &e : nullptr, n, m);
+}
+
 void epilogue(const SimdKernels& s, const GemmC& c, int64_t i0, int64_t i1, int64_t j0,
               int64_t j1, float* scratch) {
   if (c.epilogue == nullptr || c.epilogue->empty()) return;
@@ -145,6 +154,23 @@ void epilogue(const SimdKernels& s, const GemmC& c, int64_t i0, int64_t i1, int6
 // 1.01-1.03x slower row panel first, hence the threshold.
 bool rows_outer(const SimdKernels& s, int64_t nc) { return nc >= 4 * s.nr; }
 
+// Whether a block of an implicit im2col is read in place, its taps straight from the input
+// image, instead of packed: when each whole panel of the block is flat (a stride-1
+// convolution on rows as wide as its input's, within one image) and stored to contiguous
+// columns of C; a partial last panel is still packed (for gemm_ucols' narrow columns).
+// Packing wrote the im2col once per block of nc columns, 9 floats per input float of a 3 x 3
+// convolution, where in place a tile reads three rows of each channel. A block of the packed
+// matrix is reused by all of M's row panels, so packing cost most where M is short. (A
+// packed: the kernel reads no A in place; no tile of one row: gemv_panel reads packed B.)
+bool taps_in_place(const SimdKernels& s, const Im2col& g, const GemmC& c, int64_t M,
+                   int64_t jc, int64_t nc) {
+  if (!gemm_reads_taps_in_place(s, M) || nc < s.nr) return false;
+  for (int64_t j = jc; j + s.nr <= jc + nc; j += s.nr) {
+    if (!im2col_flat(g, j, s.nr, s.nr / 2) || !contiguous(c, j, s.nr)) return false;
+  }
+  return true;
+}
+
 void zero_fill(const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   for (int64_t i = m0; i < m1; ++i) {
     for (int64_t j = n0; j < n1; ++j) *c_at(c, i, j) = 0.0f;
@@ -152,6 +178,8 @@ void zero_fill(const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
 }
 
 }  // namespace
+
+bool gemm_reads_taps_in_place(const SimdKernels& s, int64_t M) { return M % s.mr != 1; }
 
 // Measured on Sapphire Rapids (48 KiB L1d, 2 MiB L2): a B block of kc x nc = 256 KiB keeps
 // the packed im2col of a convolution in L2 together with its input; A blocks are small.
@@ -264,7 +292,11 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
     for (int64_t pc = 0; pc < K; pc += bl.kc) {
       const int64_t kc = std::min(bl.kc, K - pc);
       const float* bp = buf.b;
-      if (b.packed) {
+      const bool taps = b.im2col && !in_place && taps_in_place(s, *b.im2col, c, M, jc, nc);
+      if (taps) {
+        const int64_t whole = nc / s.nr * s.nr;
+        if (whole < nc) s.pack_im2col(*b.im2col, pc, kc, jc + whole, nc - whole, buf.b);
+      } else if (b.packed) {
         bp = packed_block(*b.packed, pc, kc, jc, s.nr);
       } else if (b_in_place) {
         bp = b.p + pc * b.rs + jc;
@@ -290,13 +322,20 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
         }
         const auto block_tile = [&](int64_t ir, int64_t jr) {
           const int64_t n = std::min<int64_t>(s.nr, nc - jr);
-          const bool whole_in_place = b_in_place && n == s.nr;
-          const float* bpanel = whole_in_place ? bp + jr
-                                : b_in_place    ? buf.b
-                                                : bp + (jr / s.nr) * s.nr * kc;
-          const int64_t ldb = whole_in_place ? b.rs : s.nr;
           const int64_t m = std::min<int64_t>(s.mr, mc - ir);
           const float* at = in_place ? ap + ir * a.rs : ap + (ir / s.mr) * s.mr * kc;
+          if (taps && n == s.nr) {
+            const Im2col& g = *b.im2col;
+            const int64_t j = jc + jr;
+            const ImTaps panel{g.input, g.col_base[j], g.k_delta + pc, g.k_pos + pc,
+                               g.masks + j / s.nr * g.kpos_count};
+            return tile_taps(s, kc, at, panel, c, ic + ir, j, m, n, pc > 0, last);
+          }
+          const bool whole_in_place = b_in_place && n == s.nr;
+          const float* bpanel = whole_in_place     ? bp + jr
+                                : b_in_place || taps ? buf.b
+                                                : bp + (jr / s.nr) * s.nr * kc;
+          const int64_t ldb = whole_in_place ? b.rs : s.nr;
           tile(s, kc, at, in_place ? a.rs : 0, bpanel, ldb, c, ic + ir, jc + jr, m, n,
                pc > 0, last, buf.tile);
         };

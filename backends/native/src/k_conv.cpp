@@ -75,20 +75,92 @@ Window2d window_2d(const KernelContext& ctx, const Tensor& x, const std::vector<
 
 namespace {
 
-// The implicit im2col of one group's input channels; see simd.h's Im2col.
+// Where a convolution's taps read its input: channel c's plane at c * channel floats of an
+// image (images `image` floats apart), rows of `cols` floats; output pixel (oy, ox) at kernel
+// position p reads row oy * sy + dy[p], column ox * sx + dx[p] of the plane at offset
+// plane[p] within the channel, and 0 outside rows x cols.
+struct TapLayout {
+  int64_t image, channel, rows, cols, sy, sx;
+  std::vector<int64_t> plane, dy, dx;
+};
+
+// The input as it is: the window's strides, its pads as negative offsets.
+TapLayout direct_layout(const Window2d& g) {
+  TapLayout t{g.C * g.H * g.W, g.H * g.W, g.H, g.W, g.sh, g.sw, {}, {}, {}};
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      t.plane.push_back(0);
+      t.dy.push_back(ky * g.dh - g.pt);
+      t.dx.push_back(kx * g.dw - g.pl);
+    }
+  }
+  return t;
+}
+
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// A convolution of stride s over its input split into phases: phase (py, px) holds the input
+// pixels (s i + py, s j + px) as a plane of ceil(H / s) x ceil(W / s) (zero past the input),
+// so that every tap reads one phase at stride 1. Tap offset a = k d - pad = s q + phase: row
+// s (o + q) + phase of the input is row o + q of the phase. Only the phases some tap reads
+// are kept (a 1x1 convolution of stride 2 reads one of four), in `phases` (py * s + px).
+TapLayout phase_layout(const Window2d& g, std::vector<int64_t>& phases) {
+  const int64_t s = g.sh, rows = (g.H + s - 1) / s, cols = (g.W + s - 1) / s;
+  std::vector<int64_t> slot(static_cast<size_t>(s * s), -1);
+  TapLayout t{0, 0, rows, cols, 1, 1, {}, {}, {}};
+  phases.clear();
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      const int64_t ay = ky * g.dh - g.pt, ax = kx * g.dw - g.pl;
+      const int64_t qy = floor_div(ay, s), qx = floor_div(ax, s);
+      const int64_t phase = (ay - s * qy) * s + (ax - s * qx);
+      if (slot[phase] < 0) {
+        slot[phase] = static_cast<int64_t>(phases.size());
+        phases.push_back(phase);
+      }
+      t.plane.push_back(slot[phase] * rows * cols);
+      t.dy.push_back(qy);
+      t.dx.push_back(qx);
+    }
+  }
+  t.channel = static_cast<int64_t>(phases.size()) * rows * cols;
+  t.image = g.C * t.channel;
+  return t;
+}
+
+// One phase of an input plane H x W at stride s (phase_layout): its rows x cols pixels
+// (s i + py, s j + px), 0 past the plane.
+__attribute__((always_inline)) inline void split_phase(const float* in, int64_t H, int64_t W,
+                                                       int64_t s, int64_t py, int64_t px,
+                                                       int64_t rows, int64_t cols, float* out) {
+  const int64_t inside = (W - px + s - 1) / s;  // columns j with s j + px < W
+  for (int64_t i = 0; i < rows; ++i, out += cols) {
+    const int64_t y = s * i + py;
+    if (y >= H) {
+      std::fill(out, out + cols, 0.0f);
+      continue;
+    }
+    const float* row = in + y * W + px;
+    for (int64_t j = 0; j < inside; ++j) out[j] = row[s * j];
+    std::fill(out + inside, out + cols, 0.0f);
+  }
+}
+using SplitPhaseFn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                              int64_t, int64_t, float*);
+
+// The implicit im2col of one group's input channels over a tap layout; see simd.h's Im2col.
 class Im2colTables {
  public:
-  Im2colTables(const Window2d& g, int64_t channels, int nr) {
+  Im2colTables(const Window2d& g, const TapLayout& t, int64_t channels, int nr) {
     const int64_t ohw = g.OH * g.OW, ncols = checked_mul(g.N, ohw);
     const int64_t panels = (ncols + nr - 1) / nr, kpos = g.kh * g.kw;
-    const int64_t image = checked_mul(g.C, checked_mul(g.H, g.W));
     col_base_.resize(static_cast<size_t>(panels * nr), 0);
-    std::vector<int64_t> oy(col_base_.size(), -1), ox(col_base_.size(), 0);
+    std::vector<int64_t> y(col_base_.size(), 0), x(col_base_.size(), 0);
     for (int64_t j = 0; j < ncols; ++j) {
       const int64_t n = j / ohw, p = j % ohw;
-      oy[j] = p / g.OW;
-      ox[j] = p % g.OW;
-      col_base_[j] = n * image + (oy[j] * g.sh - g.pt) * g.W + (ox[j] * g.sw - g.pl);
+      y[j] = p / g.OW * t.sy;
+      x[j] = p % g.OW * t.sx;
+      col_base_[j] = n * t.image + y[j] * t.cols + x[j];
     }
     masks_.assign(static_cast<size_t>(panels * kpos), 0);
     step_.assign(static_cast<size_t>(2 * panels), 0);
@@ -97,29 +169,24 @@ class Im2colTables {
         const int64_t j0 = panel * nr + v * (nr / 2);
         step_[2 * panel + v] = vector_step(j0, std::min<int64_t>(nr / 2, ncols - j0));
       }
-      for (int t = 0; t < nr; ++t) {
-        const int64_t j = panel * nr + t;
+      for (int t_lane = 0; t_lane < nr; ++t_lane) {
+        const int64_t j = panel * nr + t_lane;
         if (j >= ncols) continue;
-        for (int64_t ky = 0; ky < g.kh; ++ky) {
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t iy = oy[j] * g.sh - g.pt + ky * g.dh;
-            const int64_t ix = ox[j] * g.sw - g.pl + kx * g.dw;
-            if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W) {
-              masks_[panel * kpos + ky * g.kw + kx] |= uint64_t{1} << t;
-            }
+        for (int64_t p = 0; p < kpos; ++p) {
+          const int64_t iy = y[j] + t.dy[p], ix = x[j] + t.dx[p];
+          if (iy >= 0 && iy < t.rows && ix >= 0 && ix < t.cols) {
+            masks_[panel * kpos + p] |= uint64_t{1} << t_lane;
           }
         }
       }
     }
     for (int64_t c = 0; c < channels; ++c) {
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
-          k_delta_.push_back((c * g.H + ky * g.dh) * g.W + kx * g.dw);
-          k_pos_.push_back(static_cast<int32_t>(ky * g.kw + kx));
-        }
+      for (int64_t p = 0; p < kpos; ++p) {
+        k_delta_.push_back(c * t.channel + t.plane[p] + t.dy[p] * t.cols + t.dx[p]);
+        k_pos_.push_back(static_cast<int32_t>(p));
       }
     }
-    const int64_t total = checked_mul(g.N, image);
+    const int64_t total = checked_mul(g.N, t.image);
     if (total < (int64_t{1} << 31)) {
       col_base32_.assign(col_base_.begin(), col_base_.end());
     }
@@ -215,7 +282,16 @@ class ConvKernel : public XyKernel {
         packed_.push_back(pack_a_const(simd_, w.f32() + gi * mg * kg, kg, 1, mg, kg));
       }
     }
-    tables_ = std::make_unique<Im2colTables>(g_, C / groups_, simd_.nr);
+    // Stride s > 1 on rows that its phases make as wide as the output's: the input is split
+    // into phases as the kernel runs, and the taps read the phases in place (gemm.cpp
+    // taps_in_place) instead of packing an im2col of every other float.
+    const int64_t s = g_.sh;
+    split_ = s > 1 && g_.sw == s && (g_.W + s - 1) / s == g_.OW && !packed_.empty() &&
+             gemm_reads_taps_in_place(simd_, mg);
+    layout_ = split_ ? phase_layout(g_, phases_) : direct_layout(g_);
+    split_phase_ = isa_build<&split_phase>(simd_);
+    if (split_) split_input_.resize(static_cast<size_t>(checked_mul(g_.N, layout_.image)));
+    tables_ = std::make_unique<Im2colTables>(g_, layout_, C / groups_, simd_.nr);
     // A 1x1 convolution of one image, stride 1, no padding: its im2col is its input.
     pointwise_ = g_.N == 1 && g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 &&
                  g_.pt == 0 && g_.pl == 0 && g_.pb == 0 && g_.pr == 0;
@@ -269,7 +345,22 @@ class ConvKernel : public XyKernel {
     }, work);
   }
 
+  // The input's phases (phase_layout), plane by plane.
+  void split(ThreadPool& pool) {
+    const int64_t count = static_cast<int64_t>(phases_.size()), planes = g_.N * g_.C * count;
+    const int64_t floats = layout_.rows * layout_.cols, s = g_.sh;
+    pool.for_range(planes, pool.chunk_for(planes), [&](int, int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t phase = phases_[static_cast<size_t>(p % count)];
+        split_phase_(x_.f32() + p / count * g_.H * g_.W, g_.H, g_.W, s, phase / s, phase % s,
+                     layout_.rows, layout_.cols, split_input_.data() + p * floats);
+      }
+    }, planes * floats);
+  }
+
   void run_gemm(ThreadPool& pool, const Workspace& ws) {
+    if (split_) split(pool);
+    const float* input = split_ ? split_input_.data() : x_.f32();
     const int64_t ohw = g_.OH * g_.OW, ncols = g_.N * ohw;
     const int64_t mg = M_ / groups_, cg = g_.C / groups_;
     // Each chunk packs its own panels of B (the im2col); split by rows, each chunk packs all of
@@ -284,7 +375,7 @@ class ConvKernel : public XyKernel {
       const Range cols = by_cols ? Range{begin, end} : Range{0, ncols};
       const Range rows = by_cols ? Range{0, mg} : Range{begin, end};
       for (int64_t gi = 0; gi < groups_; ++gi) {
-        const Im2col im = tables_->view(x_.f32() + gi * cg * g_.H * g_.W);
+        const Im2col im = tables_->view(input + gi * cg * layout_.channel);
         const int64_t kg = cg * g_.kh * g_.kw;
         GemmA a;
         if (packed_.empty()) {
@@ -324,6 +415,11 @@ class ConvKernel : public XyKernel {
   FastEpilogue fast_;
   const float* w_ = nullptr;
   std::vector<PackedOperand> packed_;
+  bool split_ = false;
+  TapLayout layout_;
+  std::vector<int64_t> phases_;
+  std::vector<float> split_input_;
+  SplitPhaseFn split_phase_ = nullptr;
   std::unique_ptr<Im2colTables> tables_;
   std::vector<int64_t> col_off_;
   std::vector<uint32_t> flat_masks_;
