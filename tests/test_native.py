@@ -241,6 +241,21 @@ def test_conv_reads_im2col_taps_in_place(images: int, dil: int, h: int, w: int, 
     check(model_of(nodes, {"x": x, "r": r}, weights, ["y"]), {"x": x, "r": r}, threads=threads)
 
 
+@pytest.mark.parametrize(("images", "k", "s", "h", "w"), [
+    (1, 7, 2, 40, 38), (2, 5, 2, 33, 35), (1, 7, 3, 20, 45)])
+def test_conv_splits_its_input_into_phases(images: int, k: int, s: int, h: int, w: int) -> None:
+    # A convolution of stride s whose taps read few of its input's s x s phases (a 7x7 stem
+    # of stride 2: 4 phases for 49 taps) splits the input into those phases, each a plane of
+    # every s-th row and column zero-filled past the input, and reads them in place at stride
+    # 1 (k_conv.cpp phase_layout): even and odd sizes, stride 3 (9 phases), two images.
+    rng = np.random.default_rng(images * 100 + k * 10 + s + w)
+    x = rand(rng, images, 3, h, w)
+    weights = {"w": rand(rng, 14, 3, k, k), "b": rand(rng, 14)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[s, s], pads=[k // 2] * 4),
+             helper.make_node("Relu", ["c"], ["y"])]
+    check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})
+
+
 @FUZZ
 @given(op=st.sampled_from(["MaxPool", "AveragePool"]), k=pairs(1, 4), s=pairs(1, 3),
        pads=st.lists(st.integers(0, 1), min_size=4, max_size=4), ceil=st.integers(0, 1),

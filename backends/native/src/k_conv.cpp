@@ -283,12 +283,21 @@ class ConvKernel : public XyKernel {
       }
     }
     // Stride s > 1 on rows that its phases make as wide as the output's: the input is split
-    // into phases as the kernel runs, and the taps read the phases in place (gemm.cpp
-    // taps_in_place) instead of packing an im2col of every other float.
+    // into the phases its taps read as the kernel runs, and the taps read the phases in place
+    // (gemm.cpp taps_in_place) instead of packing an im2col of every other float; only where
+    // the split copies at most a quarter of the floats packing wrote (phases / kernel
+    // positions), as its copy of a cold input cost more than reading in place saved
+    // elsewhere. Same-process A/B, Zen 5, AVX-512, per-step medians, split against packed:
+    // ResNet's 7x7 stem 0.87-0.91x (4 phases of 49 taps); its 3x3 convolutions of stride 2
+    // (4 of 9) 1.00-1.05x, 1x1 ones (1 of 1) 0.83x at 128 filters, 1.01-1.03x at 512-2048.
     const int64_t s = g_.sh;
+    std::vector<int64_t> phases;
+    const TapLayout split_layout = phase_layout(g_, phases);
     split_ = s > 1 && g_.sw == s && (g_.W + s - 1) / s == g_.OW && !packed_.empty() &&
-             gemm_reads_taps_in_place(simd_, mg);
-    layout_ = split_ ? phase_layout(g_, phases_) : direct_layout(g_);
+             gemm_reads_taps_in_place(simd_, mg) &&
+             4 * static_cast<int64_t>(phases.size()) <= g_.kh * g_.kw;
+    layout_ = split_ ? split_layout : direct_layout(g_);
+    if (split_) phases_ = phases;
     split_phase_ = isa_build<&split_phase>(simd_);
     if (split_) split_input_.resize(static_cast<size_t>(checked_mul(g_.N, layout_.image)));
     tables_ = std::make_unique<Im2colTables>(g_, layout_, C / groups_, simd_.nr);
