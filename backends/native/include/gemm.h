@@ -2,7 +2,8 @@
 // register-blocked micro-kernel (GotoBLAS / BLIS loop order: jc, pc, ic, jr, ir).
 //
 // A (M x K) is packed once when constant (weights of a Conv) or per block when not; B (K x N)
-// likewise (weights of a MatMul), or packed straight from the input image (implicit im2col).
+// likewise (weights of a MatMul), or, an implicit im2col, packed straight from the input image
+// or, where its panels read consecutive floats, read from the image in place (ImTaps).
 // C's columns may be scattered (col_off): a convolution over a batch puts the images side by
 // side as columns. The fused epilogue (an EwProgram) runs on each block of C once its last K
 // block is done, while the block is still in cache.

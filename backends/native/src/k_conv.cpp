@@ -1,7 +1,9 @@
 // Conv: depthwise convolutions run a direct kernel per channel; every other convolution is a
 // GEMM per group, W_g (M/g x C/g*kh*kw, packed once) times an implicit im2col of the input
 // whose columns are the output pixels of all images of the batch; a 1x1 convolution of one
-// image at stride 1 without pads reads its input planes as that matrix, in place.
+// image at stride 1 without pads reads its input planes as that matrix, in place, and the
+// GEMM reads the im2col's flat panels from the input in place too (a strided convolution's
+// from its input split into phases, where that pays: phase_layout).
 #include <algorithm>
 
 #include "conv_geometry.h"
