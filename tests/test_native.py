@@ -256,6 +256,16 @@ def test_conv_splits_its_input_into_phases(images: int, k: int, s: int, h: int, 
     check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})
 
 
+def test_conv_of_a_huge_stride_keeps_its_phases_few() -> None:
+    # The phases a stride-2^20 convolution's taps read are counted without a table of
+    # 2^40 phases (one output pixel, each tap its own phase).
+    rng = np.random.default_rng(20)
+    x = rand(rng, 1, 3, 5, 6)
+    weights = {"w": rand(rng, 4, 3, 2, 2)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], strides=[1 << 20] * 2)]
+    check(model_of(nodes, {"x": x}, weights, ["y"]), {"x": x})
+
+
 @FUZZ
 @given(op=st.sampled_from(["MaxPool", "AveragePool"]), k=pairs(1, 4), s=pairs(1, 3),
        pads=st.lists(st.integers(0, 1), min_size=4, max_size=4), ceil=st.integers(0, 1),

@@ -5,6 +5,7 @@
 // GEMM reads the im2col's flat panels from the input in place too (a strided convolution's
 // from its input split into phases, where that pays: phase_layout).
 #include <algorithm>
+#include <map>
 
 #include "conv_geometry.h"
 #include "gemm.h"
@@ -108,7 +109,7 @@ int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1)
 // are kept (a 1x1 convolution of stride 2 reads one of four), in `phases` (py * s + px).
 TapLayout phase_layout(const Window2d& g, std::vector<int64_t>& phases) {
   const int64_t s = g.sh, rows = (g.H + s - 1) / s, cols = (g.W + s - 1) / s;
-  std::vector<int64_t> slot(static_cast<size_t>(s * s), -1);
+  std::map<int64_t, int64_t> slot;  // phase -> its place in `phases` (s may be up to 2^20)
   TapLayout t{0, 0, rows, cols, 1, 1, {}, {}, {}};
   phases.clear();
   for (int64_t ky = 0; ky < g.kh; ++ky) {
@@ -116,17 +117,15 @@ TapLayout phase_layout(const Window2d& g, std::vector<int64_t>& phases) {
       const int64_t ay = ky * g.dh - g.pt, ax = kx * g.dw - g.pl;
       const int64_t qy = floor_div(ay, s), qx = floor_div(ax, s);
       const int64_t phase = (ay - s * qy) * s + (ax - s * qx);
-      if (slot[phase] < 0) {
-        slot[phase] = static_cast<int64_t>(phases.size());
-        phases.push_back(phase);
-      }
-      t.plane.push_back(slot[phase] * rows * cols);
+      const auto [at, added] = slot.emplace(phase, static_cast<int64_t>(phases.size()));
+      if (added) phases.push_back(phase);
+      t.plane.push_back(at->second * rows * cols);
       t.dy.push_back(qy);
       t.dx.push_back(qx);
     }
   }
-  t.channel = static_cast<int64_t>(phases.size()) * rows * cols;
-  t.image = g.C * t.channel;
+  t.channel = checked_mul(static_cast<int64_t>(phases.size()), checked_mul(rows, cols));
+  t.image = checked_mul(g.C, t.channel);
   return t;
 }
 
