@@ -289,10 +289,10 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
   }
   for (int64_t jc = n0; jc < n1; jc += bl.nc) {
     const int64_t nc = std::min(bl.nc, n1 - jc);
+    const bool taps = b.im2col && !in_place && taps_in_place(s, *b.im2col, c, M, jc, nc);
     for (int64_t pc = 0; pc < K; pc += bl.kc) {
       const int64_t kc = std::min(bl.kc, K - pc);
       const float* bp = buf.b;
-      const bool taps = b.im2col && !in_place && taps_in_place(s, *b.im2col, c, M, jc, nc);
       if (taps) {
         const int64_t whole = nc / s.nr * s.nr;
         if (whole < nc) s.pack_im2col(*b.im2col, pc, kc, jc + whole, nc - whole, buf.b);

@@ -292,15 +292,18 @@ class ConvKernel : public XyKernel {
     // ResNet's 7x7 stem 0.87-0.91x (4 phases of 49 taps); its 3x3 convolutions of stride 2
     // (4 of 9) 1.00-1.05x, 1x1 ones (1 of 1) 0.83x at 128 filters, 1.01-1.03x at 512-2048.
     const int64_t s = g_.sh;
-    std::vector<int64_t> phases;
-    const TapLayout split_layout = phase_layout(g_, phases);
-    split_ = s > 1 && g_.sw == s && (g_.W + s - 1) / s == g_.OW && !packed_.empty() &&
-             gemm_reads_taps_in_place(simd_, mg) &&
-             4 * static_cast<int64_t>(phases.size()) <= g_.kh * g_.kw;
-    layout_ = split_ ? split_layout : direct_layout(g_);
-    if (split_) phases_ = phases;
-    split_phase_ = isa_build<&split_phase>(simd_);
-    if (split_) split_input_.resize(static_cast<size_t>(checked_mul(g_.N, layout_.image)));
+    if (s > 1 && g_.sw == s && (g_.W + s - 1) / s == g_.OW && !packed_.empty() &&
+        gemm_reads_taps_in_place(simd_, mg)) {
+      layout_ = phase_layout(g_, phases_);
+      split_ = 4 * static_cast<int64_t>(phases_.size()) <= g_.kh * g_.kw;
+    }
+    if (split_) {
+      split_phase_ = isa_build<&split_phase>(simd_);
+      split_input_.resize(static_cast<size_t>(checked_mul(g_.N, layout_.image)));
+    } else {
+      layout_ = direct_layout(g_);
+      phases_.clear();
+    }
     tables_ = std::make_unique<Im2colTables>(g_, layout_, C / groups_, simd_.nr);
     // A 1x1 convolution of one image, stride 1, no padding: its im2col is its input.
     pointwise_ = g_.N == 1 && g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 &&

@@ -103,8 +103,8 @@ class CopyKernel : public Kernel {
     auto body = [&](int, int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
         const int64_t m = task / bands, r0 = task % bands * kBand;
-        simd_.transpose(x_.f32() + input_offset(m, n - 2) + r0, sc, cols, std::min(kBand, rows - r0),
-                        y_.f32() + (m * rows + r0) * cols, cols);
+        simd_.transpose(x_.f32() + input_offset(m, n - 2) + r0, sc, cols,
+                        std::min(kBand, rows - r0), y_.f32() + (m * rows + r0) * cols, cols);
       }
     };
     pool.for_range(matrices * bands, pool.chunk_for(matrices * bands), body, y_.nbytes);
