@@ -15,7 +15,10 @@ never touches are not counted (they cost nothing).
 
 The child gets the backend name, thread count, model path, inputs and, for torch, the module
 factory through a pickle file; a factory that cannot be pickled (a lambda) means no figure,
-with the reason.
+with the reason. The child runs in the job's temporary folder: ``python -m`` puts the current
+folder first on ``sys.path``, so a user's file named like a standard module (``grp.py``) would
+shadow it there. The parent's ``sys.path`` goes after the child's own, so a factory defined in
+the user's folder still unpickles.
 """
 
 from __future__ import annotations
@@ -39,19 +42,23 @@ _STATUS = Path("/proc/self/status")
 def peak_memory(name: str, threads: int, model: Path, inputs: Mapping[str, np.ndarray],
                 factory: ModuleFactory | None = None) -> tuple[int | None, str]:
     """(peak bytes, "") or (None, why not)."""
-    payload = {"name": name, "threads": threads, "model": str(model), "inputs": dict(inputs),
-               "factory": factory}
+    payload = {"name": name, "threads": threads, "model": str(Path(model).resolve()),
+               "inputs": dict(inputs), "factory": factory}
+    # '' on sys.path means the current folder, which the child does not share
+    search_path = [str(Path(entry or ".").resolve()) for entry in sys.path]
     with tempfile.TemporaryDirectory(prefix="onnxlens-mem-") as tmp:
         job = Path(tmp) / "job.pickle"
         try:
-            job.write_bytes(pickle.dumps(payload))
+            job.write_bytes(pickle.dumps({"sys_path": search_path,
+                                          "payload": pickle.dumps(payload)}))
         except (pickle.PicklingError, AttributeError, TypeError):
             return None, ("peak memory not measured: the module factory cannot be pickled for "
                           "the measuring process (give a module-level function or a "
                           "functools.partial of one)")
         try:
-            done = subprocess.run([sys.executable, "-m", __name__, str(job)], capture_output=True,
-                                  text=True, timeout=TIMEOUT_S, check=False)
+            done = subprocess.run([sys.executable, "-m", __name__, str(job)], cwd=tmp,
+                                  capture_output=True, text=True, errors="replace",
+                                  timeout=TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
             return None, f"peak memory not measured: the probe ran over {TIMEOUT_S} s"
     if done.returncode != 0:
@@ -89,7 +96,9 @@ def _max_rss() -> int:
 def _child(job: Path) -> int:
     from .registry import create
 
-    payload = pickle.loads(job.read_bytes())
+    job_file = pickle.loads(job.read_bytes())
+    sys.path.extend(entry for entry in job_file["sys_path"] if entry not in sys.path)
+    payload = pickle.loads(job_file["payload"])
     backend = create(payload["name"], threads=payload["threads"],
                      torch_factory=payload["factory"])
     if payload["factory"] is not None:

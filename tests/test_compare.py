@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +225,26 @@ def test_peak_memory_in_a_fresh_process(linear_path: Path) -> None:
     torch_bytes, why = peak_memory("torch", 1, linear_path, feeds,
                                    functools.partial(torch.nn.Linear, 8, 4))
     assert why == "" and torch_bytes is not None and torch_bytes >= 0
+
+
+def test_peak_memory_ignores_a_users_file_named_like_a_standard_module(
+        linear_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `python -m` puts the current folder first on sys.path: a grp.py there (tarfile imports
+    # grp, onnx imports tarfile) broke the probe, and its error hid behind a decoding error
+    (tmp_path / "grp.py").write_text("raise RuntimeError('the shadowing grp.py was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    relative = Path(os.path.relpath(linear_path, tmp_path))
+    feeds = {"input": np.zeros((2, 8), np.float32)}
+    peak, why = peak_memory("ort-cpu", 1, relative, feeds)
+    assert why == "" and peak is not None and peak >= 0
+    # a factory from the user's own module still unpickles in the probe
+    (tmp_path / "user_models.py").write_text(
+        "import torch\n\ndef make():\n    return torch.nn.Linear(8, 4)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import user_models  # type: ignore[import-not-found]
+
+    peak, why = peak_memory("torch", 1, relative, feeds, user_models.make)
+    assert why == "" and peak is not None and peak >= 0
 
 
 def test_analysis_at_the_first_batch_is_reused(tmp_path: Path) -> None:
