@@ -375,32 +375,13 @@ def depthwise_work(k: lower.Kernel, y: tuple[int, ...], x: tuple[int, ...]) -> f
     14 -> 8% (16:53, 16:57, 17:04 calibrations); the strides had taken it 24 -> 13% before
     (with `_planes`). A stride-1 plane narrower than two blocks whose output rows are as wide
     as its input's is one flat row of vectors across output rows (`depthwise_flat`): a 7 x 7
-    plane computes 64 outputs, not 7 x 16. A 3x3 plane of stride 2 with output rows of two
-    blocks or more is split into even and odd columns as it runs (simd.h `depthwise_splits`):
-    SPLIT_WORK per tap, where reading in place took 2."""
+    plane computes 64 outputs, not 7 x 16."""
     width, plane = y[-1], math.prod(y[2:])
     unit = all(s == 1 for s in k.ints["strides"])
     if unit and width == x[-1] and width < 2 * DEPTHWISE_COLUMNS:
         return -(-plane // DEPTHWISE_COLUMNS) * DEPTHWISE_COLUMNS / max(plane, 1)
     blocks = -(-width // DEPTHWISE_COLUMNS) * DEPTHWISE_COLUMNS / max(width, 1)
-    if unit:
-        return blocks
-    return blocks * (SPLIT_WORK if _depthwise_splits(k, width) else 2)
-
-
-# The split plane's work per output vector and tap, in the units of one input vector loaded:
-# one load per tap, plus the split's pass over the input. Measured against the read in place
-# (2) on MobileNetV2's 96-channel 112x112 plane, 1 thread, Zen 5, AVX-512: 147 against 180 us.
-SPLIT_WORK = 2 * 147 / 180
-
-
-def _depthwise_splits(k: lower.Kernel, width: int) -> bool:
-    """simd.h `depthwise_splits`: 3x3, stride 2, no dilation, a left padding of at most 2 and
-    output rows of two blocks or more."""
-    ints = k.ints  # pads: begins then ends (lower.py `_pads`)
-    return (ints["kernel_shape"] == [3, 3] and ints["strides"] == [2, 2]
-            and ints["dilations"] == [1, 1] and ints["pads"][1] <= 2
-            and width >= 2 * DEPTHWISE_COLUMNS)
+    return blocks * (1 if k.ints["strides"][-1] == 1 else 2)
 
 
 # gemm.cpp `columns`: up to GEMM_NARROW_COLS (ops.def; simd.h kNarrowCols) columns past a

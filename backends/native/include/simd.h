@@ -3,7 +3,6 @@
 // through `simd()`.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 namespace onnxlens {
@@ -77,11 +76,7 @@ struct DepthwiseArgs {
   float* out;
   const float* w;  // kh * kw
   int64_t H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
-  // depthwise_scratch_floats: the rows above and below the plane and for a split plane its
-  // half rows, their zeros written by the kernel unless `scratch_ready` (a thread's planes
-  // after its first, of one convolution: the same zeros in the same places)
-  float* scratch;
-  bool scratch_ready;
+  float* scratch;  // W floats: the rows above and below the plane, zeroed by the kernel
   // The channel's fused store, when `fused`: v = min(max(v * scale + bias, lo), hi).
   bool fused;
   float scale, bias, lo, hi;
@@ -90,27 +85,6 @@ struct DepthwiseArgs {
   // tap]: the lanes of output vector v whose input at that tap lies in the plane. Else null.
   const uint32_t* flat_masks;
 };
-
-// A 3x3 depthwise plane of stride 2 whose left padding is at most 2 and whose output rows are
-// at least two vectors wide is split as it runs, each input row into its even and odd columns
-// (simd_kernels.inc depthwise_split), up to 2 * kDepthwiseMaxRows + 1 rows at a time; each
-// half row takes depthwise_half_row floats, room for the output row's vectors and one more
-// float. Narrower rows are read in place: on MobileNetV2's planes (1 thread, Zen 5, AVX-512,
-// per node) the split took the 112x112 one from 180 to 147 us, kept the 56x56 one even (75,
-// 76) and took the 28x28 and 14x14 ones from 26 to 30 and from 36 to 43 us.
-constexpr int64_t kDepthwiseMaxRows = 8;
-inline bool depthwise_splits(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh,
-                             int64_t dw, int64_t pw, int64_t OW) {
-  return kh == 3 && kw == 3 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && pw <= 2 && OW >= 32;
-}
-inline int64_t depthwise_half_row(int64_t W, int64_t OW) {
-  return (std::max(OW, (W + 1) / 2 + 1) + 15) / 16 * 16 + 16;
-}
-inline int64_t depthwise_scratch_floats(int64_t W, int64_t OW, bool splits) {
-  if (!splits) return W;
-  const int64_t half = depthwise_half_row(W, OW);
-  return std::max(W, half) + (2 * kDepthwiseMaxRows + 1) * 2 * half;
-}
 
 // One output row of a 2-D pooling window (see k_pool.cpp).
 struct PoolRowArgs {

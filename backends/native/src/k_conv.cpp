@@ -315,12 +315,10 @@ class ConvKernel : public XyKernel {
     }
   }
 
-  // Depthwise: the epilogue's scratch, then the kernel's (simd.h depthwise_scratch_floats).
+  // Depthwise: the epilogue's scratch, then a row of zeros (the padding above and below).
   int64_t workspace_floats() const override {
     if (!depthwise_) return gemm_workspace_floats(simd_, &epilogue_);
-    return epilogue_.scratch_floats() +
-           depthwise_scratch_floats(g_.W, g_.OW, depthwise_splits(g_.kh, g_.kw, g_.sh, g_.sw,
-                                                                  g_.dh, g_.dw, g_.pl, g_.OW));
+    return epilogue_.scratch_floats() + g_.W;
   }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
@@ -342,8 +340,8 @@ class ConvKernel : public XyKernel {
       // channels the whole set-up per plane was 9% of the samples.
       DepthwiseArgs a{nullptr, nullptr, nullptr, g_.H, g_.W, g_.OH, g_.OW, g_.kh, g_.kw,
                       g_.sh, g_.sw, g_.pt, g_.pl, g_.dh, g_.dw,
-                      scratch + epilogue_.scratch_floats(), false, dw_fused_, 1.0f, 0.0f,
-                      fast_.lo, fast_.hi, flat_masks_.empty() ? nullptr : flat_masks_.data()};
+                      scratch + epilogue_.scratch_floats(), dw_fused_, 1.0f, 0.0f, fast_.lo,
+                      fast_.hi, flat_masks_.empty() ? nullptr : flat_masks_.data()};
       const bool scaled = dw_fused_ && !fast_.row_scale.empty();
       for (int64_t p = begin; p < end; ++p) {
         const int64_t c = p % g_.C;
@@ -355,7 +353,6 @@ class ConvKernel : public XyKernel {
           a.bias = fast_.row_bias[static_cast<size_t>(c)];
         }
         simd_.depthwise(a);
-        a.scratch_ready = true;
         if (!dw_fused_) epilogue_.apply(simd_, a.out, p * ohw, ohw, scratch);
       }
     }, work);
