@@ -149,6 +149,32 @@ def test_depthwise_stride_2_columns_1_row() -> None:
     check(model_of(nodes, {"x": x}, {"w": w}, ["y"]), {"x": x})
 
 
+@pytest.mark.parametrize(("h", "w", "pads", "residual"), [
+    (64, 64, [1, 1, 1, 1], False), (65, 70, [0, 0, 0, 0], True), (67, 71, [2, 2, 1, 2], False),
+    (66, 69, [1, 1, 2, 2], True), (80, 80, [3, 3, 3, 3], False), (64, 62, [1, 1, 1, 1], False),
+])
+def test_depthwise_stride_2_on_wide_planes(h: int, w: int, pads: list[int],
+                                        residual: bool) -> None:
+    # 3x3 planes of stride 2 wide enough for interior blocks (32-40 output columns: two
+    # blocks of 16 and a masked last one on AVX-512), read in place input row by input row:
+    # left pads 0-3 shift which input column each tap's lanes start at, odd widths end the
+    # rows on either parity, and asymmetric pads change the output's width; two images, and
+    # the residual takes the store out of the depthwise kernel.
+    rng = np.random.default_rng(h * 100 + w)
+    x, wt, b = rand(rng, 2, 5, h, w), rand(rng, 5, 1, 3, 3), rand(rng, 5)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=5, strides=[2, 2],
+                              pads=pads, kernel_shape=[3, 3])]
+    oh, ow = (h + pads[0] + pads[2] - 3) // 2 + 1, (w + pads[1] + pads[3] - 3) // 2 + 1
+    feeds = {"x": x}
+    if residual:
+        feeds["r"] = rand(rng, 2, 5, oh, ow)
+        nodes.append(helper.make_node("Add", ["c", "r"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+    weights = {"w": wt, "b": b, "lo": np.array(-0.5, np.float32), "hi": np.array(6, np.float32)}
+    check(model_of(nodes, feeds, weights, ["y"]), feeds)
+
+
 @pytest.mark.parametrize(("n", "h", "w", "k", "d", "pads"), [
     (1, 7, 7, 3, 1, [1, 1, 1, 1]), (2, 14, 14, 3, 1, [1, 1, 1, 1]), (1, 9, 11, 5, 1, [2, 2, 2, 2]),
     (1, 13, 6, 3, 2, [2, 2, 2, 2]), (2, 10, 15, 3, 1, [0, 1, 0, 1]), (1, 1, 5, 1, 1, [0, 0, 0, 0]),
