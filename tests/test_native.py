@@ -425,17 +425,19 @@ def test_matmul_one_row_reads_b_in_place(heads: int, k: int, n: int) -> None:
     check(model_of(nodes, one, {"bias": rand(rng, n)}, ["y"]), one, threads=2)
 
 
-@pytest.mark.parametrize(("images", "side"), [(1, 7), (1, 14), (2, 7), (2, 10), (1, 20)])
-def test_conv_two_threads(images: int, side: int) -> None:
-    """A 3x3 convolution with its epilogue at 2 threads against onnx.reference, on as many
+@pytest.mark.parametrize(("images", "side", "k"), [(1, 7, 3), (1, 14, 3), (1, 14, 1), (2, 7, 3),
+                                               (2, 10, 3), (1, 20, 3)])
+def test_conv_two_threads(images: int, side: int, k: int) -> None:
+    """A convolution with its epilogue at 2 threads against onnx.reference, on as many
     columns as take each way k_conv.cpp splits them among threads, on every instruction set:
-    by rows, one chunk a thread (49 columns; 50 rows, no multiple of the tile's), by panels
-    (196, the last panel partial; two images of 10x10, a panel crossing from one to the
-    next), and by panels four chunks a thread (400)."""
+    by rows, one chunk a thread (49 columns; 50 rows, no multiple of the tile's; and 196
+    columns of a 3x3 or a 1x1 whose B is read in place), by panels (two images of 10x10, the
+    last panel partial and one crossing from one image to the next), and by panels four
+    chunks a thread (400)."""
     rng = np.random.default_rng(side)
     feeds = {"x": rand(rng, images, 8, side, side)}
-    weights = {"w": rand(rng, 50, 8, 3, 3), "b": rand(rng, 50)}
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+    weights = {"w": rand(rng, 50, 8, k, k), "b": rand(rng, 50)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4),
              helper.make_node("Relu", ["c"], ["y"])]
     check(model_of(nodes, feeds, weights, ["y"]), feeds, threads=2)
 

@@ -80,6 +80,11 @@ int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue,
 // flat blocks: no tile of one row, which the matrix-vector kernel runs on packed panels).
 bool gemm_reads_taps_in_place(const SimdKernels& s, int64_t M);
 
+// Whether gemm() reads the whole panels of columns [j0, j0 + n) of an implicit im2col in place
+// (their taps straight from the image, C's columns at col_off, or contiguous when null).
+bool gemm_reads_panels_in_place(const SimdKernels& s, const Im2col& g, const int64_t* col_off,
+                                int64_t M, int64_t j0, int64_t n);
+
 // Whether gemm() reads a strided A (A(i, k) = p[i * rs + k * cs]) in place, unpacked.
 bool gemm_reads_a_in_place(int64_t rs, int64_t cs);
 

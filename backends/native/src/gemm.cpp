@@ -164,11 +164,7 @@ bool rows_outer(const SimdKernels& s, int64_t nc) { return nc >= 4 * s.nr; }
 // packed: the kernel reads no A in place; no tile of one row: gemv_panel reads packed B.)
 bool taps_in_place(const SimdKernels& s, const Im2col& g, const GemmC& c, int64_t M,
                    int64_t jc, int64_t nc) {
-  if (!gemm_reads_taps_in_place(s, M) || nc < s.nr) return false;
-  for (int64_t j = jc; j + s.nr <= jc + nc; j += s.nr) {
-    if (!im2col_flat(g, j, s.nr, s.nr / 2) || !contiguous(c, j, s.nr)) return false;
-  }
-  return true;
+  return gemm_reads_panels_in_place(s, g, c.col_off, M, jc, nc);
 }
 
 void zero_fill(const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
@@ -180,6 +176,17 @@ void zero_fill(const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
 }  // namespace
 
 bool gemm_reads_taps_in_place(const SimdKernels& s, int64_t M) { return M % s.mr != 1; }
+
+bool gemm_reads_panels_in_place(const SimdKernels& s, const Im2col& g, const int64_t* col_off,
+                                int64_t M, int64_t j0, int64_t n) {
+  if (!gemm_reads_taps_in_place(s, M) || n < s.nr) return false;
+  GemmC c;
+  c.col_off = col_off;
+  for (int64_t j = j0; j + s.nr <= j0 + n; j += s.nr) {
+    if (!im2col_flat(g, j, s.nr, s.nr / 2) || !contiguous(c, j, s.nr)) return false;
+  }
+  return true;
+}
 
 // Measured on Sapphire Rapids (48 KiB L1d, 2 MiB L2): a B block of kc x nc = 256 KiB keeps
 // the packed im2col of a convolution in L2 together with its input; A blocks are small.

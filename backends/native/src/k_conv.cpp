@@ -308,11 +308,18 @@ class ConvKernel : public XyKernel {
     // A 1x1 convolution of one image, stride 1, no padding: its im2col is its input.
     pointwise_ = g_.N == 1 && g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 &&
                  g_.pt == 0 && g_.pl == 0 && g_.pb == 0 && g_.pr == 0;
+    const int64_t ohw = g_.OH * g_.OW, ncols = g_.N * ohw;
     if (g_.N > 1) {  // images side by side as columns: column j is pixel j % ohw of image j / ohw
-      const int64_t ohw = g_.OH * g_.OW, ncols = g_.N * ohw;
       col_off_.resize(static_cast<size_t>(ncols));
       for (int64_t j = 0; j < ncols; ++j) col_off_[j] = (j / ohw) * M_ * ohw + j % ohw;
     }
+    // B read in place whole, never packed (gemm.cpp's b_in_place and taps_in_place).
+    b_in_place_ = !packed_.empty() && groups_ == 1 &&
+                  (pointwise_ ? gemm_reads_b_in_place(ohw, 1) && mg % simd_.mr != 1
+                              : gemm_reads_panels_in_place(simd_, tables_->view(nullptr),
+                                                           col_off_.empty() ? nullptr
+                                                                            : col_off_.data(),
+                                                           mg, 0, ncols));
   }
 
   // Depthwise: the epilogue's scratch, then a row of zeros (the padding above and below).
@@ -378,8 +385,18 @@ class ConvKernel : public XyKernel {
     const int64_t mg = M_ / groups_, cg = g_.C / groups_;
     // Each chunk packs its own panels of B (the im2col); split by rows, each chunk packs all of
     // B again, so rows are cut one chunk a thread, and only when the panels are too few to
-    // share out evenly (a 7x7 plane: 2 panels; 14x14: 7, of which the last holds 4 columns).
-    const bool by_cols = ncols >= int64_t{2} * simd_.nr * pool.size();
+    // share out evenly (a 7x7 plane: 2 panels; 14x14: 7, of which the last holds 4 columns),
+    // or when B is read in place (nothing packed twice) and each thread's columns would be
+    // under four panels: then each chunk of columns streamed all of A again, from L3 where A
+    // outgrew L2. Same-process A/B, 2 threads, Zen 5, AVX-512, per-step medians, rows against
+    // columns: ResNet-18's and ResNet-50's 14 x 14 3x3 convolutions (256 x 2304 x 196)
+    // 0.92-0.94x, ResNet-50's 14 x 14 1x1 ones 0.89-0.94x, MobileNetV2's 0.91-0.94x; the
+    // step sums 0.975x, 0.972x and 0.96-0.98x. (ResNet-50's 28 x 28 ones, by rows, were
+    // 1.07-1.12x: there A fits L2.)
+    const int64_t threads = pool.size();
+    const bool few_cols = ncols < int64_t{4} * simd_.nr * threads;
+    const bool rows_share_b = b_in_place_ && mg >= int64_t{2} * simd_.mr * threads;
+    const bool by_cols = ncols >= int64_t{2} * simd_.nr * threads && !(few_cols && rows_share_b);
     const int64_t work = M_ * ncols * cg * g_.kh * g_.kw;
     const int64_t total = by_cols ? ncols : mg;
     const int64_t chunk = by_cols ? pool.chunk_for(ncols, simd_.nr)
@@ -423,7 +440,7 @@ class ConvKernel : public XyKernel {
 
   Window2d g_{};
   int64_t groups_ = 1, M_ = 0;
-  bool depthwise_ = false, dw_fused_ = false, pointwise_ = false;
+  bool depthwise_ = false, dw_fused_ = false, pointwise_ = false, b_in_place_ = false;
   EwProgram epilogue_;
   FastEpilogue fast_;
   const float* w_ = nullptr;
