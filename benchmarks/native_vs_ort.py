@@ -4,6 +4,7 @@
                                                           # vit_b_16 at 1 and 2 threads, batch 1, 8
     python benchmarks/native_vs_ort.py --models resnet18 --threads 1 --batch 1 --runs 20
     python benchmarks/native_vs_ort.py --groups 8         # also the 8 slowest groups of each
+    python benchmarks/native_vs_ort.py --ort-level extended  # ORT without its layout passes
 
 Everything is measured in one run: for each model, batch and thread count both backends are
 prepared, then timed in alternation (native, ORT, native, ORT, ...), so that a machine shared
@@ -16,6 +17,9 @@ Per group: the executor's own step times (median of profiled runs) against the a
 of the same group (the cost model's formulas, 2 FLOPs per MAC) give achieved GFLOP/s, set
 beside the host roofline at that thread count: min(peak, FLOPs / bytes x main-memory bandwidth)
 with the host profile's detected peak (`analyzer.host`).
+
+`--ort-level extended` runs ORT at ORT_ENABLE_EXTENDED, which leaves out the layout passes of
+ORT_ENABLE_ALL (the NCHWc transformer of the CPU provider): ORT on the layout native-cpu runs.
 """
 
 from __future__ import annotations
@@ -27,14 +31,18 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import onnxruntime as ort
 
 from onnxlens.analyzer.host import host_profile
 from onnxlens.backends.base import Backend, input_specs, load_proto, random_inputs
 from onnxlens.backends.native_cpu import NativeCpuBackend
 from onnxlens.backends.ort import OrtBackend
+from onnxlens.backends.ort_timing import session_options
 from onnxlens.exporters.torch_export import cached_export
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v2", "vit_b_16")
+LEVELS = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+          "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED}
 
 
 @dataclass
@@ -96,14 +104,29 @@ def group_table(native: NativeCpuBackend, feeds: dict[str, np.ndarray], threads:
     return lines
 
 
+class LeveledOrt(OrtBackend):
+    """ORT's CPU provider at another graph optimization level than ORT_ENABLE_ALL."""
+
+    def __init__(self, threads: int, level: str) -> None:
+        super().__init__("cpu", threads)
+        self.level = LEVELS[level]
+
+    def prepare(self, model: object) -> None:  # a path: cached_export's
+        options = session_options(self.threads)
+        options.graph_optimization_level = self.level
+        self._model = str(model)
+        self._session = self._new_session(self._model, options)
+
+
 def measure(model: str, batch: int, threads: int, runs: int, warmup: int, top: int,
-            pause: float) -> tuple[Row, list[str]]:
+            pause: float, ort_level: str = "all") -> tuple[Row, list[str]]:
     path = cached_export(model, batch=batch)
-    native, ort = NativeCpuBackend(threads), OrtBackend("cpu", threads)
+    native = NativeCpuBackend(threads)
+    theirs_backend = LeveledOrt(threads, ort_level)
     native.prepare(path)
-    ort.prepare(path)
+    theirs_backend.prepare(path)
     feeds = random_inputs(input_specs(load_proto(path, weights=False)), count=1, batch=batch)[0]
-    ours, theirs = side_by_side(native, ort, feeds, runs, warmup, pause)
+    ours, theirs = side_by_side(native, theirs_backend, feeds, runs, warmup, pause)
     gflop = native.prepared.result.totals["flops"] / 1e9
     table = group_table(native, feeds, threads, top) if top else []
     return Row(model, batch, threads, statistics.median(ours), statistics.median(theirs),
@@ -120,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=0, help="slowest groups to list")
     parser.add_argument("--pause", type=float, default=0.05,
                         help="seconds between timed runs (spinning thread pools settle)")
+    parser.add_argument("--ort-level", choices=sorted(LEVELS), default="all",
+                        help="ORT's graph optimization level (extended: no NCHWc layout)")
     args = parser.parse_args(argv)
     print("| model | batch | threads | native ms | ORT ms | native / ORT | fastest runs: "
           "native / ORT | native GFLOP/s |")
@@ -129,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         for batch in map(int, args.batch.split(",")):
             for threads in map(int, args.threads.split(",")):
                 row, table = measure(model, batch, threads, args.runs, args.warmup, args.groups,
-                                     args.pause)
+                                     args.pause, args.ort_level)
                 print(f"| {model} | {batch} | {threads} | {row.native_s * 1e3:.1f} | "
                       f"{row.ort_s * 1e3:.1f} | {row.ratio:.2f} | "
                       f"{row.native_min_s / row.ort_min_s:.2f} | "
