@@ -251,7 +251,7 @@ def test_conv_im2col_vectors_across_rows(s: int, pads: list[int], width: int) ->
 def test_conv_reads_im2col_taps_in_place(images: int, dil: int, h: int, w: int, m: int,
                                          threads: int) -> None:
     # A stride-1 convolution whose output rows are as wide as its input's reads the flat
-    # panels of its im2col in place (gemm.cpp taps_in_place): each tap's lanes masked where
+    # panels of its im2col in place (gemm_reads_panels_in_place): each tap's lanes masked where
     # they fall in the padding, above, below and beside the image, and where a panel crosses
     # a row boundary; 40 channels are K = 360, two K blocks, the second accumulating; a last
     # row panel of 2 rows (26 and 14 filters); a partial last panel packed (narrow columns);

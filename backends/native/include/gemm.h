@@ -76,9 +76,10 @@ struct GemmC {
 int64_t gemm_workspace_floats(const SimdKernels& s, const EwProgram* epilogue,
                               int64_t a_once_floats = 0);
 
-// Whether gemm() may read an implicit im2col of M rows with packed A in place, unpacked (its
-// flat blocks: no tile of one row, which the matrix-vector kernel runs on packed panels).
-bool gemm_reads_taps_in_place(const SimdKernels& s, int64_t M);
+// Whether gemm()'s tiles over M rows of a packed A may read B in place, unpacked (an implicit
+// im2col's flat panels, a strided B's rows): no tile of one row, which the matrix-vector
+// kernel runs on packed panels.
+bool gemm_rows_read_b_in_place(const SimdKernels& s, int64_t M);
 
 // Whether gemm() reads the whole panels of columns [j0, j0 + n) of an implicit im2col in place
 // (their taps straight from the image, C's columns at col_off, or contiguous when null).

@@ -34,8 +34,9 @@ Buffers carve(const SimdKernels& s, float* ws) {
   return buf;
 }
 
-bool contiguous(const GemmC& c, int64_t j, int64_t n) {
-  return c.col_off == nullptr || c.col_off[j + n - 1] - c.col_off[j] == n - 1;
+// Whether C's columns [j, j + n) are contiguous (col_off: C's column offsets, or null).
+bool contiguous(const int64_t* col_off, int64_t j, int64_t n) {
+  return col_off == nullptr || col_off[j + n - 1] - col_off[j] == n - 1;
 }
 
 float* c_at(const GemmC& c, int64_t i, int64_t j) {
@@ -90,8 +91,9 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, const 
     // tile buffer (B panels with scattered columns are always packed into the workspace),
     // and are not stored.
     for (int64_t t0 = 0; t0 < n;) {
-      int64_t t1 = contiguous(c, j + t0, n - t0) ? n : t0 + 1;  // the whole rest, usually
-      while (t1 < n && contiguous(c, j + t0, t1 - t0 + 1)) ++t1;
+      // the whole rest, usually
+      int64_t t1 = contiguous(c.col_off, j + t0, n - t0) ? n : t0 + 1;
+      while (t1 < n && contiguous(c.col_off, j + t0, t1 - t0 + 1)) ++t1;
       if (fused) e = tile_epilogue(c, i, j + t0);
       columns(s, kc, ap, lda, bp + t0, ldb, c_at(c, i, j + t0), c.ldc, acc,
               fused ? &e : nullptr, t1 - t0, m);
@@ -116,7 +118,7 @@ void tile(const SimdKernels& s, int64_t kc, const float* ap, int64_t lda, const 
   }
 }
 
-// A micro-tile whose B is a flat im2col panel read in place (taps_in_place).
+// A micro-tile whose B is a flat im2col panel read in place (gemm_reads_panels_in_place).
 void tile_taps(const SimdKernels& s, int64_t kc, const float* ap, const ImTaps& b,
                const GemmC& c, int64_t i, int64_t j, int64_t m, int64_t n, bool acc, bool last) {
   TileEpilogue e{};
@@ -154,19 +156,6 @@ void epilogue(const SimdKernels& s, const GemmC& c, int64_t i0, int64_t i1, int6
 // 1.01-1.03x slower row panel first, hence the threshold.
 bool rows_outer(const SimdKernels& s, int64_t nc) { return nc >= 4 * s.nr; }
 
-// Whether a block of an implicit im2col is read in place, its taps straight from the input
-// image, instead of packed: when each whole panel of the block is flat (a stride-1
-// convolution on rows as wide as its input's, within one image) and stored to contiguous
-// columns of C; a partial last panel is still packed (for gemm_ucols' narrow columns).
-// Packing wrote the im2col once per block of nc columns, 9 floats per input float of a 3 x 3
-// convolution, where in place a tile reads three rows of each channel. A block of the packed
-// matrix is reused by all of M's row panels, so packing cost most where M is short. (A
-// packed: the kernel reads no A in place; no tile of one row: gemv_panel reads packed B.)
-bool taps_in_place(const SimdKernels& s, const Im2col& g, const GemmC& c, int64_t M,
-                   int64_t jc, int64_t nc) {
-  return gemm_reads_panels_in_place(s, g, c.col_off, M, jc, nc);
-}
-
 void zero_fill(const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   for (int64_t i = m0; i < m1; ++i) {
     for (int64_t j = n0; j < n1; ++j) *c_at(c, i, j) = 0.0f;
@@ -175,15 +164,22 @@ void zero_fill(const GemmC& c, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
 
 }  // namespace
 
-bool gemm_reads_taps_in_place(const SimdKernels& s, int64_t M) { return M % s.mr != 1; }
+bool gemm_rows_read_b_in_place(const SimdKernels& s, int64_t M) { return M % s.mr != 1; }
 
+// Whether a block of an implicit im2col (columns [j0, j0 + n)) is read in place, its taps
+// straight from the input image, instead of packed: when each whole panel of the block is
+// flat (a stride-1 convolution on rows as wide as its input's, within one image) and stored
+// to contiguous columns of C; a partial last panel is still packed (for gemm_ucols' narrow
+// columns).
+// Packing wrote the im2col once per block of nc columns, 9 floats per input float of a 3 x 3
+// convolution, where in place a tile reads three rows of each channel. A block of the packed
+// matrix is reused by all of M's row panels, so packing cost most where M is short. (A
+// packed: the kernel reads no A in place; no tile of one row: gemv_panel reads packed B.)
 bool gemm_reads_panels_in_place(const SimdKernels& s, const Im2col& g, const int64_t* col_off,
                                 int64_t M, int64_t j0, int64_t n) {
-  if (!gemm_reads_taps_in_place(s, M) || n < s.nr) return false;
-  GemmC c;
-  c.col_off = col_off;
+  if (!gemm_rows_read_b_in_place(s, M) || n < s.nr) return false;
   for (int64_t j = j0; j + s.nr <= j0 + n; j += s.nr) {
-    if (!im2col_flat(g, j, s.nr, s.nr / 2) || !contiguous(c, j, s.nr)) return false;
+    if (!im2col_flat(g, j, s.nr, s.nr / 2) || !contiguous(col_off, j, s.nr)) return false;
   }
   return true;
 }
@@ -280,7 +276,7 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
   // product). A last tile of one row under M's (M % mr == 1) stays packed, as measured.
   const bool b_in_place = b.in_place && !b.packed && gemm_reads_b_in_place(b.rs, b.cs) &&
                           c.col_off == nullptr &&
-                          (M == 1 || (!in_place && M % s.mr != 1));
+                          (M == 1 || (!in_place && gemm_rows_read_b_in_place(s, M)));
   const int64_t once_rows = round_up(m1 - m0, s.mr);
   const Buffers buf = carve(s, workspace + (a.pack_once ? round_up(M, s.mr) * K : 0));
   if (once) {
@@ -296,7 +292,8 @@ void gemm(const SimdKernels& s, int64_t M, int64_t N, int64_t K, const GemmA& a,
   }
   for (int64_t jc = n0; jc < n1; jc += bl.nc) {
     const int64_t nc = std::min(bl.nc, n1 - jc);
-    const bool taps = b.im2col && !in_place && taps_in_place(s, *b.im2col, c, M, jc, nc);
+    const bool taps = b.im2col && !in_place &&
+                      gemm_reads_panels_in_place(s, *b.im2col, c.col_off, M, jc, nc);
     for (int64_t pc = 0; pc < K; pc += bl.kc) {
       const int64_t kc = std::min(bl.kc, K - pc);
       const float* bp = buf.b;

@@ -285,15 +285,15 @@ class ConvKernel : public XyKernel {
     }
     // Stride s > 1 on rows that its phases make as wide as the output's: the input is split
     // into the phases its taps read as the kernel runs, and the taps read the phases in place
-    // (gemm.cpp taps_in_place) instead of packing an im2col of every other float; only where
-    // the split copies at most a quarter of the floats packing wrote (phases / kernel
+    // (gemm_reads_panels_in_place) instead of packing an im2col of every other float; only
+    // where the split copies at most a quarter of the floats packing wrote (phases / kernel
     // positions), as its copy of a cold input cost more than reading in place saved
     // elsewhere. Same-process A/B, Zen 5, AVX-512, per-step medians, split against packed:
     // ResNet's 7x7 stem 0.87-0.91x (4 phases of 49 taps); its 3x3 convolutions of stride 2
     // (4 of 9) 1.00-1.05x, 1x1 ones (1 of 1) 0.83x at 128 filters, 1.01-1.03x at 512-2048.
     const int64_t s = g_.sh;
     if (s > 1 && g_.sw == s && (g_.W + s - 1) / s == g_.OW && !packed_.empty() &&
-        gemm_reads_taps_in_place(simd_, mg)) {
+        gemm_rows_read_b_in_place(simd_, mg)) {
       layout_ = phase_layout(g_, phases_);
       split_ = 4 * static_cast<int64_t>(phases_.size()) <= g_.kh * g_.kw;
     }
@@ -313,9 +313,9 @@ class ConvKernel : public XyKernel {
       col_off_.resize(static_cast<size_t>(ncols));
       for (int64_t j = 0; j < ncols; ++j) col_off_[j] = (j / ohw) * M_ * ohw + j % ohw;
     }
-    // B read in place whole, never packed (gemm.cpp's b_in_place and taps_in_place).
-    b_in_place_ = !packed_.empty() && groups_ == 1 &&
-                  (pointwise_ ? gemm_reads_b_in_place(ohw, 1) && mg % simd_.mr != 1
+    // B read in place whole, never packed (gemm.cpp's b_in_place, gemm_reads_panels_in_place).
+    b_in_place_ = !packed_.empty() && groups_ == 1 && gemm_rows_read_b_in_place(simd_, mg) &&
+                  (pointwise_ ? gemm_reads_b_in_place(ohw, 1)
                               : gemm_reads_panels_in_place(simd_, tables_->view(nullptr),
                                                            col_off_.empty() ? nullptr
                                                                             : col_off_.data(),
