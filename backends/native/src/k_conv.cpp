@@ -142,7 +142,15 @@ __attribute__((always_inline)) inline void split_phase(const float* in, int64_t 
       continue;
     }
     const float* row = in + y * W + px;
-    for (int64_t j = 0; j < inside; ++j) out[j] = row[s * j];
+    // Stride 2 as a constant, which the compiler vectorizes (two loads and a shuffle per
+    // vector, where the variable stride gathered float by float). Same-process A/B, 1 thread,
+    // Zen 5, AVX-512: ResNet's 7x7 stem 0.977-0.983x; the split of a 3x3 convolution of
+    // stride 2 (64 channels, 56 x 56) fell from 6.1% to 3.5% of its samples.
+    if (s == 2) {
+      for (int64_t j = 0; j < inside; ++j) out[j] = row[2 * j];
+    } else {
+      for (int64_t j = 0; j < inside; ++j) out[j] = row[s * j];
+    }
     std::fill(out + inside, out + cols, 0.0f);
   }
 }
