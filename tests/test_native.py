@@ -122,13 +122,17 @@ def test_conv_fuzz(case: dict) -> None:
 @pytest.mark.parametrize(("k", "s", "d", "pads"), [
     (3, 1, 1, [1, 1, 1, 1]), (3, 2, 1, [1, 1, 1, 1]), (3, 2, 1, [0, 0, 1, 1]),
     (5, 1, 1, [2, 2, 2, 2]), (5, 2, 1, [2, 1, 2, 1]), (3, 1, 2, [2, 2, 2, 2]),
-    (3, 3, 1, [1, 0, 0, 1]), (2, 1, 1, [0, 1, 1, 0]),
+    (3, 3, 1, [1, 0, 0, 1]), (2, 1, 1, [0, 1, 1, 0]), (3, 1, 1, [2, 1, 0, 3]),
+    (3, 1, 1, [1, 0, 1, 2]),
 ])
 def test_depthwise_on_planes_wider_than_a_vector(k: int, s: int, d: int, pads: list[int]
                                                  ) -> None:
     # The fuzzed planes (<= 13 wide) fit in the edge blocks of every ISA; 37x41 planes also
     # run the depthwise kernel's interior blocks, which load the input in place, and both
-    # masked edges (41 = 2 x 16 + 9 on AVX-512, 5 x 8 + 1 on AVX2).
+    # masked edges (41 = 2 x 16 + 9 on AVX-512, 5 x 8 + 1 on AVX2). A 3x3 window of stride 1
+    # with one column of padding on the left shifts lanes in place of loads at each tap
+    # (pads 2, 1, 0, 3: output rows past the input's, three columns past its right side);
+    # with none on the left it takes the general path.
     rng = np.random.default_rng(k * 100 + s * 10 + d)
     x, w, b = rand(rng, 1, 24, 37, 41), rand(rng, 24, 1, k, k), rand(rng, 24)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=24, strides=[s, s],
