@@ -216,7 +216,7 @@ def test_conv_narrow_columns(n: int, h: int, w: int) -> None:
 
 @pytest.mark.parametrize(("c", "m", "group", "h", "w", "threads"), [
     (300, 14, 1, 17, 19, 1), (24, 13, 1, 5, 40, 1), (16, 24, 1, 32, 32, 1),
-    (40, 28, 2, 9, 37, 2), (3, 7, 1, 1, 35, 1)])
+    (40, 28, 2, 9, 37, 2), (3, 7, 1, 1, 35, 1), (16, 26, 1, 30, 31, 1), (16, 26, 1, 30, 31, 2)])
 def test_conv_pointwise_reads_its_input_in_place(c: int, m: int, group: int, h: int, w: int,
                                                  threads: int) -> None:
     # A 1x1 convolution of one image at stride 1 without pads reads its input planes as B in
@@ -225,7 +225,9 @@ def test_conv_pointwise_reads_its_input_in_place(c: int, m: int, group: int, h: 
     # filters leave a last tile of one row on every ISA (12, 6 and 4 rows; the matrix-vector
     # kernel reads packed panels: B packed); 32 x 32 planes are 4 KiB apart (packed: one L1
     # set); two groups of 14 filters each read their own planes in place; 35 pixels end in a
-    # partial panel with narrow columns. Bias, residual and Relu fused.
+    # partial panel with narrow columns; 16 channels at 30 x 31 make one block of 930 columns
+    # (K short: gemm.cpp's block_cols), split between two threads too. Bias, residual and Relu
+    # fused.
     rng = np.random.default_rng(c + m + h)
     x, r = rand(rng, 1, c, h, w), rand(rng, 1, m, h, w)
     weights = {"w": rand(rng, m, c // group, 1, 1), "b": rand(rng, m)}
