@@ -167,7 +167,11 @@ class _Prepared:
                                backend)
         self.executor = make_executor(native, self.plan.native_args(), threads, isa, backend)
         self._run_error = native.RunError
+        # An alias (plan.aliases_of_copies) holds its bytes' tensor's bytes from that one's step.
         self._producers = self.executor.producer_steps()
+        for t in self.plan.tensors:
+            if t.alias is not None:
+                self._producers[self.plan.ids[t.name]] = self._producers[self.plan.ids[t.alias]]
 
     def run(self, inputs: Feeds, capture: bool = False
             ) -> tuple[dict[str, np.ndarray], list[float]]:
@@ -194,6 +198,8 @@ class _Prepared:
             found[plan.tensors[tid].name] = array
         if capture:
             found.update({name: np.asarray(inputs[name]) for name in plan.inputs})
+            found.update({t.name: found[t.alias].reshape(t.shape) for t in plan.tensors
+                          if t.alias in plan.inputs})
         return found, seconds
 
     def _input(self, name: str, inputs: Feeds) -> np.ndarray:

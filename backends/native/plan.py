@@ -70,6 +70,7 @@ class PlanTensor:
     shape: tuple[int, ...]
     storage: int
     offset: int  # bytes into the arena or scratch area; index of a constant
+    alias: str | None = None  # the arena tensor whose bytes it shares (aliases_of_copies)
 
     @property
     def nbytes(self) -> int:
@@ -101,8 +102,8 @@ class Plan:
 
     def native_args(self) -> tuple[Any, ...]:
         """The arguments of `_native.Executor` (before threads and isa)."""
-        tensors = [(t.name, t.elem_type, list(t.shape), t.storage, t.offset)
-                   for t in self.tensors]
+        tensors = [(t.name, t.elem_type, list(t.shape), t.storage, t.offset,
+                    -1 if t.alias is None else self.ids[t.alias]) for t in self.tensors]
         steps = [(s.group, s.name, [self._kernel_args(k) for k in s.kernels])
                  for s in self.steps]
         return (tensors, self.constants, [self.ids[n] for n in self.inputs],
@@ -140,6 +141,7 @@ class Lowered:
     values: dict[str, np.ndarray]  # constants and folded tensors
     lifetimes: dict[str, tuple[int, int]]  # the tensors that cross group boundaries
     twins: dict[str, TensorInfo] = field(default_factory=dict)  # Lowering.float_twin's
+    aliases: dict[str, str] = field(default_factory=dict)  # aliases_of_copies'
 
 
 def lower_groups(model: LoadedModel, mg: ModelGraph, groups: list[Group]) -> Lowered:
@@ -157,7 +159,36 @@ def lower_groups(model: LoadedModel, mg: ModelGraph, groups: list[Group]) -> Low
         steps.append(Step(group.id, group.nodes[-1], group.pattern, kernels))
         if not ok:
             refused.add(group.id)
-    return Lowered(steps, problems, refused, values, lifetimes, low.twins)
+    aliases = aliases_of_copies(steps, lifetimes, model.tensors)
+    return Lowered(steps, problems, refused, values, lifetimes, low.twins, aliases)
+
+
+def aliases_of_copies(steps: list[Step], lifetimes: dict[str, tuple[int, int]],
+                      tensors: dict[str, TensorInfo]) -> dict[str, str]:
+    """Arena tensors that share the bytes of another (tensor -> the one it shares): the
+    output of a step that is one plain Copy between arena tensors of one element type and
+    size (Reshape, Flatten, Squeeze, Unsqueeze, Identity), whose Copy is dropped. Nothing
+    writes a tensor after its step, so the two hold the same bytes for as long as either is
+    read: `lifetimes` keeps the shared bytes (the first tensor's entry) live over both, and
+    the alias's own entry goes. ViT-B/16 made 133 such copies a run, 1.9 ms of its 174."""
+    aliases: dict[str, str] = {}
+    for step in steps:
+        if len(step.kernels) != 1:
+            continue
+        k = step.kernels[0]
+        if k.op != "Copy" or k.ints or k.floats or k.operands or len(k.inputs) != 1:
+            continue
+        x, y = k.inputs[0], k.outputs[0]
+        if (x not in lifetimes and x not in aliases) or y not in lifetimes:
+            continue
+        if (tensors[x].elem_type, tensors[x].nbytes) != (tensors[y].elem_type, tensors[y].nbytes):
+            continue
+        root = aliases.get(x, x)
+        aliases[y] = root
+        (a, b), (c, d) = lifetimes[root], lifetimes.pop(y)
+        lifetimes[root] = (min(a, c), max(b, d))
+        step.kernels = []
+    return aliases
 
 
 def _dequantized_weights(mg: ModelGraph, static: set[str]) -> set[str]:
@@ -396,6 +427,9 @@ def _assemble(result: AnalysisResult, lowered: Lowered, backend: str) -> Plan:
     for name in lifetimes:
         info = model.tensors[name]
         add(PlanTensor(name, info.elem_type, info.dims, ARENA, offsets[name]))
+    for name, root in lowered.aliases.items():
+        info = model.tensors[name]
+        add(PlanTensor(name, info.elem_type, info.dims, ARENA, offsets[root], root))
     scratch = 0
     for step in steps:
         at = 0

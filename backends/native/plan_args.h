@@ -19,7 +19,7 @@ namespace onnxlens::py {
 namespace nb = nanobind;
 
 using ConstArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
-using TensorT = std::tuple<std::string, int, std::vector<int64_t>, int, int64_t>;
+using TensorT = std::tuple<std::string, int, std::vector<int64_t>, int, int64_t, int>;
 using OperandT = std::tuple<int, std::vector<int64_t>>;
 using InstrT = std::tuple<std::string, int, std::vector<int>, std::vector<double>>;
 using KernelT = std::tuple<std::string, std::vector<int>, std::vector<int>,
@@ -45,8 +45,8 @@ inline PlanSpec plan_spec(const std::vector<TensorT>& tensors,
                           int64_t arena_bytes, int64_t scratch_bytes,
                           std::vector<nb::object>& keep) {
   PlanSpec plan;
-  for (const auto& [name, dtype, shape, storage, offset] : tensors) {
-    plan.tensors.push_back({name, dtype, shape, storage, offset});
+  for (const auto& [name, dtype, shape, storage, offset, alias] : tensors) {
+    plan.tensors.push_back({name, dtype, shape, storage, offset, alias});
   }
   for (const ConstArray& a : constants) {
     plan.constants.push_back({a.data(), static_cast<int64_t>(a.nbytes()), nullptr});

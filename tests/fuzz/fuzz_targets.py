@@ -610,7 +610,7 @@ def mutated_plans(draw: st.DrawFn) -> tuple[tuple[Any, ...], int, str, list[tupl
     for _ in range(draw(st.integers(1, 4))):
         what = draw(st.sampled_from(["dim", "rank", "dtype", "storage", "offset", "constant",
                                      "io", "kernel_op", "kernel_id", "ints", "floats",
-                                     "operand", "program", "area", "steps"]))
+                                     "operand", "program", "area", "steps", "alias"]))
         t = draw(st.sampled_from(tensors))
         k = draw(st.sampled_from(kernels))
         if what == "dim" and t[2]:
@@ -625,6 +625,8 @@ def mutated_plans(draw: st.DrawFn) -> tuple[tuple[Any, ...], int, str, list[tupl
             t[3] = draw(st.one_of(st.integers(-1, 3), st.sampled_from(INTERESTING)))
         elif what == "offset":
             t[4] = draw(st.one_of(st.integers(-8, 4096), st.sampled_from(INTERESTING)))
+        elif what == "alias":
+            t[5] = draw(st.one_of(st.integers(-2, len(tensors)), st.sampled_from(INTERESTING)))
         elif what == "constant" and constants:
             at = draw(st.integers(0, len(constants) - 1))
             dtype = draw(st.sampled_from([np.float32, np.int64, np.uint8, np.float64]))
@@ -742,7 +744,7 @@ def native_plan(args: tuple[Any, ...], threads: int, isa: str,
         tensors, _, inputs, outputs = args[:4]
 
         def buffer(tid: int) -> np.ndarray:
-            _, elem, shape, _, _ = tensors[tid]
+            _, elem, shape, *_ = tensors[tid]
             return np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(elem))
 
         sizes = [math.prod(tensors[i][2]) * 8 for i in (*inputs, *outputs)]

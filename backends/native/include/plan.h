@@ -34,6 +34,9 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   int storage = 0;
   int64_t offset = 0;  // bytes into the arena or scratch; the constant's index
+  // The arena tensor whose bytes this one shares (a reshape's input: plan.py's
+  // aliases_of_copies), or -1. Same offset and size; no kernel writes an alias.
+  int alias = -1;
 };
 
 // One elementwise instruction: dst = op(srcs...) (see ewprog.h for the encoding).

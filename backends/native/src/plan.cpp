@@ -114,17 +114,35 @@ std::vector<Tensor> resolve_tensors(const PlanSpec& plan, char* arena, char* scr
   for (size_t i = 0; i < tensors.size(); ++i) {
     resolve_one(plan.tensors[i], plan, arena, scratch, tensors[i]);
   }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorSpec& s = plan.tensors[i];
+    if (s.alias == -1) continue;
+    require(s.alias >= 0 && static_cast<size_t>(s.alias) < tensors.size(), "tensor ", s.name,
+            ": no tensor #", s.alias, " to share bytes with");
+    const TensorSpec& root = plan.tensors[static_cast<size_t>(s.alias)];
+    require(s.storage == static_cast<int>(Storage::arena) && root.storage == s.storage &&
+                root.alias == -1 && root.offset == s.offset &&
+                tensors[static_cast<size_t>(s.alias)].nbytes == tensors[i].nbytes,
+            "tensor ", s.name, " cannot share the bytes of ", root.name);
+  }
   return tensors;
 }
 
 void check_arena_lifetimes(const PlanSpec& plan, const std::vector<Tensor>& tensors) {
   const auto count = static_cast<int64_t>(tensors.size());
   auto valid = [&](int id) { return id >= 0 && id < count; };
+  // An alias is its bytes' tensor: written when that is, live while either is read.
+  auto bytes_of = [&](int id) {
+    return valid(id) && plan.tensors[static_cast<size_t>(id)].alias >= 0
+               ? plan.tensors[static_cast<size_t>(id)].alias
+               : id;
+  };
   std::vector<Lifetime> life(tensors.size());
   std::vector<bool> written(tensors.size(), false);
   for (int id : plan.inputs) {
     require(valid(id) && tensors[id].storage == Storage::arena, "graph input #", id,
             " is not an arena tensor");
+    id = bytes_of(id);
     life[id].begin = -1;
     written[id] = true;
   }
@@ -135,6 +153,9 @@ void check_arena_lifetimes(const PlanSpec& plan, const std::vector<Tensor>& tens
       auto touch = [&](int id, bool write) {
         if (id == -1 && !write) return;
         require(valid(id), "step ", s, " (", k.op, "): no tensor #", id);
+        require(!write || plan.tensors[static_cast<size_t>(id)].alias == -1, "step ", s, " (",
+                k.op, ") writes ", tensors[id].name, ", which shares another tensor's bytes");
+        id = bytes_of(id);
         Lifetime& l = life[id];
         l.begin = std::min(l.begin, s);
         l.end = std::max(l.end, s);
@@ -155,9 +176,9 @@ void check_arena_lifetimes(const PlanSpec& plan, const std::vector<Tensor>& tens
     check_disjoint(scratch, "scratch");
   }
   for (int id : plan.outputs) {
-    require(valid(id) && tensors[id].storage == Storage::arena && written[id],
+    require(valid(id) && tensors[id].storage == Storage::arena && written[bytes_of(id)],
             "graph output #", id, " is not a written arena tensor");
-    life[id].end = last;
+    life[bytes_of(id)].end = last;
   }
   std::vector<std::pair<const Tensor*, Lifetime>> arena;
   for (size_t i = 0; i < tensors.size(); ++i) {
