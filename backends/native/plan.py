@@ -12,10 +12,11 @@ rule behind `activation_peak_bytes`): graph inputs, graph outputs, tensors read 
 group. Those live in one arena at offsets that never overlap while both tensors are live, so the
 arena is as large as the analyzer's activation peak whenever the offsets pack perfectly (they do
 on the models tested; `Plan.arena_bytes` says), less where a reshape's output shares its input's
-bytes (`aliases_of_copies`; the analyzer counts the two apart). Nodes computed from constants alone are folded
-(`fold.py`); a folded tensor that crosses a group boundary is copied into the arena by its step,
-except weights a DequantizeLinear made: those stay constants (the analyzer's peak counts them
-when their DequantizeLinear is a group of its own, so the arena is smaller than it then).
+bytes (`aliases_of_copies`; the analyzer counts the two apart). Nodes computed from constants
+alone are folded (`fold.py`); a folded tensor that crosses a group boundary is copied into the
+arena by its step, except weights a DequantizeLinear made: those stay constants (the analyzer's
+peak counts them when their DequantizeLinear is a group of its own, so the arena is smaller than
+it then).
 """
 
 from __future__ import annotations
