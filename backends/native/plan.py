@@ -57,7 +57,10 @@ from .lower import (
 
 ARENA, SCRATCH, CONST = STORAGE["arena"], STORAGE["scratch"], STORAGE["constant"]
 _MAX_REGISTERS = 60
-_SCRATCH_ALIGN = 64
+# Every arena and scratch tensor starts on a cache line (the areas are allocated so aligned,
+# huge_pages.h): at element alignment a 64-byte vector of a tensor 16 bytes into a line split
+# across two lines on every load and store.
+CACHE_LINE = 64
 
 
 class UnsupportedModel(BackendError):
@@ -425,7 +428,7 @@ def _assemble(result: AnalysisResult, lowered: Lowered, backend: str) -> Plan:
             constants.append(value)
     offsets, arena = arena_offsets({n: (span, model.tensors[n].nbytes)
                                     for n, span in lifetimes.items()},
-                                   {n: dtype_bytes(model.tensors[n].elem_type) for n in lifetimes})
+                                   dict.fromkeys(lifetimes, CACHE_LINE))
     for name in lifetimes:
         info = model.tensors[name]
         add(PlanTensor(name, info.elem_type, info.dims, ARENA, offsets[name]))
@@ -441,7 +444,7 @@ def _assemble(result: AnalysisResult, lowered: Lowered, backend: str) -> Plan:
                     continue
                 info = lowered.twins.get(name) or model.tensors[name]
                 add(PlanTensor(name, info.elem_type, info.dims, SCRATCH, at))
-                at += -(-info.nbytes // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+                at += -(-info.nbytes // CACHE_LINE) * CACHE_LINE
         scratch = max(scratch, at)
     missing = [n for n in _referenced(steps) if n not in ids]
     if missing:

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "huge_pages.h"
 #include "kernel.h"
 #include "plan.h"
 
@@ -40,7 +41,7 @@ class Executor {
  private:
   PlanSpec plan_;
   const SimdKernels* simd_;
-  std::unique_ptr<char[]> arena_, scratch_;
+  HugeVector<char> arena_, scratch_;
   std::vector<Tensor> tensors_;
   std::vector<std::vector<std::unique_ptr<Kernel>>> steps_;
   ThreadPool pool_;

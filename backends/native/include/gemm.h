@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ewprog.h"
+#include "huge_pages.h"
 #include "simd.h"
 
 namespace onnxlens {
@@ -25,7 +26,7 @@ GemmBlocking gemm_blocking(const SimdKernels& s);
 // A constant operand packed for `s`: A as mr-row panels, or B as nr-column panels, per
 // K block of `kc` rows.
 struct PackedOperand {
-  std::vector<float> data;
+  HugeVector<float> data;
   int64_t rows = 0, cols = 0;  // M x K (A) or K x N (B)
   bool is_a = true;
   int64_t padded = 0;          // M or N rounded up to the panel width

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checked.h"
+#include "huge_pages.h"
 #include "plan.h"
 #include "simd.h"
 #include "threadpool.h"
@@ -22,7 +23,7 @@ class Workspace {
   float* get(int tid) const { return base_ + static_cast<int64_t>(tid) * stride_; }
 
  private:
-  std::unique_ptr<float[]> storage_;
+  HugeVector<float> storage_;
   float* base_ = nullptr;
   int64_t stride_ = 0;
 };

@@ -117,17 +117,17 @@ const KernelRegistry& kernel_registry() {
 void Workspace::reserve(int threads, int64_t floats_per_thread) {
   stride_ = (floats_per_thread + 15) / 16 * 16;  // 64-byte rows
   const int64_t total = checked_add(checked_mul(stride_, threads), 16);
-  storage_.reset(new float[static_cast<size_t>(total)]);
-  const auto addr = reinterpret_cast<uintptr_t>(storage_.get());
-  base_ = storage_.get() + ((64 - addr % 64) % 64) / sizeof(float);
+  storage_.assign(static_cast<size_t>(total), 0.0f);
+  const auto addr = reinterpret_cast<uintptr_t>(storage_.data());
+  base_ = storage_.data() + ((64 - addr % 64) % 64) / sizeof(float);
 }
 
 // ---- executor ------------------------------------------------------------------------------
 
 namespace {
 
-std::unique_ptr<char[]> allocate(int64_t bytes) {
-  return std::unique_ptr<char[]>(new char[static_cast<size_t>(bytes > 0 ? bytes : 1)]);
+HugeVector<char> allocate(int64_t bytes) {
+  return HugeVector<char>(static_cast<size_t>(bytes > 0 ? bytes : 1));
 }
 
 const SimdKernels* pick(const std::string& isa) {
@@ -145,7 +145,7 @@ Executor::Executor(PlanSpec plan, int threads, const std::string& isa)
   tensors_ = resolve_tensors(plan_, nullptr, nullptr);  // sizes checked before allocating
   arena_ = allocate(plan_.arena_bytes);
   scratch_ = allocate(plan_.scratch_bytes);
-  tensors_ = resolve_tensors(plan_, arena_.get(), scratch_.get());
+  tensors_ = resolve_tensors(plan_, arena_.data(), scratch_.data());
   check_arena_lifetimes(plan_, tensors_);
   const KernelRegistry& registry = kernel_registry();
   for (const StepSpec& step : plan_.steps) {

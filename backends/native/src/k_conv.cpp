@@ -459,7 +459,7 @@ class ConvKernel : public XyKernel {
   bool split_ = false;
   TapLayout layout_;
   std::vector<int64_t> phases_;
-  std::vector<float> split_input_;
+  HugeVector<float> split_input_;
   SplitPhaseFn split_phase_ = nullptr;
   std::unique_ptr<Im2colTables> tables_;
   std::vector<int64_t> col_off_;

@@ -50,8 +50,9 @@ void resolve_one(const TensorSpec& s, const PlanSpec& plan, char* arena, char* s
   // (require's arguments are all evaluated: no unchecked offset + nbytes in the message)
   require(s.offset >= 0 && checked_add(s.offset, t.nbytes) <= area, "tensor ", s.name, ": ",
           t.nbytes, " bytes at offset ", s.offset, " leave its area of ", area);
-  // The areas are allocated by new[] (16-byte aligned): an offset of whole elements keeps
-  // every element aligned (a misaligned float is undefined behavior, found by tests/sanitize.sh).
+  // The areas start on a cache line (huge_pages.h), and plan.py puts tensors on lines too; an
+  // offset of whole elements is what keeps every element aligned (a misaligned float is
+  // undefined behavior, found by tests/sanitize.sh).
   require(s.offset % size == 0, "tensor ", s.name, ": offset ", s.offset,
           " is not a multiple of its ", size, "-byte elements");
   char* base = t.storage == Storage::arena ? arena : scratch;
