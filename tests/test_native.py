@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from itertools import accumulate
 from pathlib import Path
 
 import numpy as np
@@ -1038,15 +1037,16 @@ def _assert_agree(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> No
 def _peak_in_lines(backend: NativeCpuBackend) -> int:
     """The analyzer's activation peak with each tensor's bytes rounded up to whole 64-byte
     lines: plan.py starts every arena tensor on a line."""
-    from onnxlens.analyzer.memory import boundary_lifetimes
+    from types import SimpleNamespace
 
-    result = backend.prepared.result
-    delta = [0] * (len(result.groups) + 1)
-    for name, (first, last) in boundary_lifetimes(result.graph, result.groups).items():
-        lines = -(-result.model.tensors[name].nbytes // 64) * 64
-        delta[first] += lines
-        delta[last + 1] -= lines
-    return max(accumulate(delta[:-1]))
+    from onnxlens.analyzer.memory import activation_peak_bytes, boundary_lifetimes
+
+    r = backend.prepared.result
+    lines = {name: SimpleNamespace(nbytes=-(-r.model.tensors[name].nbytes // 64) * 64)
+             for name in boundary_lifetimes(r.graph, r.groups)}
+    peak = activation_peak_bytes(r.graph, r.groups, lines)  # type: ignore[arg-type]
+    assert peak is not None
+    return peak
 
 
 def _agreement(path: Path | onnx.ModelProto, threads: int = 1, samples: int = SAMPLES

@@ -427,8 +427,7 @@ def _assemble(result: AnalysisResult, lowered: Lowered, backend: str) -> Plan:
                            value.shape, CONST, len(constants)))
             constants.append(value)
     offsets, arena = arena_offsets({n: (span, model.tensors[n].nbytes)
-                                    for n, span in lifetimes.items()},
-                                   dict.fromkeys(lifetimes, CACHE_LINE))
+                                    for n, span in lifetimes.items()}, CACHE_LINE)
     for name in lifetimes:
         info = model.tensors[name]
         add(PlanTensor(name, info.elem_type, info.dims, ARENA, offsets[name]))
@@ -463,13 +462,14 @@ def _referenced(steps: list[Step]) -> list[str]:
     return names
 
 
-def arena_offsets(tensors: dict[str, tuple[tuple[int, int], int]], align: dict[str, int]
+def arena_offsets(tensors: dict[str, tuple[tuple[int, int], int]], align: int
                   ) -> tuple[dict[str, int], int]:
     """Offsets for tensors given as name -> ((first step, last step), bytes), and the arena size.
 
-    Each tensor goes to the lowest aligned offset clear of every tensor placed before it that is
-    live at the same time. The order matters (no order is best for every model), so three are
-    tried: largest first, longest-lived among equals first, and by birth; the smallest wins.
+    Each tensor goes to the lowest offset, a multiple of `align`, clear of every tensor placed
+    before it that is live at the same time. The order matters (no order is best for every
+    model), so three are tried: largest first, longest-lived among equals first, and by birth;
+    the smallest wins.
     """
     def size_first(n: str) -> tuple[int, int]:
         return -tensors[n][1], tensors[n][0][0]
@@ -487,18 +487,17 @@ def arena_offsets(tensors: dict[str, tuple[tuple[int, int], int]], align: dict[s
 
 
 def _place(order: list[str], tensors: dict[str, tuple[tuple[int, int], int]],
-           align: dict[str, int]) -> tuple[dict[str, int], int]:
+           align: int) -> tuple[dict[str, int], int]:
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first step, last step)
     offsets: dict[str, int] = {}
     for name in order:
         (first, last), size = tensors[name]
         clash = sorted((o, e) for o, e, f, z in placed if f <= last and first <= z)
-        step = max(align.get(name, 1), 1)
         at = 0
         for o, e in clash:
             if at + size <= o:
                 break
-            at = max(at, -(-e // step) * step)
+            at = max(at, -(-e // align) * align)
         offsets[name] = at
         if size:
             placed.append((at, at + size, first, last))

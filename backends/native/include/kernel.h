@@ -23,8 +23,8 @@ class Workspace {
   float* get(int tid) const { return base_ + static_cast<int64_t>(tid) * stride_; }
 
  private:
-  HugeVector<float> storage_;
-  float* base_ = nullptr;
+  HugeVector<float> storage_;  // 64-byte aligned (huge_pages.h)
+  float* base_ = nullptr;       // storage_'s, writable through a const Workspace
   int64_t stride_ = 0;
 };
 

@@ -115,11 +115,9 @@ const KernelRegistry& kernel_registry() {
 }
 
 void Workspace::reserve(int threads, int64_t floats_per_thread) {
-  stride_ = (floats_per_thread + 15) / 16 * 16;  // 64-byte rows
-  const int64_t total = checked_add(checked_mul(stride_, threads), 16);
-  storage_.assign(static_cast<size_t>(total), 0.0f);
-  const auto addr = reinterpret_cast<uintptr_t>(storage_.data());
-  base_ = storage_.data() + ((64 - addr % 64) % 64) / sizeof(float);
+  stride_ = (floats_per_thread + 15) / 16 * 16;  // 64-byte rows from a 64-byte base
+  storage_.assign(static_cast<size_t>(checked_mul(stride_, threads)), 0.0f);
+  base_ = storage_.data();
 }
 
 // ---- executor ------------------------------------------------------------------------------
