@@ -119,6 +119,78 @@ def test_conv_fuzz(case: dict) -> None:
     check(model_of(nodes, feeds, weights, ["y" if case["relu"] else "c"]), feeds)
 
 
+@st.composite
+def blocked_conv_cases(draw: st.DrawFn) -> dict:
+    """Convolutions the blocked direct kernel takes on AVX2 and AVX-512 (one group, more than
+    one tap, constant weights, 12 filters or more): channels across and inside a block of 16
+    or 8 (3, the stem's), filters filling whole blocks or not, groups of filter blocks of
+    unequal sizes (70 filters: 5 blocks of 16, 9 of 8), pixels past whole tiles and chunks,
+    every epilogue form (bias, batch norm's scale, a residual, a clamp, and one the kernel
+    cannot fuse)."""
+    k = draw(st.sampled_from([[3, 3], [5, 5], [7, 7], [1, 3], [3, 1], [2, 2]]))
+    d = [draw(st.integers(1, 2)) for _ in range(2)]
+    pads = [draw(st.integers(0, 3)) for _ in range(4)]
+    size = [draw(st.integers(max(1, (k[i] - 1) * d[i] + 1 - pads[i] - pads[i + 2]), 23))
+            for i in range(2)]
+    return {"n": draw(st.integers(1, 2)), "c": draw(st.sampled_from([1, 3, 8, 16, 20, 37])),
+            "m": draw(st.sampled_from([12, 16, 24, 50, 64, 70])), "k": k, "d": d, "pads": pads,
+            "size": size, "s": [draw(st.integers(1, 3)) for _ in range(2)],
+            "epilogue": draw(st.sampled_from(["none", "bias", "bn_relu", "residual_relu",
+                                              "residual_clip", "sigmoid"])),
+            "threads": draw(st.integers(1, 2)), "seed": draw(st.integers(0, 1000))}
+
+
+@FUZZ
+@given(blocked_conv_cases())
+def test_blocked_conv_fuzz(case: dict) -> None:
+    rng = np.random.default_rng(case["seed"])
+    x = rand(rng, case["n"], case["c"], *case["size"])
+    m = case["m"]
+    weights = {"w": rand(rng, m, case["c"], *case["k"]), "b": rand(rng, m)}
+    epilogue = case["epilogue"]
+    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if epilogue != "none" else []),
+                              ["c"], strides=case["s"], dilations=case["d"], pads=case["pads"],
+                              kernel_shape=case["k"])]
+    feeds = {"x": x}
+    if epilogue == "bn_relu":
+        weights |= {"g": rand(rng, m), "be": rand(rng, m), "mu": rand(rng, m),
+                    "var": np.abs(rand(rng, m)) + 0.5}
+        nodes += [helper.make_node("BatchNormalization", ["c", "g", "be", "mu", "var"], ["n"]),
+                  helper.make_node("Relu", ["n"], ["y"])]
+    elif epilogue.startswith("residual"):
+        shape = onnx.shape_inference.infer_shapes(model_of(nodes, feeds, weights, ["c"]))
+        dims = [d.dim_value for d in shape.graph.output[0].type.tensor_type.shape.dim]
+        feeds["r"] = rand(rng, *dims)
+        nodes.append(helper.make_node("Add", ["c", "r"], ["s"]))
+        nodes.append(helper.make_node("Relu", ["s"], ["y"]) if epilogue == "residual_relu" else
+                     helper.make_node("Clip", ["s", "lo", "hi"], ["y"]))
+        weights |= {"lo": np.float32(-0.5), "hi": np.float32(2.0)}
+    elif epilogue == "sigmoid":
+        nodes.append(helper.make_node("Sigmoid", ["c"], ["y"]))
+    out = "c" if epilogue in ("none", "bias") else "y"
+    # Sums of up to 37 x 49 products of normal floats, in another order than the reference's:
+    # their rounding grows with the square root of the terms, the clamp hides the magnitude.
+    terms = case["c"] * case["k"][0] * case["k"][1]
+    check(model_of(nodes, feeds, weights, [out]), feeds, atol=2e-6 * math.sqrt(terms),
+          threads=case["threads"])
+
+
+def test_blocked_conv_covers_resnet_shapes() -> None:
+    """ResNet's 7x7 stem of stride 2 (3 channels) and a 3x3 convolution with its residual at
+    2 threads, more pixels than one chunk of the blocked kernel: against onnx.reference."""
+    rng = np.random.default_rng(11)
+    x = rand(rng, 1, 3, 40, 40)
+    stem = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[3] * 4),
+            helper.make_node("Relu", ["c"], ["y"])]
+    check(model_of(stem, {"x": x}, {"w": rand(rng, 64, 3, 7, 7), "b": rand(rng, 64)}, ["y"]),
+          {"x": x}, threads=2)
+    feeds = {"x": rand(rng, 1, 64, 18, 18), "r": rand(rng, 1, 64, 18, 18)}
+    block = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    check(model_of(block, feeds, {"w": rand(rng, 64, 64, 3, 3), "b": rand(rng, 64)}, ["y"]),
+          feeds, threads=2)
+
+
 @pytest.mark.parametrize(("k", "s", "d", "pads"), [
     (3, 1, 1, [1, 1, 1, 1]), (3, 2, 1, [1, 1, 1, 1]), (3, 2, 1, [0, 0, 1, 1]),
     (5, 1, 1, [2, 2, 2, 2]), (5, 2, 1, [2, 1, 2, 1]), (3, 1, 2, [2, 2, 2, 2]),

@@ -103,6 +103,35 @@ struct PoolRowArgs {
   float* split;
 };
 
+// A direct convolution of one image's output pixels with one group of filter blocks, its input
+// laid out in channel blocks and padded (k_conv.cpp BlockedDirect): block b of the input is
+// rows of pixels of `width` channels, at input + b * block_floats, zero where the window
+// leaves the image. Output pixel p's tap (ky, x) of channel c reads input + pixel[p] + ky *
+// row_step + x * col_step + c, for x < runs and c < run: with dilation 1 along the row a tap
+// row is one run of kw * width floats (col_step 0), else kw runs of `width`.
+struct BlockedConv {
+  const float* input;
+  int64_t blocks, block_floats;
+  const int64_t* pixel;
+  int64_t count;  // output pixels, pixel[0, count)
+  int64_t kh, row_step, runs, col_step, run;
+  // The group's filters, [blocks][kh][runs][run][filter_blocks][conv_lanes]: the multiplier
+  // of input float (b, ky, x, c) for each filter of the group, zero past the filters and
+  // channels there are.
+  const float* w;
+  int filter_blocks;
+  int64_t filters;  // of the group that exist, at most filter_blocks * conv_lanes
+  // Filter m at pixel p: y[m * ldy + p] = min(max(v * scale[m] + bias[m] + residual[m * ldy +
+  // p], lo), hi) of its sum v (scale, bias, residual null: 1, 0, 0).
+  float* y;
+  int64_t ldy;
+  const float* scale;
+  const float* bias;
+  const float* residual;
+  float lo, hi;
+  float* scratch;  // filter_blocks * count * conv_lanes floats
+};
+
 // The epilogue a micro-kernel applies as it stores its tile (the last K block only), when a
 // fused epilogue has this form: v = v * row_scale[r] + row_bias[r] + col_bias[t]; v +=
 // residual[r, t]; v = min(max(v, lo), hi). Null pointers are skipped; the pointers are at the
@@ -171,6 +200,10 @@ struct SimdKernels {
   // of a Transpose that moves the input's contiguous dim (NCHW <-> NHWC reorders).
   void (*transpose)(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
                     int64_t ldd);
+  // The blocked direct convolution (BlockedConv): filters in blocks of conv_lanes, at most
+  // conv_filter_blocks to a group; null (and 0, 0) where there is none (generic).
+  int conv_lanes, conv_filter_blocks;
+  void (*blocked_conv)(const BlockedConv& args);
 };
 
 // The table for this CPU (or for ONNXLENS_NATIVE_ISA=generic|avx2|avx512 when the CPU has it).

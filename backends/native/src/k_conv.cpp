@@ -5,6 +5,7 @@
 // GEMM reads the im2col's flat panels from the input in place too (a strided convolution's
 // from its input split into phases, where that pays: phase_layout).
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "conv_geometry.h"
@@ -261,6 +262,160 @@ std::vector<uint32_t> flat_plane_masks(const Window2d& g) {
   return masks;
 }
 
+// A convolution by the blocked direct kernel (simd.h BlockedConv). Each run copies the input
+// into blocks of conv_lanes channels (all of them when there are fewer: ResNet's stem reads 3),
+// each block a padded image of pixels of `width` channels whose borders stay zero; then each
+// chunk of output pixels and group of filter blocks is computed into a thread's scratch as
+// [filter blocks][pixels][lanes] and transposed into the output's planes, epilogue applied.
+// The copy and the transpose cost a pass over the input and one over the output, which ONNX
+// Runtime saves by keeping its NCHWc layout from one convolution to the next.
+class BlockedDirect {
+ public:
+  // Whether it serves a convolution: one group, a window of more than one tap, constant
+  // weights, and filters that fill three quarters of their blocks' lanes at least (8 filters
+  // would use one lane in two of AVX-512's).
+  static bool fits(const SimdKernels& s, const Window2d& g, int64_t M, int64_t groups,
+                   bool constant_weights) {
+    if (s.blocked_conv == nullptr || groups != 1 || g.kh * g.kw == 1 || !constant_weights) {
+      return false;
+    }
+    const int64_t lanes = s.conv_lanes, padded = (M + lanes - 1) / lanes * lanes;
+    return 4 * M >= 3 * padded;
+  }
+
+  BlockedDirect(const SimdKernels& s, const Window2d& g, const float* w, int64_t M,
+                const FastEpilogue& fast)
+      : s_(s), g_(g), M_(M), lanes_(s.conv_lanes) {
+    width_ = std::min<int64_t>(g.C, lanes_);
+    blocks_ = (g.C + width_ - 1) / width_;
+    Hp_ = g.H + g.pt + g.pb;
+    Wp_ = g.W + g.pl + g.pr;
+    block_floats_ = checked_mul(checked_mul(Hp_, Wp_), width_);
+    padded_.assign(static_cast<size_t>(checked_mul(checked_mul(g.N, blocks_), block_floats_)),
+                   0.0f);
+    for (int64_t oy = 0; oy < g.OH; ++oy) {
+      for (int64_t ox = 0; ox < g.OW; ++ox) {
+        pixel_.push_back((oy * g.sh * Wp_ + ox * g.sw) * width_);
+      }
+    }
+    const int64_t filter_blocks = (M + lanes_ - 1) / lanes_;
+    const int64_t groups = (filter_blocks + s.conv_filter_blocks - 1) / s.conv_filter_blocks;
+    for (int64_t gi = 0; gi < groups; ++gi) {  // filter blocks shared out evenly
+      group_first_.push_back(gi * filter_blocks / groups);
+    }
+    group_first_.push_back(filter_blocks);
+    const bool flat_rows = g.dw == 1;  // a tap row is one run of kw * width floats
+    runs_ = flat_rows ? 1 : g.kw;
+    run_ = flat_rows ? g.kw * width_ : width_;
+    for (int64_t gi = 0; gi < groups; ++gi) pack_group(w, gi, fast);
+  }
+
+  int64_t workspace_floats(const EwProgram& epilogue) const {
+    return s_.conv_filter_blocks * kChunkPixels * lanes_ + epilogue.scratch_floats();
+  }
+
+  void run(ThreadPool& pool, const Workspace& ws, const float* x, float* y,
+           const EwProgram& epilogue, const FastEpilogue& fast) {
+    copy_in(pool, x);
+    const int64_t ohw = g_.OH * g_.OW, chunks = (ohw + kChunkPixels - 1) / kChunkPixels;
+    const int64_t groups = static_cast<int64_t>(group_first_.size()) - 1;
+    const int64_t tasks = g_.N * groups * chunks;
+    const int64_t work = checked_mul(checked_mul(M_, g_.N * ohw), g_.C * g_.kh * g_.kw);
+    pool.for_range(tasks, pool.chunk_for(tasks), [&](int tid, int64_t begin, int64_t end) {
+      float* scratch = ws.get(tid);
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t n = t / (groups * chunks), gi = t / chunks % groups;
+        const int64_t p0 = t % chunks * kChunkPixels;
+        chunk(n, gi, p0, std::min(kChunkPixels, ohw - p0), y, epilogue, fast, scratch);
+      }
+    }, work);
+  }
+
+ private:
+  // Output pixels per task: a multiple of both tiles' pixels (6 and 4), and its scratch (four
+  // blocks of 16 filters) 24 KB.
+  static constexpr int64_t kChunkPixels = 96;
+
+  // Group gi's filters as BlockedConv::w wants them, and its scale and bias when the epilogue
+  // has them.
+  void pack_group(const float* w, int64_t gi, const FastEpilogue& fast) {
+    const int64_t f0 = group_first_[gi], fb = group_first_[gi + 1] - f0;
+    const int64_t taps = g_.kh * g_.kw, span = fb * lanes_;
+    HugeVector<float> packed(static_cast<size_t>(checked_mul(blocks_ * taps * width_, span)),
+                             0.0f);
+    for (int64_t b = 0; b < blocks_; ++b) {
+      for (int64_t tap = 0; tap < taps; ++tap) {
+        for (int64_t c = 0; c < width_ && b * width_ + c < g_.C; ++c) {
+          float* dst = packed.data() + ((b * taps + tap) * width_ + c) * span;
+          for (int64_t f = 0; f < span && f0 * lanes_ + f < M_; ++f) {
+            const int64_t m = f0 * lanes_ + f, ch = b * width_ + c;
+            dst[f] = w[(m * g_.C + ch) * taps + tap];
+          }
+        }
+      }
+    }
+    w_.push_back(std::move(packed));
+    std::vector<float> scale, bias;
+    if (fast.ok && !fast.row_scale.empty()) {
+      scale.assign(static_cast<size_t>(span), 1.0f);
+      bias.assign(static_cast<size_t>(span), 0.0f);
+      for (int64_t f = 0; f < span && f0 * lanes_ + f < M_; ++f) {
+        scale[f] = fast.row_scale[static_cast<size_t>(f0 * lanes_ + f)];
+        bias[f] = fast.row_bias[static_cast<size_t>(f0 * lanes_ + f)];
+      }
+    }
+    scale_.push_back(std::move(scale));
+    bias_.push_back(std::move(bias));
+  }
+
+  // The input's channel planes into the padded blocks, row by row: a transpose of each block's
+  // channels x columns.
+  void copy_in(ThreadPool& pool, const float* x) {
+    const int64_t rows = g_.N * blocks_ * g_.H, hw = g_.H * g_.W;
+    pool.for_range(rows, pool.chunk_for(rows), [&](int, int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t row = r % g_.H, nb = r / g_.H, n = nb / blocks_, b = nb % blocks_;
+        const int64_t c0 = b * width_, channels = std::min(width_, g_.C - c0);
+        float* dst = padded_.data() + nb * block_floats_ + ((row + g_.pt) * Wp_ + g_.pl) * width_;
+        s_.transpose(x + (n * g_.C + c0) * hw + row * g_.W, hw, channels, g_.W, dst, width_);
+      }
+    }, checked_mul(g_.N * g_.C, hw));
+  }
+
+  // Pixels [p0, p0 + count) of image n for filter group gi, then the epilogue where it has no
+  // form the kernel applies.
+  void chunk(int64_t n, int64_t gi, int64_t p0, int64_t count, float* y,
+             const EwProgram& epilogue, const FastEpilogue& fast, float* scratch) const {
+    const int64_t f0 = group_first_[gi], fb = group_first_[gi + 1] - f0;
+    const int64_t ohw = g_.OH * g_.OW, m0 = f0 * lanes_, filters = std::min(fb * lanes_, M_ - m0);
+    const std::vector<float>& scale = scale_[gi];
+    float* out = y + (n * M_ + m0) * ohw + p0;
+    BlockedConv a{padded_.data() + n * blocks_ * block_floats_, blocks_, block_floats_,
+                  pixel_.data() + p0, count, g_.kh, g_.dh * Wp_ * width_, runs_,
+                  g_.dw * width_, run_, w_[gi].data(), static_cast<int>(fb), filters, out, ohw,
+                  scale.empty() ? nullptr : scale.data(),
+                  scale.empty() ? nullptr : bias_[gi].data(),
+                  fast.ok && fast.residual ? fast.residual + (out - y) : nullptr,
+                  fast.ok ? fast.lo : -INFINITY, fast.ok ? fast.hi : INFINITY, scratch};
+    s_.blocked_conv(a);
+    if (fast.ok) return;
+    float* rest = scratch + s_.conv_filter_blocks * kChunkPixels * lanes_;
+    for (int64_t m = 0; m < filters; ++m) {
+      float* row = out + m * ohw;
+      epilogue.apply(s_, row, row - y, count, rest);
+    }
+  }
+
+  const SimdKernels& s_;
+  Window2d g_;
+  int64_t M_, lanes_, width_ = 0, blocks_ = 0, Hp_ = 0, Wp_ = 0, block_floats_ = 0;
+  int64_t runs_ = 0, run_ = 0;
+  HugeVector<float> padded_;
+  std::vector<int64_t> pixel_, group_first_;
+  std::vector<HugeVector<float>> w_;
+  std::vector<std::vector<float>> scale_, bias_;
+};
+
 class ConvKernel : public XyKernel {
  public:
   explicit ConvKernel(const KernelContext& ctx) : XyKernel(ctx, 2, 2) {
@@ -284,6 +439,10 @@ class ConvKernel : public XyKernel {
     w_ = w.f32();
     if (depthwise_) {
       flat_masks_ = flat_plane_masks(g_);
+      return;
+    }
+    if (BlockedDirect::fits(simd_, g_, M, groups_, w.storage == Storage::constant)) {
+      blocked_ = std::make_unique<BlockedDirect>(simd_, g_, w_, M, fast_);
       return;
     }
     if (w.storage == Storage::constant) {  // weights packed once; else per block at run time
@@ -335,12 +494,15 @@ class ConvKernel : public XyKernel {
 
   // Depthwise: the epilogue's scratch, then a row of zeros (the padding above and below).
   int64_t workspace_floats() const override {
+    if (blocked_) return blocked_->workspace_floats(epilogue_);
     if (!depthwise_) return gemm_workspace_floats(simd_, &epilogue_);
     return epilogue_.scratch_floats() + g_.W;
   }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
-    if (depthwise_) {
+    if (blocked_) {
+      blocked_->run(pool, ws, x_.f32(), y_.f32(), epilogue_, fast_);
+    } else if (depthwise_) {
       run_depthwise(pool, ws);
     } else {
       run_gemm(pool, ws);
@@ -464,6 +626,7 @@ class ConvKernel : public XyKernel {
   std::unique_ptr<Im2colTables> tables_;
   std::vector<int64_t> col_off_;
   std::vector<uint32_t> flat_masks_;
+  std::unique_ptr<BlockedDirect> blocked_;
 };
 
 }  // namespace
