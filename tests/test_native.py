@@ -121,9 +121,11 @@ def test_conv_fuzz(case: dict) -> None:
 
 @st.composite
 def blocked_conv_cases(draw: st.DrawFn) -> dict:
-    """Convolutions the blocked direct kernel takes on AVX2 and AVX-512 (one group, more than
-    one tap, constant weights, 12 filters or more): channels across and inside a block of 16
-    or 8 (3, the stem's), filters filling whole blocks or not, groups of filter blocks of
+    """Convolutions of one group, more than one tap, constant weights and 12 filters or more:
+    those of at least 64 channel-taps per output take the blocked direct kernel on AVX2 and
+    AVX-512, the others (1 channel, 3 under a 3x3 window) the GEMM on either side of that
+    floor. Channels across and inside a block of 16 or 8 (3, the stem's), filters filling
+    whole blocks or not, groups of filter blocks of
     unequal sizes (70 filters: 5 blocks of 16, 9 of 8), pixels past whole tiles and chunks,
     every epilogue form (bias, batch norm's scale, a residual, a clamp, and one the kernel
     cannot fuse)."""
@@ -158,7 +160,7 @@ def test_blocked_conv_fuzz(case: dict) -> None:
         nodes += [helper.make_node("BatchNormalization", ["c", "g", "be", "mu", "var"], ["n"]),
                   helper.make_node("Relu", ["n"], ["y"])]
     elif epilogue.startswith("residual"):
-        shape = onnx.shape_inference.infer_shapes(model_of(nodes, feeds, weights, ["c"]))
+        shape = model_of(nodes, feeds, weights, ["c"])  # shapes inferred
         dims = [d.dim_value for d in shape.graph.output[0].type.tensor_type.shape.dim]
         feeds["r"] = rand(rng, *dims)
         nodes.append(helper.make_node("Add", ["c", "r"], ["s"]))

@@ -270,6 +270,14 @@ std::vector<uint32_t> flat_plane_masks(const Window2d& g) {
 // The copy and the transpose cost a pass over the input and one over the output, which ONNX
 // Runtime saves by keeping its NCHWc layout from one convolution to the next.
 class BlockedDirect {
+  // Filter blocks [first, first + blocks), packed (BlockedConv::w), with their scale and bias
+  // (empty when the kernel applies none).
+  struct FilterGroup {
+    int64_t first, blocks;
+    HugeVector<float> w;
+    std::vector<float> scale, bias;
+  };
+
  public:
   // Whether it serves a convolution: one group, a window of more than one tap, constant
   // weights, at least kMinTerms terms per output, and filters that fill three quarters of
@@ -299,16 +307,15 @@ class BlockedDirect {
         pixel_.push_back((oy * g.sh * Wp_ + ox * g.sw) * width_);
       }
     }
-    const int64_t filter_blocks = (M + lanes_ - 1) / lanes_;
-    const int64_t groups = (filter_blocks + s.conv_filter_blocks - 1) / s.conv_filter_blocks;
-    for (int64_t gi = 0; gi < groups; ++gi) {  // filter blocks shared out evenly
-      group_first_.push_back(gi * filter_blocks / groups);
-    }
-    group_first_.push_back(filter_blocks);
     const bool flat_rows = g.dw == 1;  // a tap row is one run of kw * width floats
     runs_ = flat_rows ? 1 : g.kw;
     run_ = flat_rows ? g.kw * width_ : width_;
-    for (int64_t gi = 0; gi < groups; ++gi) pack_group(w, gi, fast);
+    const int64_t filter_blocks = (M + lanes_ - 1) / lanes_;
+    const int64_t groups = (filter_blocks + s.conv_filter_blocks - 1) / s.conv_filter_blocks;
+    for (int64_t gi = 0; gi < groups; ++gi) {  // filter blocks shared out evenly
+      const int64_t first = gi * filter_blocks / groups;
+      groups_.push_back(pack_group(w, first, (gi + 1) * filter_blocks / groups - first, fast));
+    }
   }
 
   int64_t workspace_floats(const EwProgram& epilogue) const {
@@ -319,7 +326,7 @@ class BlockedDirect {
            const EwProgram& epilogue, const FastEpilogue& fast) {
     copy_in(pool, x);
     const int64_t ohw = g_.OH * g_.OW, chunks = (ohw + kChunkPixels - 1) / kChunkPixels;
-    const int64_t groups = static_cast<int64_t>(group_first_.size()) - 1;
+    const int64_t groups = static_cast<int64_t>(groups_.size());
     const int64_t tasks = g_.N * groups * chunks;
     const int64_t work = checked_mul(checked_mul(M_, g_.N * ohw), g_.C * g_.kh * g_.kw);
     pool.for_range(tasks, pool.chunk_for(tasks), [&](int tid, int64_t begin, int64_t end) {
@@ -327,7 +334,8 @@ class BlockedDirect {
       for (int64_t t = begin; t < end; ++t) {
         const int64_t n = t / (groups * chunks), gi = t / chunks % groups;
         const int64_t p0 = t % chunks * kChunkPixels;
-        chunk(n, gi, p0, std::min(kChunkPixels, ohw - p0), y, epilogue, fast, scratch);
+        chunk(n, groups_[gi], p0, std::min(kChunkPixels, ohw - p0), y, epilogue, fast,
+              scratch);
       }
     }, work);
   }
@@ -342,36 +350,32 @@ class BlockedDirect {
   // blocks of 16 filters) 24 KB.
   static constexpr int64_t kChunkPixels = 96;
 
-  // Group gi's filters as BlockedConv::w wants them, and its scale and bias when the epilogue
-  // has them.
-  void pack_group(const float* w, int64_t gi, const FastEpilogue& fast) {
-    const int64_t f0 = group_first_[gi], fb = group_first_[gi + 1] - f0;
-    const int64_t taps = g_.kh * g_.kw, span = fb * lanes_;
-    HugeVector<float> packed(static_cast<size_t>(checked_mul(blocks_ * taps * width_, span)),
-                             0.0f);
+  // Filter blocks [first, first + blocks) as BlockedConv::w wants them, and their scale and
+  // bias when the epilogue has them.
+  FilterGroup pack_group(const float* w, int64_t first, int64_t blocks,
+                         const FastEpilogue& fast) const {
+    const int64_t taps = g_.kh * g_.kw, span = blocks * lanes_, m0 = first * lanes_;
+    FilterGroup group{first, blocks, {}, {}, {}};
+    group.w.assign(static_cast<size_t>(checked_mul(blocks_ * taps * width_, span)), 0.0f);
     for (int64_t b = 0; b < blocks_; ++b) {
       for (int64_t tap = 0; tap < taps; ++tap) {
         for (int64_t c = 0; c < width_ && b * width_ + c < g_.C; ++c) {
-          float* dst = packed.data() + ((b * taps + tap) * width_ + c) * span;
-          for (int64_t f = 0; f < span && f0 * lanes_ + f < M_; ++f) {
-            const int64_t m = f0 * lanes_ + f, ch = b * width_ + c;
-            dst[f] = w[(m * g_.C + ch) * taps + tap];
+          float* dst = group.w.data() + ((b * taps + tap) * width_ + c) * span;
+          for (int64_t f = 0; f < span && m0 + f < M_; ++f) {
+            dst[f] = w[((m0 + f) * g_.C + b * width_ + c) * taps + tap];
           }
         }
       }
     }
-    w_.push_back(std::move(packed));
-    std::vector<float> scale, bias;
     if (fast.ok && !fast.row_scale.empty()) {
-      scale.assign(static_cast<size_t>(span), 1.0f);
-      bias.assign(static_cast<size_t>(span), 0.0f);
-      for (int64_t f = 0; f < span && f0 * lanes_ + f < M_; ++f) {
-        scale[f] = fast.row_scale[static_cast<size_t>(f0 * lanes_ + f)];
-        bias[f] = fast.row_bias[static_cast<size_t>(f0 * lanes_ + f)];
+      group.scale.assign(static_cast<size_t>(span), 1.0f);
+      group.bias.assign(static_cast<size_t>(span), 0.0f);
+      for (int64_t f = 0; f < span && m0 + f < M_; ++f) {
+        group.scale[f] = fast.row_scale[static_cast<size_t>(m0 + f)];
+        group.bias[f] = fast.row_bias[static_cast<size_t>(m0 + f)];
       }
     }
-    scale_.push_back(std::move(scale));
-    bias_.push_back(std::move(bias));
+    return group;
   }
 
   // The input's channel planes into the padded blocks, row by row: a transpose of each block's
@@ -388,19 +392,19 @@ class BlockedDirect {
     }, checked_mul(g_.N * g_.C, hw));
   }
 
-  // Pixels [p0, p0 + count) of image n for filter group gi, then the epilogue where it has no
+  // Pixels [p0, p0 + count) of image n for a filter group, then the epilogue where it has no
   // form the kernel applies.
-  void chunk(int64_t n, int64_t gi, int64_t p0, int64_t count, float* y,
+  void chunk(int64_t n, const FilterGroup& group, int64_t p0, int64_t count, float* y,
              const EwProgram& epilogue, const FastEpilogue& fast, float* scratch) const {
-    const int64_t f0 = group_first_[gi], fb = group_first_[gi + 1] - f0;
-    const int64_t ohw = g_.OH * g_.OW, m0 = f0 * lanes_, filters = std::min(fb * lanes_, M_ - m0);
-    const std::vector<float>& scale = scale_[gi];
+    const int64_t ohw = g_.OH * g_.OW, m0 = group.first * lanes_;
+    const int64_t filters = std::min(group.blocks * lanes_, M_ - m0);
+    const bool scaled = !group.scale.empty();
     float* out = y + (n * M_ + m0) * ohw + p0;
     BlockedConv a{padded_.data() + n * blocks_ * block_floats_, blocks_, block_floats_,
                   pixel_.data() + p0, count, g_.kh, g_.dh * Wp_ * width_, runs_,
-                  g_.dw * width_, run_, w_[gi].data(), static_cast<int>(fb), filters, out, ohw,
-                  scale.empty() ? nullptr : scale.data(),
-                  scale.empty() ? nullptr : bias_[gi].data(),
+                  g_.dw * width_, run_, group.w.data(), static_cast<int>(group.blocks), filters,
+                  out, ohw, scaled ? group.scale.data() : nullptr,
+                  scaled ? group.bias.data() : nullptr,
                   fast.ok && fast.residual ? fast.residual + (out - y) : nullptr,
                   fast.ok ? fast.lo : -INFINITY, fast.ok ? fast.hi : INFINITY, scratch};
     s_.blocked_conv(a);
@@ -417,9 +421,8 @@ class BlockedDirect {
   int64_t M_, lanes_, width_ = 0, blocks_ = 0, Hp_ = 0, Wp_ = 0, block_floats_ = 0;
   int64_t runs_ = 0, run_ = 0;
   HugeVector<float> padded_;
-  std::vector<int64_t> pixel_, group_first_;
-  std::vector<HugeVector<float>> w_;
-  std::vector<std::vector<float>> scale_, bias_;
+  std::vector<int64_t> pixel_;
+  std::vector<FilterGroup> groups_;
 };
 
 class ConvKernel : public XyKernel {
