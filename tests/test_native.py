@@ -193,6 +193,103 @@ def test_blocked_conv_covers_resnet_shapes() -> None:
           feeds, threads=2)
 
 
+@pytest.mark.parametrize(("batch", "threads"), [(1, 1), (2, 2)])
+def test_convolutions_hand_on_their_blocked_layout(batch: int, threads: int) -> None:
+    """A bottleneck of convolutions keeps channel-blocked tensors from one to the next: read in
+    place (1x1, also of stride 2), copied into padded blocks (3x3 with pads, of stride 2 with
+    uneven pads), a blocked residual; a Sigmoid epilogue, a pooled tensor and the graph's
+    outputs stay planar. Every output and every captured intermediate against onnx.reference on
+    each instruction set."""
+    rng = np.random.default_rng(5)
+    x = rand(rng, batch, 32, 15, 13)
+    shapes = {"w1": (32, 32, 3, 3), "w2": (48, 32, 1, 1), "w3": (64, 48, 3, 3),
+              "w4": (64, 32, 1, 1), "w5": (64, 64, 1, 1), "w6": (16, 64, 3, 3),
+              "w7": (32, 64, 1, 1)}
+    weights = {n: rand(rng, *s) / np.float32(np.sqrt(np.prod(s[1:]))) for n, s in shapes.items()}
+    weights |= {f"b{n[1]}": rand(rng, s[0]) for n, s in shapes.items()}
+
+    def conv(i: int, x: str, out: str, **attrs: object) -> onnx.NodeProto:
+        return helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [out], **attrs)
+
+    nodes = [conv(1, "x", "c1", pads=[1] * 4), helper.make_node("Relu", ["c1"], ["a"]),
+             conv(2, "a", "c2"), helper.make_node("Relu", ["c2"], ["b"]),
+             conv(3, "b", "c", strides=[2, 2], pads=[2, 1, 1, 1]),
+             conv(4, "a", "d", strides=[2, 2]),
+             conv(5, "c", "c5"), helper.make_node("Add", ["c5", "d"], ["s5"]),
+             helper.make_node("Relu", ["s5"], ["e"]),
+             conv(6, "e", "c6", pads=[2] * 4, dilations=[2, 2]),
+             helper.make_node("Sigmoid", ["c6"], ["f"]),
+             conv(7, "e", "c7"), helper.make_node("Relu", ["c7"], ["g"]),
+             helper.make_node("GlobalAveragePool", ["g"], ["p"])]
+    names = ["a", "b", "c", "d", "e", "g", "f", "p"]
+    want = dict(zip(names, ReferenceEvaluator(
+        model_of(nodes, {"x": x}, weights, names)).run(None, {"x": x}), strict=True))
+    model = model_of(nodes, {"x": x}, weights, ["f", "p"])
+    for isa in ISAS:
+        backend = NativeCpuBackend(threads, isa)
+        backend.prepare(model)
+        prepared = backend.prepared
+        blocks = dict(zip((t.name for t in prepared.plan.tensors),
+                          prepared.executor.tensor_blocks, strict=True))
+        blocked = {n for n, b in blocks.items() if b}
+        assert blocked == (set() if isa == "generic" else {"a", "b", "c", "d", "e"}), isa
+        got = backend.run({"x": x}) | backend.intermediates({"x": x})
+        for name in names:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4,
+                                       atol=1e-4 * np.abs(want[name]).max(),
+                                       err_msg=f"{name} on {isa}")
+
+
+@pytest.mark.parametrize(("batch", "threads"), [(1, 1), (2, 2)])
+def test_depthwise_convolutions_keep_the_blocked_layout(batch: int, threads: int) -> None:
+    """Inverted residual blocks as MobileNetV2's: a 1x1 expansion, a depthwise 3x3 clamped to
+    [0, 6] (stride 1 with pads; stride 2 and uneven pads; 5x5 dilated 2, with a residual and a
+    Relu fused), a 1x1 projection with a residual (an elementwise Add, blocked with its operands
+    where none is a graph input). A depthwise layer reads and writes blocked or neither: the last one, a graph
+    output, keeps its input planar. Outputs and every captured intermediate
+    against onnx.reference on each instruction set."""
+    rng = np.random.default_rng(9)
+    x = rand(rng, batch, 32, 17, 11)
+    shapes = {"w1": (96, 32, 1, 1), "w2": (96, 1, 3, 3), "w3": (32, 96, 1, 1),
+              "w4": (96, 1, 3, 3), "w5": (96, 1, 5, 5), "w6": (96, 1, 3, 3),
+              "w7": (96, 96, 1, 1)}
+    weights = {n: rand(rng, *s) / np.float32(np.sqrt(np.prod(s[1:]))) for n, s in shapes.items()}
+    weights |= {f"b{n[1]}": rand(rng, s[0]) for n, s in shapes.items()}
+    weights |= {"lo": np.float32(0), "hi": np.float32(6)}
+
+    def conv(i: int, x: str, out: str, **attrs: object) -> list[onnx.NodeProto]:
+        group = {"group": 96} if shapes[f"w{i}"][1] == 1 else {}
+        return [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], **group, **attrs),
+                helper.make_node("Clip", [f"c{i}", "lo", "hi"], [out])]
+
+    nodes = [*conv(1, "x", "e"), *conv(2, "e", "d", pads=[1] * 4),
+             helper.make_node("Conv", ["d", "w3", "b3"], ["c3"]),
+             helper.make_node("Add", ["c3", "x"], ["p"]),
+             *conv(4, "e", "s", strides=[2, 2], pads=[1, 0, 0, 1]),
+             helper.make_node("Conv", ["s", "w5", "b5"], ["c5"], group=96, pads=[4] * 4,
+                              dilations=[2, 2]),
+             helper.make_node("Add", ["c5", "s"], ["a5"]),
+             helper.make_node("Relu", ["a5"], ["t"]),
+             *conv(7, "t", "q"), *conv(6, "q", "u", pads=[1] * 4)]
+    inner, outputs = ["e", "d", "s", "t", "q"], ["p", "u"]
+    want = dict(zip(inner + outputs, ReferenceEvaluator(
+        model_of(nodes, {"x": x}, weights, inner + outputs)).run(None, {"x": x}), strict=True))
+    model = model_of(nodes, {"x": x}, weights, outputs)
+    for isa in ISAS:
+        backend = NativeCpuBackend(threads, isa)
+        backend.prepare(model)
+        prepared = backend.prepared
+        blocks = dict(zip((t.name for t in prepared.plan.tensors),
+                          prepared.executor.tensor_blocks, strict=True))
+        blocked = {n for n, b in blocks.items() if b}
+        assert blocked == (set() if isa == "generic" else {"e", "d", "s", "t"}), isa
+        got = backend.run({"x": x}) | backend.intermediates({"x": x})
+        for name in inner + outputs:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4,
+                                       atol=1e-4 * np.abs(want[name]).max(),
+                                       err_msg=f"{name} on {isa}")
+
+
 @pytest.mark.parametrize(("k", "s", "d", "pads"), [
     (3, 1, 1, [1, 1, 1, 1]), (3, 2, 1, [1, 1, 1, 1]), (3, 2, 1, [0, 0, 1, 1]),
     (5, 1, 1, [2, 2, 2, 2]), (5, 2, 1, [2, 1, 2, 1]), (3, 1, 2, [2, 2, 2, 2]),

@@ -111,5 +111,10 @@ NB_MODULE(_native, m) {
       .def_prop_ro("threads", [](const PyExecutor& e) { return e.executor().threads(); })
       .def_prop_ro("workspace_bytes",
                    [](const PyExecutor& e) { return e.executor().workspace_bytes(); })
-      .def("producer_steps", [](const PyExecutor& e) { return e.executor().producer_steps(); });
+      .def("producer_steps", [](const PyExecutor& e) { return e.executor().producer_steps(); })
+      .def_prop_ro("tensor_blocks", [](const PyExecutor& e) {  // Tensor::block of each
+        std::vector<int64_t> blocks;
+        for (const Tensor& t : e.executor().tensors()) blocks.push_back(t.block);
+        return blocks;
+      });
 }

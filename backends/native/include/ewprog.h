@@ -30,6 +30,7 @@ struct FastEpilogue {
   std::vector<float> row_scale, row_bias;  // empty when not needed
   const float* col_bias = nullptr;
   const float* residual = nullptr;  // laid out like the output
+  int residual_operand = -1;         // its index in the spec's operands
   float lo = -INFINITY, hi = INFINITY;
 };
 

@@ -156,6 +156,20 @@ void with_width(int64_t size, F f) {
   }
 }
 
+// What a kernel can do with channel-blocked tensors (Tensor::block, in blocks of the SIMD
+// table's conv_lanes): read its input 0 so, write its output 0 so, the operands in `tied`
+// (tensor ids: a residual, an elementwise kernel's operands) then laid out the same; and
+// whether it does either with the other tensor planar: a blocked output from a planar input
+// (`from_planar`), a planar output from a blocked input (`to_planar`).
+struct BlockedIo {
+  bool reads = false, writes = false, from_planar = false, to_planar = false;
+  std::vector<int> tied;
+};
+// A Conv's (k_conv.cpp) and an Elementwise kernel's (k_misc.cpp); nothing for a spec the
+// kernel would refuse.
+BlockedIo conv_blocked_io(const KernelContext& ctx);
+BlockedIo elementwise_blocked_io(const KernelContext& ctx);
+
 // Each kernel family adds its ops; registering an op twice is an error.
 void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f);
 void register_conv(KernelRegistry& r);

@@ -97,6 +97,11 @@ struct Tensor {
   Storage storage = Storage::arena;
   int64_t offset = 0;
   void* data = nullptr;
+  // 0: laid out as its shape says. Else channels in blocks of this many (NCHWc): image n's
+  // channel c at pixel p at ((n * C / block + c / block) * pixels + p) * block + c % block,
+  // the same bytes reordered; the executor chooses it (blocked_layouts) where every kernel
+  // that touches the tensor reads or writes it so.
+  int64_t block = 0;
 
   int rank() const { return static_cast<int>(shape.size()); }
   int64_t dim(int i) const { return shape[static_cast<size_t>(i)]; }

@@ -86,6 +86,22 @@ struct DepthwiseArgs {
   const uint32_t* flat_masks;
 };
 
+// One output row of a depthwise convolution over channel-blocked tensors (Tensor::block is
+// conv_lanes): one block of channels, [rows][columns][lanes]; the window's geometry as in
+// DepthwiseArgs.
+struct BlockedDepthwise {
+  const float* in;  // the block's input plane, H x W
+  float* out;       // output row oy, OW pixels
+  const float* w;   // [kh][kw][lanes]
+  int64_t H, W, OW, oy, kh, kw, sh, sw, ph, pw, dh, dw;
+  // v = min(max(v * scale + bias + residual, lo), hi), per lane (scale, bias, residual null:
+  // 1, 0, 0); residual at the output row's place in a tensor laid out like the output.
+  const float* scale;
+  const float* bias;
+  const float* residual;
+  float lo, hi;
+};
+
 // One output row of a 2-D pooling window (see k_pool.cpp).
 struct PoolRowArgs {
   const float* in;  // the channel plane
@@ -121,15 +137,17 @@ struct BlockedConv {
   const float* w;
   int filter_blocks;
   int64_t filters;  // of the group that exist, at most filter_blocks * conv_lanes
-  // Filter m at pixel p: y[m * ldy + p] = min(max(v * scale[m] + bias[m] + residual[m * ldy +
-  // p], lo), hi) of its sum v (scale, bias, residual null: 1, 0, 0).
+  // Filter m at pixel p: y[at] = min(max(v * scale[m] + bias[m] + residual[at], lo), hi) of
+  // its sum v (scale, bias, residual null: 1, 0, 0), at = m * ldy + p in planes, or in blocks
+  // of conv_lanes filters (blocked_y, Tensor::block): (m / lanes) * ldy + p * lanes + m % lanes.
   float* y;
   int64_t ldy;
+  bool blocked_y;
   const float* scale;
   const float* bias;
   const float* residual;
   float lo, hi;
-  float* scratch;  // filter_blocks * count * conv_lanes floats
+  float* scratch;  // filter_blocks * count * conv_lanes floats (planes only)
 };
 
 // The epilogue a micro-kernel applies as it stores its tile (the last K block only), when a
@@ -204,6 +222,7 @@ struct SimdKernels {
   // conv_filter_blocks to a group; null (and 0, 0) where there is none (generic).
   int conv_lanes, conv_filter_blocks;
   void (*blocked_conv)(const BlockedConv& args);
+  void (*blocked_depthwise)(const BlockedDepthwise& args);  // null where blocked_conv is
 };
 
 // The table for this CPU (or for ONNXLENS_NATIVE_ISA=generic|avx2|avx512 when the CPU has it).

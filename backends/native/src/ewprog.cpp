@@ -220,6 +220,7 @@ FastEpilogue EwProgram::fast(int row_dim, int64_t rows, bool col_dim_ok) const {
     const Operand* o = operand(code[i]);
     if (o->block_stride == 1 && o->block == checked_product(shape_)) {
       f.residual = o->data;
+      f.residual_operand = -1 - code[i].src[1];
       ++i;
     }
   }

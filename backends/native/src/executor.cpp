@@ -1,5 +1,6 @@
 #include "executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -135,6 +136,92 @@ const SimdKernels* pick(const std::string& isa) {
   return t;
 }
 
+// Which tensors live channel-blocked (Tensor::block): those a Conv writes blocked whose every
+// reader reads them so (BlockedIo: a Conv's input 0, a residual or an elementwise operand laid
+// out as the output it is tied to). Graph inputs and outputs, tensors sharing bytes (an alias and its root) and tensors
+// touched any other way keep their shape's layout; ruling one out can rule out those tied to
+// it, so the rules run until nothing changes. A convolution that hands its layout to the next
+// saves a pass over its output and the next one over its input, which is what ONNX Runtime's
+// NCHWc transformer saves too.
+std::vector<int64_t> blocked_layouts(const PlanSpec& plan, const std::vector<Tensor>& tensors,
+                                     const SimdKernels& simd, int threads) {
+  std::vector<int64_t> block(tensors.size(), 0);
+  if (simd.conv_lanes == 0) return block;
+  struct Use {
+    const KernelSpec* spec;
+    BlockedIo io;
+  };
+  std::vector<Use> uses;
+  std::vector<char> on(tensors.size(), 0);
+  for (const StepSpec& step : plan.steps) {
+    for (const KernelSpec& k : step.kernels) {
+      const KernelContext ctx(k, tensors, simd, threads);
+      uses.push_back({&k, k.op == "Conv"          ? conv_blocked_io(ctx)
+                          : k.op == "Elementwise" ? elementwise_blocked_io(ctx)
+                                                  : BlockedIo{}});
+      if (uses.back().io.writes) on[static_cast<size_t>(k.outputs[0])] = 1;
+    }
+  }
+  bool changed = false;
+  auto off = [&](int id) {
+    if (id >= 0 && on[static_cast<size_t>(id)]) {
+      on[static_cast<size_t>(id)] = 0;
+      changed = true;
+    }
+  };
+  for (int id : plan.inputs) off(id);
+  for (int id : plan.outputs) off(id);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (plan.tensors[i].alias >= 0) {
+      off(static_cast<int>(i));
+      off(plan.tensors[i].alias);
+    }
+  }
+  do {
+    changed = false;
+    for (const Use& u : uses) {
+      const KernelSpec& k = *u.spec;
+      for (size_t i = 0; i < k.inputs.size(); ++i) {
+        if (i != 0 || !u.io.reads) off(k.inputs[i]);
+      }
+      for (size_t i = 0; i < k.outputs.size(); ++i) {
+        if (i != 0 || !u.io.writes) off(k.outputs[i]);
+      }
+      const bool reads = u.io.reads && on[static_cast<size_t>(k.inputs[0])];
+      const bool writes = u.io.writes && on[static_cast<size_t>(k.outputs[0])];
+      if (writes && !reads && !u.io.from_planar) off(k.outputs[0]);
+      if (reads && !writes && !u.io.to_planar) off(k.inputs[0]);
+      auto tied = [&](int id) {
+        return std::find(u.io.tied.begin(), u.io.tied.end(), id) != u.io.tied.end();
+      };
+      for (const OperandSpec& o : k.operands) {
+        if (!writes || !tied(o.tensor)) off(o.tensor);
+      }
+      for (int id : u.io.tied) {
+        if (on[static_cast<size_t>(id)] != writes) {
+          off(id);
+          off(k.outputs[0]);
+        }
+      }
+    }
+  } while (changed);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (on[i]) block[i] = simd.conv_lanes;
+  }
+  return block;
+}
+
+// A blocked tensor's floats in the layout of its shape (a capture sees what a plain run holds).
+void unblock(const SimdKernels& s, const Tensor& t, void* dst) {
+  const int64_t lanes = t.block, planes = t.dim(0) * t.dim(1);
+  if (planes == 0) return;
+  const int64_t pixels = t.numel / planes;
+  for (int64_t nb = 0; nb < planes / lanes; ++nb) {
+    s.transpose(t.f32() + nb * pixels * lanes, lanes, pixels, lanes,
+                static_cast<float*>(dst) + nb * lanes * pixels, pixels);
+  }
+}
+
 }  // namespace
 
 Executor::Executor(PlanSpec plan, int threads, const std::string& isa)
@@ -145,6 +232,8 @@ Executor::Executor(PlanSpec plan, int threads, const std::string& isa)
   scratch_ = allocate(plan_.scratch_bytes);
   tensors_ = resolve_tensors(plan_, arena_.data(), scratch_.data());
   check_arena_lifetimes(plan_, tensors_);
+  const std::vector<int64_t> block = blocked_layouts(plan_, tensors_, *simd_, pool_.size());
+  for (size_t i = 0; i < tensors_.size(); ++i) tensors_[i].block = block[i];
   const KernelRegistry& registry = kernel_registry();
   for (const StepSpec& step : plan_.steps) {
     std::vector<std::unique_ptr<Kernel>> kernels;
@@ -194,7 +283,11 @@ void Executor::run(const std::vector<const void*>& inputs, const std::vector<voi
     for (; next_capture < captures.size() &&
            captures[next_capture].step == static_cast<int>(s); ++next_capture) {
       const Tensor& t = tensors_[static_cast<size_t>(captures[next_capture].tensor)];
-      std::memcpy(captures[next_capture].dst, t.data, static_cast<size_t>(t.nbytes));
+      if (t.block != 0) {
+        unblock(*simd_, t, captures[next_capture].dst);
+      } else {
+        std::memcpy(captures[next_capture].dst, t.data, static_cast<size_t>(t.nbytes));
+      }
     }
   }
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -267,8 +267,10 @@ std::vector<uint32_t> flat_plane_masks(const Window2d& g) {
 // each block a padded image of pixels of `width` channels whose borders stay zero; then each
 // chunk of output pixels and group of filter blocks is computed into a thread's scratch as
 // [filter blocks][pixels][lanes] and transposed into the output's planes, epilogue applied.
-// The copy and the transpose cost a pass over the input and one over the output, which ONNX
-// Runtime saves by keeping its NCHWc layout from one convolution to the next.
+// The copy and the transpose cost a pass over the input and one over the output, saved where
+// the tensors are blocked already (Tensor::block, the executor's blocked_layouts): a blocked
+// input is only copied into its padded blocks when the window has pads, else read in place,
+// and a blocked output takes each tile as it is.
 class BlockedDirect {
   // Filter blocks [first, first + blocks), packed (BlockedConv::w), with their scale and bias
   // (empty when the kernel applies none).
@@ -292,16 +294,20 @@ class BlockedDirect {
     return 4 * M >= 3 * padded;
   }
 
+  // x_blocked, y_blocked: the input, the output blocked (Tensor::block is conv_lanes).
   BlockedDirect(const SimdKernels& s, const Window2d& g, const float* w, int64_t M,
-                const FastEpilogue& fast)
-      : s_(s), g_(g), M_(M), lanes_(s.conv_lanes) {
+                const FastEpilogue& fast, bool x_blocked, bool y_blocked)
+      : s_(s), g_(g), M_(M), lanes_(s.conv_lanes), x_blocked_(x_blocked),
+        y_blocked_(y_blocked) {
     width_ = std::min<int64_t>(g.C, lanes_);
     blocks_ = (g.C + width_ - 1) / width_;
     Hp_ = g.H + g.pt + g.pb;
     Wp_ = g.W + g.pl + g.pr;
     block_floats_ = checked_mul(checked_mul(Hp_, Wp_), width_);
-    padded_.assign(static_cast<size_t>(checked_mul(checked_mul(g.N, blocks_), block_floats_)),
-                   0.0f);
+    if (copies()) {
+      padded_.assign(
+          static_cast<size_t>(checked_mul(checked_mul(g.N, blocks_), block_floats_)), 0.0f);
+    }
     for (int64_t oy = 0; oy < g.OH; ++oy) {
       for (int64_t ox = 0; ox < g.OW; ++ox) {
         pixel_.push_back((oy * g.sh * Wp_ + ox * g.sw) * width_);
@@ -324,7 +330,11 @@ class BlockedDirect {
 
   void run(ThreadPool& pool, const Workspace& ws, const float* x, float* y,
            const EwProgram& epilogue, const FastEpilogue& fast) {
-    copy_in(pool, x);
+    const float* input = x;
+    if (copies()) {
+      copy_in(pool, x);
+      input = padded_.data();
+    }
     const int64_t ohw = g_.OH * g_.OW, chunks = (ohw + kChunkPixels - 1) / kChunkPixels;
     const int64_t groups = static_cast<int64_t>(groups_.size());
     const int64_t tasks = g_.N * groups * chunks;
@@ -334,7 +344,7 @@ class BlockedDirect {
       for (int64_t t = begin; t < end; ++t) {
         const int64_t n = t / (groups * chunks), gi = t / chunks % groups;
         const int64_t p0 = t % chunks * kChunkPixels;
-        chunk(n, groups_[gi], p0, std::min(kChunkPixels, ohw - p0), y, epilogue, fast,
+        chunk(input, n, groups_[gi], p0, std::min(kChunkPixels, ohw - p0), y, epilogue, fast,
               scratch);
       }
     }, work);
@@ -378,8 +388,11 @@ class BlockedDirect {
     return group;
   }
 
-  // The input's channel planes into the padded blocks, row by row: a transpose of each block's
-  // channels x columns.
+  // Whether the kernel reads a padded copy of its input (copy_in), not the input in place.
+  bool copies() const { return !x_blocked_ || g_.pt + g_.pl + g_.pb + g_.pr > 0; }
+
+  // The input into the padded blocks, row by row: a transpose of each block's channels x
+  // columns, or a blocked input's rows as they are.
   void copy_in(ThreadPool& pool, const float* x) {
     const int64_t rows = g_.N * blocks_ * g_.H, hw = g_.H * g_.W;
     pool.for_range(rows, pool.chunk_for(rows), [&](int, int64_t begin, int64_t end) {
@@ -387,6 +400,11 @@ class BlockedDirect {
         const int64_t row = r % g_.H, nb = r / g_.H, n = nb / blocks_, b = nb % blocks_;
         const int64_t c0 = b * width_, channels = std::min(width_, g_.C - c0);
         float* dst = padded_.data() + nb * block_floats_ + ((row + g_.pt) * Wp_ + g_.pl) * width_;
+        if (x_blocked_) {
+          const float* src = x + (nb * g_.H + row) * g_.W * width_;
+          std::copy(src, src + g_.W * width_, dst);
+          continue;
+        }
         s_.transpose(x + (n * g_.C + c0) * hw + row * g_.W, hw, channels, g_.W, dst, width_);
       }
     }, checked_mul(g_.N * g_.C, hw));
@@ -394,16 +412,20 @@ class BlockedDirect {
 
   // Pixels [p0, p0 + count) of image n for a filter group, then the epilogue where it has no
   // form the kernel applies.
-  void chunk(int64_t n, const FilterGroup& group, int64_t p0, int64_t count, float* y,
-             const EwProgram& epilogue, const FastEpilogue& fast, float* scratch) const {
+  // (A blocked output's filter block f starts at (n * M / lanes + f) * ohw * lanes, which is
+  // (n * M + f * lanes) * ohw, as filter f * lanes does in planes.)
+  void chunk(const float* input, int64_t n, const FilterGroup& group, int64_t p0,
+             int64_t count, float* y, const EwProgram& epilogue, const FastEpilogue& fast,
+             float* scratch) const {
     const int64_t ohw = g_.OH * g_.OW, m0 = group.first * lanes_;
     const int64_t filters = std::min(group.blocks * lanes_, M_ - m0);
     const bool scaled = !group.scale.empty();
-    float* out = y + (n * M_ + m0) * ohw + p0;
-    BlockedConv a{padded_.data() + n * blocks_ * block_floats_, blocks_, block_floats_,
+    float* out = y + (n * M_ + m0) * ohw + p0 * (y_blocked_ ? lanes_ : 1);
+    BlockedConv a{input + n * blocks_ * block_floats_, blocks_, block_floats_,
                   pixel_.data() + p0, count, g_.kh, g_.dh * Wp_ * width_, runs_,
                   g_.dw * width_, run_, group.w.data(), static_cast<int>(group.blocks), filters,
-                  out, ohw, scaled ? group.scale.data() : nullptr,
+                  out, y_blocked_ ? ohw * lanes_ : ohw, y_blocked_,
+                  scaled ? group.scale.data() : nullptr,
                   scaled ? group.bias.data() : nullptr,
                   fast.ok && fast.residual ? fast.residual + (out - y) : nullptr,
                   fast.ok ? fast.lo : -INFINITY, fast.ok ? fast.hi : INFINITY, scratch};
@@ -418,7 +440,9 @@ class BlockedDirect {
 
   const SimdKernels& s_;
   Window2d g_;
-  int64_t M_, lanes_, width_ = 0, blocks_ = 0, Hp_ = 0, Wp_ = 0, block_floats_ = 0;
+  int64_t M_, lanes_;
+  bool x_blocked_, y_blocked_;
+  int64_t width_ = 0, blocks_ = 0, Hp_ = 0, Wp_ = 0, block_floats_ = 0;
   int64_t runs_ = 0, run_ = 0;
   HugeVector<float> padded_;
   std::vector<int64_t> pixel_;
@@ -447,11 +471,22 @@ class ConvKernel : public XyKernel {
     const int64_t mg = M / groups_, kg = (C / groups_) * g_.kh * g_.kw;
     w_ = w.f32();
     if (depthwise_) {
-      flat_masks_ = flat_plane_masks(g_);
+      require(x_.block == y_.block, "Conv: a depthwise convolution's input ", x_.name,
+              " and output ", y_.name, " must both be blocked or neither");
+      if (x_.block != 0) {
+        pack_blocked_depthwise();
+      } else {
+        flat_masks_ = flat_plane_masks(g_);
+      }
       return;
     }
-    if (BlockedDirect::fits(simd_, g_, M, groups_, w.storage == Storage::constant)) {
-      blocked_ = std::make_unique<BlockedDirect>(simd_, g_, w_, M, fast_);
+    // The executor blocks a tensor only where conv_blocked_io says this kernel takes it so.
+    require(y_.block == 0 || fast_.ok || epilogue_.empty(), "Conv: output ", y_.name,
+            " is blocked but its epilogue is not one the blocked kernel applies");
+    if (x_.block != 0 || y_.block != 0 ||
+        BlockedDirect::fits(simd_, g_, M, groups_, w.storage == Storage::constant)) {
+      blocked_ = std::make_unique<BlockedDirect>(simd_, g_, w_, M, fast_, x_.block != 0,
+                                                 y_.block != 0);
       return;
     }
     if (w.storage == Storage::constant) {  // weights packed once; else per block at run time
@@ -511,6 +546,8 @@ class ConvKernel : public XyKernel {
   void run(ThreadPool& pool, const Workspace& ws) override {
     if (blocked_) {
       blocked_->run(pool, ws, x_.f32(), y_.f32(), epilogue_, fast_);
+    } else if (!blocked_w_.empty()) {
+      run_blocked_depthwise(pool);
     } else if (depthwise_) {
       run_depthwise(pool, ws);
     } else {
@@ -519,6 +556,43 @@ class ConvKernel : public XyKernel {
   }
 
  private:
+  // The filters of a blocked depthwise convolution as [C / lanes][kh][kw][lanes].
+  void pack_blocked_depthwise() {
+    const int64_t lanes = simd_.conv_lanes, taps = g_.kh * g_.kw;
+    blocked_w_.resize(static_cast<size_t>(checked_mul(g_.C, taps)));
+    for (int64_t c = 0; c < g_.C; ++c) {
+      for (int64_t t = 0; t < taps; ++t) {
+        blocked_w_[static_cast<size_t>((c / lanes * taps + t) * lanes + c % lanes)] =
+            w_[c * taps + t];
+      }
+    }
+  }
+
+  // Row by row of each block of channels (simd.h BlockedDepthwise), the epilogue as it stores.
+  void run_blocked_depthwise(ThreadPool& pool) {
+    const int64_t lanes = simd_.conv_lanes, blocks = g_.C / lanes, taps = g_.kh * g_.kw;
+    const int64_t rows = g_.N * blocks * g_.OH;
+    const bool scaled = !fast_.row_scale.empty();
+    pool.for_range(rows, pool.chunk_for(rows), [&](int, int64_t begin, int64_t end) {
+      BlockedDepthwise a{nullptr, nullptr, nullptr, g_.H, g_.W, g_.OW, 0, g_.kh, g_.kw, g_.sh,
+                         g_.sw, g_.pt, g_.pl, g_.dh, g_.dw, nullptr, nullptr, nullptr,
+                         fast_.lo, fast_.hi};
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t nb = r / g_.OH, b = nb % blocks, at = r * g_.OW * lanes;
+        a.oy = r % g_.OH;
+        a.in = x_.f32() + nb * g_.H * g_.W * lanes;
+        a.out = y_.f32() + at;
+        a.w = blocked_w_.data() + b * taps * lanes;
+        if (scaled) {
+          a.scale = fast_.row_scale.data() + b * lanes;
+          a.bias = fast_.row_bias.data() + b * lanes;
+        }
+        if (fast_.residual != nullptr) a.residual = fast_.residual + at;
+        simd_.blocked_depthwise(a);
+      }
+    }, checked_mul(rows * g_.OW, taps * lanes));
+  }
+
   void run_depthwise(ThreadPool& pool, const Workspace& ws) {
     const int64_t planes = g_.N * g_.C, ohw = g_.OH * g_.OW;
     const int64_t work = planes * ohw * g_.kh * g_.kw;
@@ -636,9 +710,56 @@ class ConvKernel : public XyKernel {
   std::vector<int64_t> col_off_;
   std::vector<uint32_t> flat_masks_;
   std::unique_ptr<BlockedDirect> blocked_;
+  HugeVector<float> blocked_w_;  // a blocked depthwise convolution's (pack_blocked_depthwise)
 };
 
 }  // namespace
+
+// Blocked tensors for a Conv a blocked kernel can run (2-D, constant weights, one group or
+// depthwise: BlockedDirect, BlockedDepthwise): an input of whole blocks of channels; an output of whole blocks whose epilogue the kernel
+// applies as it stores (FastEpilogue without a column bias), its residual a tensor of the
+// output's shape, not a constant; from a planar input where its channels fill whole blocks
+// (the copy into blocks then starts a run of blocked convolutions) or where the blocked
+// kernel pays for its copy anyway (BlockedDirect::fits): not ResNet's or MobileNetV2's stem
+// of 3 channels, which the GEMM runs faster.
+BlockedIo conv_blocked_io(const KernelContext& ctx) {
+  const int64_t lanes = ctx.simd.conv_lanes;
+  if (ctx.spec.op != "Conv" || lanes == 0 || ctx.inputs() < 2 || ctx.spec.outputs.size() != 1) {
+    return {};
+  }
+  try {
+    const Tensor &x = ctx.input(0), &w = ctx.input(1), &y = ctx.output(0);
+    const int64_t groups = ctx.attr("group", 1);
+    const bool depthwise = groups > 1 && groups == x.dim(1) && y.dim(1) == groups;
+    if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4 || x.dtype != DType::f32 ||
+        y.dtype != DType::f32 || w.storage != Storage::constant ||
+        (groups != 1 && !depthwise)) {
+      return {};
+    }
+    BlockedIo io;
+    io.reads = x.dim(1) % lanes == 0;
+    io.to_planar = !depthwise;  // a depthwise one reads and writes blocked or neither
+    io.from_planar = !depthwise && (io.reads || BlockedDirect::fits(ctx.simd, window_2d(
+        ctx, x, {w.dim(2), w.dim(3)}, y.shape, false), y.dim(1), 1, true));
+    if (y.dim(1) % lanes != 0) return io;
+    const EwProgram epilogue(ctx, y.shape);
+    if (epilogue.empty()) {
+      io.writes = true;
+      return io;
+    }
+    const FastEpilogue fast = epilogue.fast(1, y.dim(1), false);
+    if (!fast.ok || fast.col_bias != nullptr) return io;
+    if (fast.residual_operand >= 0) {
+      const int id = ctx.spec.operands[static_cast<size_t>(fast.residual_operand)].tensor;
+      if (ctx.tensors[static_cast<size_t>(id)].shape != y.shape) return io;
+      io.tied.push_back(id);
+    }
+    io.writes = true;
+    return io;
+  } catch (const PlanError&) {
+    return {};  // the kernel's constructor says what is wrong
+  }
+}
 
 void register_conv(KernelRegistry& r) {
   add_kernel(r, "Conv", make_kernel<ConvKernel>());
