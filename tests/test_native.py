@@ -245,8 +245,8 @@ def test_depthwise_convolutions_keep_the_blocked_layout(batch: int, threads: int
     """Inverted residual blocks as MobileNetV2's: a 1x1 expansion, a depthwise 3x3 clamped to
     [0, 6] (stride 1 with pads; stride 2 and uneven pads; 5x5 dilated 2, with a residual and a
     Relu fused), a 1x1 projection with a residual (an elementwise Add, blocked with its operands
-    where none is a graph input). A depthwise layer reads and writes blocked or neither: the last one, a graph
-    output, keeps its input planar. Outputs and every captured intermediate
+    where none is a graph input). A depthwise layer reads and writes blocked or neither: the
+    last one, a graph output, keeps its input planar. Outputs and every captured intermediate
     against onnx.reference on each instruction set."""
     rng = np.random.default_rng(9)
     x = rand(rng, batch, 32, 17, 11)
