@@ -356,8 +356,8 @@ class BlockedDirect {
   // channels, 27 terms) 1.53-1.57 blocked, 1.22-1.24 by the GEMM; ResNet's 7x7 stem (147
   // terms) 1.10-1.14 blocked, 1.13-1.15 by the GEMM.
   static constexpr int64_t kMinTerms = 64;
-  // Output pixels per task: a multiple of both tiles' pixels (6 and 4), and its scratch (four
-  // blocks of 16 filters) 24 KB.
+  // Output pixels per task: a multiple of every tile's pixels (24 / filter blocks, 12 / blocks
+  // on AVX2), and its scratch (four blocks of 16 filters) 24 KB.
   static constexpr int64_t kChunkPixels = 96;
 
   // Filter blocks [first, first + blocks) as BlockedConv::w wants them, and their scale and
@@ -718,10 +718,13 @@ class ConvKernel : public XyKernel {
 // Blocked tensors for a Conv a blocked kernel can run (2-D, constant weights, one group or
 // depthwise: BlockedDirect, BlockedDepthwise): an input of whole blocks of channels; an output of whole blocks whose epilogue the kernel
 // applies as it stores (FastEpilogue without a column bias), its residual a tensor of the
-// output's shape, not a constant; from a planar input where its channels fill whole blocks
-// (the copy into blocks then starts a run of blocked convolutions) or where the blocked
-// kernel pays for its copy anyway (BlockedDirect::fits): not ResNet's or MobileNetV2's stem
-// of 3 channels, which the GEMM runs faster.
+// output's shape, not a constant; from a planar input too, as the copy into blocks starts a
+// run of blocked convolutions, where its channels fill the blocks (a multiple of the lanes,
+// or one block of fewer; MobileNetV2's 1x1 convolutions from 24 channels, a block and a half,
+// ran 1.35x slower blocked than by the GEMM). (Zen 4, AVX-512, 1 thread: MobileNetV2's stem of 3 channels,
+// 27 terms, alone 1.36x ONNX Runtime's time blocked and 1.22-1.24x by the GEMM, planar out;
+// in the model, writing blocked, 323 us against the GEMM's 343, and its depthwise successor
+// and the 1x1 after that no longer copied: 7.0 ms against 7.5-7.7 for the whole model.)
 BlockedIo conv_blocked_io(const KernelContext& ctx) {
   const int64_t lanes = ctx.simd.conv_lanes;
   if (ctx.spec.op != "Conv" || lanes == 0 || ctx.inputs() < 2 || ctx.spec.outputs.size() != 1) {
@@ -739,8 +742,7 @@ BlockedIo conv_blocked_io(const KernelContext& ctx) {
     BlockedIo io;
     io.reads = x.dim(1) % lanes == 0;
     io.to_planar = !depthwise;  // a depthwise one reads and writes blocked or neither
-    io.from_planar = !depthwise && (io.reads || BlockedDirect::fits(ctx.simd, window_2d(
-        ctx, x, {w.dim(2), w.dim(3)}, y.shape, false), y.dim(1), 1, true));
+    io.from_planar = !depthwise && (io.reads || x.dim(1) < lanes);
     if (y.dim(1) % lanes != 0) return io;
     const EwProgram epilogue(ctx, y.shape);
     if (epilogue.empty()) {
