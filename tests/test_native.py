@@ -197,14 +197,14 @@ def test_blocked_conv_covers_resnet_shapes() -> None:
 def test_convolutions_hand_on_their_blocked_layout(batch: int, threads: int) -> None:
     """A bottleneck of convolutions keeps channel-blocked tensors from one to the next: read in
     place (1x1, also of stride 2), copied into padded blocks (3x3 with pads, of stride 2 with
-    uneven pads), a blocked residual; a Sigmoid epilogue, a pooled tensor and the graph's
-    outputs stay planar. Every output and every captured intermediate against onnx.reference on
-    each instruction set."""
+    uneven pads), a blocked residual, two max pools (one dilated, of a ceil-mode window with
+    uneven pads); a Sigmoid epilogue, a pooled tensor and the graph's outputs stay planar. Every
+    output and every captured intermediate against onnx.reference on each instruction set."""
     rng = np.random.default_rng(5)
     x = rand(rng, batch, 32, 15, 13)
     shapes = {"w1": (32, 32, 3, 3), "w2": (48, 32, 1, 1), "w3": (64, 48, 3, 3),
               "w4": (64, 32, 1, 1), "w5": (64, 64, 1, 1), "w6": (16, 64, 3, 3),
-              "w7": (32, 64, 1, 1)}
+              "w7": (32, 64, 1, 1), "w8": (16, 64, 1, 1)}
     weights = {n: rand(rng, *s) / np.float32(np.sqrt(np.prod(s[1:]))) for n, s in shapes.items()}
     weights |= {f"b{n[1]}": rand(rng, s[0]) for n, s in shapes.items()}
 
@@ -220,11 +220,16 @@ def test_convolutions_hand_on_their_blocked_layout(batch: int, threads: int) -> 
              conv(6, "e", "c6", pads=[2] * 4, dilations=[2, 2]),
              helper.make_node("Sigmoid", ["c6"], ["f"]),
              conv(7, "e", "c7"), helper.make_node("Relu", ["c7"], ["g"]),
-             helper.make_node("GlobalAveragePool", ["g"], ["p"])]
-    names = ["a", "b", "c", "d", "e", "g", "f", "p"]
+             helper.make_node("GlobalAveragePool", ["g"], ["p"]),
+             helper.make_node("MaxPool", ["c"], ["h"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["h"], ["h2"], kernel_shape=[2, 3], strides=[2, 1],
+                              pads=[1, 1, 0, 0], dilations=[1, 2], ceil_mode=1),
+             conv(8, "h2", "z")]
+    names = ["a", "b", "c", "d", "e", "g", "h", "h2", "f", "p", "z"]
     want = dict(zip(names, ReferenceEvaluator(
         model_of(nodes, {"x": x}, weights, names)).run(None, {"x": x}), strict=True))
-    model = model_of(nodes, {"x": x}, weights, ["f", "p"])
+    model = model_of(nodes, {"x": x}, weights, ["f", "p", "z"])
     for isa in ISAS:
         backend = NativeCpuBackend(threads, isa)
         backend.prepare(model)
@@ -232,7 +237,8 @@ def test_convolutions_hand_on_their_blocked_layout(batch: int, threads: int) -> 
         blocks = dict(zip((t.name for t in prepared.plan.tensors),
                           prepared.executor.tensor_blocks, strict=True))
         blocked = {n for n, b in blocks.items() if b}
-        assert blocked == (set() if isa == "generic" else {"a", "b", "c", "d", "e"}), isa
+        assert blocked == (set() if isa == "generic" else {"a", "b", "c", "d", "e", "h", "h2"}
+                           ), isa
         got = backend.run({"x": x}) | backend.intermediates({"x": x})
         for name in names:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4,

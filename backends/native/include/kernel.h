@@ -165,10 +165,11 @@ struct BlockedIo {
   bool reads = false, writes = false, from_planar = false, to_planar = false;
   std::vector<int> tied;
 };
-// A Conv's (k_conv.cpp) and an Elementwise kernel's (k_misc.cpp); nothing for a spec the
-// kernel would refuse.
+// A Conv's (k_conv.cpp), an Elementwise kernel's (k_misc.cpp), a MaxPool's (k_pool.cpp);
+// nothing for a spec the kernel would refuse.
 BlockedIo conv_blocked_io(const KernelContext& ctx);
 BlockedIo elementwise_blocked_io(const KernelContext& ctx);
+BlockedIo pool_blocked_io(const KernelContext& ctx);
 
 // Each kernel family adds its ops; registering an op twice is an error.
 void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f);

@@ -86,13 +86,13 @@ struct DepthwiseArgs {
   const uint32_t* flat_masks;
 };
 
-// One output row of a depthwise convolution over channel-blocked tensors (Tensor::block is
-// conv_lanes): one block of channels, [rows][columns][lanes]; the window's geometry as in
-// DepthwiseArgs.
-struct BlockedDepthwise {
+// One output row of a depthwise convolution or of a max pool over channel-blocked tensors
+// (Tensor::block is conv_lanes): one block of channels, [rows][columns][lanes]; the window's
+// geometry as in DepthwiseArgs.
+struct BlockedWindow {
   const float* in;  // the block's input plane, H x W
   float* out;       // output row oy, OW pixels
-  const float* w;   // [kh][kw][lanes]
+  const float* w;   // [kh][kw][lanes]; null: the maximum over the window's taps in the plane
   int64_t H, W, OW, oy, kh, kw, sh, sw, ph, pw, dh, dw;
   // v = min(max(v * scale + bias + residual, lo), hi), per lane (scale, bias, residual null:
   // 1, 0, 0); residual at the output row's place in a tensor laid out like the output.
@@ -222,7 +222,7 @@ struct SimdKernels {
   // conv_filter_blocks to a group; null (and 0, 0) where there is none (generic).
   int conv_lanes, conv_filter_blocks;
   void (*blocked_conv)(const BlockedConv& args);
-  void (*blocked_depthwise)(const BlockedDepthwise& args);  // null where blocked_conv is
+  void (*blocked_window)(const BlockedWindow& args);  // null where blocked_conv is
 };
 
 // The table for this CPU (or for ONNXLENS_NATIVE_ISA=generic|avx2|avx512 when the CPU has it).

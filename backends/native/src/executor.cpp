@@ -158,6 +158,7 @@ std::vector<int64_t> blocked_layouts(const PlanSpec& plan, const std::vector<Ten
       const KernelContext ctx(k, tensors, simd, threads);
       uses.push_back({&k, k.op == "Conv"          ? conv_blocked_io(ctx)
                           : k.op == "Elementwise" ? elementwise_blocked_io(ctx)
+                          : k.op == "MaxPool"     ? pool_blocked_io(ctx)
                                                   : BlockedIo{}});
       if (uses.back().io.writes) on[static_cast<size_t>(k.outputs[0])] = 1;
     }

@@ -568,13 +568,13 @@ class ConvKernel : public XyKernel {
     }
   }
 
-  // Row by row of each block of channels (simd.h BlockedDepthwise), the epilogue as it stores.
+  // Row by row of each block of channels (simd.h BlockedWindow), the epilogue as it stores.
   void run_blocked_depthwise(ThreadPool& pool) {
     const int64_t lanes = simd_.conv_lanes, blocks = g_.C / lanes, taps = g_.kh * g_.kw;
     const int64_t rows = g_.N * blocks * g_.OH;
     const bool scaled = !fast_.row_scale.empty();
     pool.for_range(rows, pool.chunk_for(rows), [&](int, int64_t begin, int64_t end) {
-      BlockedDepthwise a{nullptr, nullptr, nullptr, g_.H, g_.W, g_.OW, 0, g_.kh, g_.kw, g_.sh,
+      BlockedWindow a{nullptr, nullptr, nullptr, g_.H, g_.W, g_.OW, 0, g_.kh, g_.kw, g_.sh,
                          g_.sw, g_.pt, g_.pl, g_.dh, g_.dw, nullptr, nullptr, nullptr,
                          fast_.lo, fast_.hi};
       for (int64_t r = begin; r < end; ++r) {
@@ -588,7 +588,7 @@ class ConvKernel : public XyKernel {
           a.bias = fast_.row_bias.data() + b * lanes;
         }
         if (fast_.residual != nullptr) a.residual = fast_.residual + at;
-        simd_.blocked_depthwise(a);
+        simd_.blocked_window(a);
       }
     }, checked_mul(rows * g_.OW, taps * lanes));
   }
@@ -716,7 +716,7 @@ class ConvKernel : public XyKernel {
 }  // namespace
 
 // Blocked tensors for a Conv a blocked kernel can run (2-D, constant weights, one group or
-// depthwise: BlockedDirect, BlockedDepthwise): an input of whole blocks of channels; an output of whole blocks whose epilogue the kernel
+// depthwise: BlockedDirect, BlockedWindow): an input of whole blocks of channels; an output of whole blocks whose epilogue the kernel
 // applies as it stores (FastEpilogue without a column bias), its residual a tensor of the
 // output's shape, not a constant; from a planar input too, as the copy into blocks starts a
 // run of blocked convolutions, where its channels fill the blocks (a multiple of the lanes,

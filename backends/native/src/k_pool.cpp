@@ -24,6 +24,7 @@ class PoolKernel : public XyKernel {
   int64_t workspace_floats() const override { return g_.W + (split_rows() ? g_.W + 1 : 0); }
 
   void run(ThreadPool& pool, const Workspace& ws) override {
+    if (x_.block != 0) return run_blocked(pool);
     pool.for_range(g_.N * g_.C, pool.chunk_for(g_.N * g_.C),
                    [&](int tid, int64_t begin, int64_t end) {
       const Range r{begin, end};
@@ -36,6 +37,22 @@ class PoolKernel : public XyKernel {
   }
 
  private:
+  // A max pool over blocked tensors (pool_blocked_io), row by row of each block of channels.
+  void run_blocked(ThreadPool& pool) const {
+    const int64_t lanes = x_.block, rows = g_.N * g_.C / lanes * g_.OH;
+    pool.for_range(rows, pool.chunk_for(rows), [&](int, int64_t begin, int64_t end) {
+      BlockedWindow a{nullptr, nullptr, nullptr, g_.H, g_.W, g_.OW, 0, g_.kh, g_.kw, g_.sh,
+                      g_.sw, g_.pt, g_.pl, g_.dh, g_.dw, nullptr, nullptr, nullptr, -INFINITY,
+                      INFINITY};
+      for (int64_t r = begin; r < end; ++r) {
+        a.oy = r % g_.OH;
+        a.in = x_.f32() + r / g_.OH * g_.H * g_.W * lanes;
+        a.out = y_.f32() + r * g_.OW * lanes;
+        simd_.blocked_window(a);
+      }
+    }, checked_mul(rows * g_.OW, g_.kh * g_.kw * lanes));
+  }
+
   // First on-grid index >= 0 of a window starting at `start` with step `d`, and its end.
   static void clip(int64_t start, int64_t k, int64_t d, int64_t n, int64_t& lo, int64_t& hi) {
     lo = start >= 0 ? start : start + (-start + d - 1) / d * d;
@@ -120,6 +137,14 @@ class GlobalPoolKernel : public XyKernel {
 };
 
 }  // namespace
+
+// A 2-D MaxPool with one output reads and writes blocked tensors, both or neither.
+BlockedIo pool_blocked_io(const KernelContext& ctx) {
+  if (ctx.inputs() != 1 || ctx.spec.outputs.size() != 1) return {};
+  const Tensor& x = ctx.input(0);
+  if (x.rank() != 4 || x.dtype != DType::f32 || x.dim(1) % ctx.simd.conv_lanes != 0) return {};
+  return {true, true, false, false, {}};
+}
 
 void register_pool(KernelRegistry& r) {
   add_kernel(r, "MaxPool", make_kernel<PoolKernel>(true));
