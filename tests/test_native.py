@@ -226,24 +226,8 @@ def test_convolutions_hand_on_their_blocked_layout(batch: int, threads: int) -> 
              helper.make_node("MaxPool", ["h"], ["h2"], kernel_shape=[2, 3], strides=[2, 1],
                               pads=[1, 1, 0, 0], dilations=[1, 2], ceil_mode=1),
              conv(8, "h2", "z")]
-    names = ["a", "b", "c", "d", "e", "g", "h", "h2", "f", "p", "z"]
-    want = dict(zip(names, ReferenceEvaluator(
-        model_of(nodes, {"x": x}, weights, names)).run(None, {"x": x}), strict=True))
-    model = model_of(nodes, {"x": x}, weights, ["f", "p", "z"])
-    for isa in ISAS:
-        backend = NativeCpuBackend(threads, isa)
-        backend.prepare(model)
-        prepared = backend.prepared
-        blocks = dict(zip((t.name for t in prepared.plan.tensors),
-                          prepared.executor.tensor_blocks, strict=True))
-        blocked = {n for n, b in blocks.items() if b}
-        assert blocked == (set() if isa == "generic" else {"a", "b", "c", "d", "e", "h", "h2"}
-                           ), isa
-        got = backend.run({"x": x}) | backend.intermediates({"x": x})
-        for name in names:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4,
-                                       atol=1e-4 * np.abs(want[name]).max(),
-                                       err_msg=f"{name} on {isa}")
+    check_blocked(nodes, x, weights, ["a", "b", "c", "d", "e", "g", "h", "h2"], ["f", "p", "z"],
+                  {"a", "b", "c", "d", "e", "h", "h2"}, threads)
 
 
 @pytest.mark.parametrize(("batch", "threads"), [(1, 1), (2, 2)])
@@ -277,9 +261,18 @@ def test_depthwise_convolutions_keep_the_blocked_layout(batch: int, threads: int
              helper.make_node("Add", ["c5", "s"], ["a5"]),
              helper.make_node("Relu", ["a5"], ["t"]),
              *conv(7, "t", "q"), *conv(6, "q", "u", pads=[1] * 4)]
-    inner, outputs = ["e", "d", "s", "t", "q"], ["p", "u"]
-    want = dict(zip(inner + outputs, ReferenceEvaluator(
-        model_of(nodes, {"x": x}, weights, inner + outputs)).run(None, {"x": x}), strict=True))
+    check_blocked(nodes, x, weights, ["e", "d", "s", "t", "q"], ["p", "u"],
+                  {"e", "d", "s", "t"}, threads)
+
+
+def check_blocked(nodes: list[onnx.NodeProto], x: np.ndarray, weights: dict[str, np.ndarray],
+                  inner: list[str], outputs: list[str], blocked: set[str], threads: int
+                  ) -> None:
+    """On each instruction set with blocked kernels, exactly `blocked` live channel-blocked;
+    the `outputs` and the captured `inner` tensors equal onnx.reference's."""
+    names = inner + outputs
+    want = dict(zip(names, ReferenceEvaluator(
+        model_of(nodes, {"x": x}, weights, names)).run(None, {"x": x}), strict=True))
     model = model_of(nodes, {"x": x}, weights, outputs)
     for isa in ISAS:
         backend = NativeCpuBackend(threads, isa)
@@ -287,10 +280,9 @@ def test_depthwise_convolutions_keep_the_blocked_layout(batch: int, threads: int
         prepared = backend.prepared
         blocks = dict(zip((t.name for t in prepared.plan.tensors),
                           prepared.executor.tensor_blocks, strict=True))
-        blocked = {n for n, b in blocks.items() if b}
-        assert blocked == (set() if isa == "generic" else {"e", "d", "s", "t"}), isa
+        assert {n for n, b in blocks.items() if b} == (set() if isa == "generic" else blocked)
         got = backend.run({"x": x}) | backend.intermediates({"x": x})
-        for name in inner + outputs:
+        for name in names:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4,
                                        atol=1e-4 * np.abs(want[name]).max(),
                                        err_msg=f"{name} on {isa}")
