@@ -138,9 +138,9 @@ const SimdKernels* pick(const std::string& isa) {
 
 // Which tensors live channel-blocked (Tensor::block): those a Conv writes blocked whose every
 // reader reads them so (BlockedIo: a Conv's input 0, a residual or an elementwise operand laid
-// out as the output it is tied to). Graph inputs and outputs, tensors sharing bytes (an alias and its root) and tensors
-// touched any other way keep their shape's layout; ruling one out can rule out those tied to
-// it, so the rules run until nothing changes. A convolution that hands its layout to the next
+// out as the output it is tied to). Graph inputs and outputs, tensors sharing bytes (an alias
+// and its root) and tensors touched any other way keep their shape's layout; ruling one out
+// can rule out those tied to it, so the rules run until nothing changes. A convolution that hands its layout to the next
 // saves a pass over its output and the next one over its input, which is what ONNX Runtime's
 // NCHWc transformer saves too.
 std::vector<int64_t> blocked_layouts(const PlanSpec& plan, const std::vector<Tensor>& tensors,

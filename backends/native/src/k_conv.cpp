@@ -281,7 +281,8 @@ class BlockedDirect {
   };
 
  public:
-  // Whether it serves a convolution: one group, a window of more than one tap, constant
+  // Whether it serves a convolution with planar input and output (blocked ones it serves
+  // always, conv_blocked_io): one group, a window of more than one tap, constant
   // weights, at least kMinTerms terms per output, and filters that fill three quarters of
   // their blocks' lanes at least (8 filters would use one lane in two of AVX-512's).
   static bool fits(const SimdKernels& s, const Window2d& g, int64_t M, int64_t groups,
@@ -568,29 +569,22 @@ class ConvKernel : public XyKernel {
     }
   }
 
-  // Row by row of each block of channels (simd.h BlockedWindow), the epilogue as it stores.
+  // Block by block of channels (simd.h BlockedWindow), the epilogue applied as it stores.
   void run_blocked_depthwise(ThreadPool& pool) {
-    const int64_t lanes = simd_.conv_lanes, blocks = g_.C / lanes, taps = g_.kh * g_.kw;
-    const int64_t rows = g_.N * blocks * g_.OH;
+    const int64_t lanes = simd_.conv_lanes, taps = g_.kh * g_.kw;
     const bool scaled = !fast_.row_scale.empty();
-    pool.for_range(rows, pool.chunk_for(rows), [&](int, int64_t begin, int64_t end) {
-      BlockedWindow a{nullptr, nullptr, nullptr, g_.H, g_.W, g_.OW, 0, g_.kh, g_.kw, g_.sh,
-                         g_.sw, g_.pt, g_.pl, g_.dh, g_.dw, nullptr, nullptr, nullptr,
-                         fast_.lo, fast_.hi};
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t nb = r / g_.OH, b = nb % blocks, at = r * g_.OW * lanes;
-        a.oy = r % g_.OH;
-        a.in = x_.f32() + nb * g_.H * g_.W * lanes;
-        a.out = y_.f32() + at;
-        a.w = blocked_w_.data() + b * taps * lanes;
-        if (scaled) {
-          a.scale = fast_.row_scale.data() + b * lanes;
-          a.bias = fast_.row_bias.data() + b * lanes;
-        }
-        if (fast_.residual != nullptr) a.residual = fast_.residual + at;
-        simd_.blocked_window(a);
+    BlockedWindow a = blocked_window_of(g_);
+    a.residual = fast_.residual;
+    a.lo = fast_.lo;
+    a.hi = fast_.hi;
+    run_blocked_window(pool, simd_, g_, lanes, x_.f32(), y_.f32(), a,
+                       [&](BlockedWindow& row, int64_t b) {
+      row.w = blocked_w_.data() + b * taps * lanes;
+      if (scaled) {
+        row.scale = fast_.row_scale.data() + b * lanes;
+        row.bias = fast_.row_bias.data() + b * lanes;
       }
-    }, checked_mul(rows * g_.OW, taps * lanes));
+    });
   }
 
   void run_depthwise(ThreadPool& pool, const Workspace& ws) {
@@ -716,15 +710,15 @@ class ConvKernel : public XyKernel {
 }  // namespace
 
 // Blocked tensors for a Conv a blocked kernel can run (2-D, constant weights, one group or
-// depthwise: BlockedDirect, BlockedWindow): an input of whole blocks of channels; an output of whole blocks whose epilogue the kernel
-// applies as it stores (FastEpilogue without a column bias), its residual a tensor of the
-// output's shape, not a constant; from a planar input too, as the copy into blocks starts a
-// run of blocked convolutions, where its channels fill the blocks (a multiple of the lanes,
-// or one block of fewer; MobileNetV2's 1x1 convolutions from 24 channels, a block and a half,
-// ran 1.35x slower blocked than by the GEMM). (Zen 4, AVX-512, 1 thread: MobileNetV2's stem of 3 channels,
-// 27 terms, alone 1.36x ONNX Runtime's time blocked and 1.22-1.24x by the GEMM, planar out;
-// in the model, writing blocked, 323 us against the GEMM's 343, and its depthwise successor
-// and the 1x1 after that no longer copied: 7.0 ms against 7.5-7.7 for the whole model.)
+// depthwise: BlockedDirect, BlockedWindow): an input of whole blocks of channels; an output
+// of whole blocks whose epilogue the kernel applies as it stores (FastEpilogue without a
+// column bias), its residual a tensor of the output's shape. One group also from a planar
+// input, as the copy into blocks starts a run of blocked convolutions, where its channels
+// fill the blocks: a multiple of the lanes, or one block of fewer. (Zen 4, AVX-512, 1 thread:
+// MobileNetV2's 1x1 convolutions from 24 channels, a block and a half, ran 1.35x slower
+// blocked than by the GEMM. Its stem of 3 channels, 27 terms, alone and planar out, took 1.36x
+// ONNX Runtime's time blocked and 1.22-1.24x by the GEMM; in the model, writing blocked, 323 us
+// against the GEMM's 343, and its two successors no longer copied: 7.0 ms against 7.5-7.7.)
 BlockedIo conv_blocked_io(const KernelContext& ctx) {
   const int64_t lanes = ctx.simd.conv_lanes;
   if (ctx.spec.op != "Conv" || lanes == 0 || ctx.inputs() < 2 || ctx.spec.outputs.size() != 1) {
@@ -732,13 +726,13 @@ BlockedIo conv_blocked_io(const KernelContext& ctx) {
   }
   try {
     const Tensor &x = ctx.input(0), &w = ctx.input(1), &y = ctx.output(0);
-    const int64_t groups = ctx.attr("group", 1);
-    const bool depthwise = groups > 1 && groups == x.dim(1) && y.dim(1) == groups;
     if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4 || x.dtype != DType::f32 ||
-        y.dtype != DType::f32 || w.storage != Storage::constant ||
-        (groups != 1 && !depthwise)) {
+        y.dtype != DType::f32 || w.storage != Storage::constant) {
       return {};
     }
+    const int64_t groups = ctx.attr("group", 1);
+    const bool depthwise = groups > 1 && groups == x.dim(1) && y.dim(1) == groups;
+    if (groups != 1 && !depthwise) return {};
     BlockedIo io;
     io.reads = x.dim(1) % lanes == 0;
     io.to_planar = !depthwise;  // a depthwise one reads and writes blocked or neither

@@ -37,20 +37,10 @@ class PoolKernel : public XyKernel {
   }
 
  private:
-  // A max pool over blocked tensors (pool_blocked_io), row by row of each block of channels.
+  // A max pool over blocked tensors (pool_blocked_io).
   void run_blocked(ThreadPool& pool) const {
-    const int64_t lanes = x_.block, rows = g_.N * g_.C / lanes * g_.OH;
-    pool.for_range(rows, pool.chunk_for(rows), [&](int, int64_t begin, int64_t end) {
-      BlockedWindow a{nullptr, nullptr, nullptr, g_.H, g_.W, g_.OW, 0, g_.kh, g_.kw, g_.sh,
-                      g_.sw, g_.pt, g_.pl, g_.dh, g_.dw, nullptr, nullptr, nullptr, -INFINITY,
-                      INFINITY};
-      for (int64_t r = begin; r < end; ++r) {
-        a.oy = r % g_.OH;
-        a.in = x_.f32() + r / g_.OH * g_.H * g_.W * lanes;
-        a.out = y_.f32() + r * g_.OW * lanes;
-        simd_.blocked_window(a);
-      }
-    }, checked_mul(rows * g_.OW, g_.kh * g_.kw * lanes));
+    run_blocked_window(pool, simd_, g_, x_.block, x_.f32(), y_.f32(), blocked_window_of(g_),
+                       [](BlockedWindow&, int64_t) {});
   }
 
   // First on-grid index >= 0 of a window starting at `start` with step `d`, and its end.
