@@ -340,11 +340,16 @@ class BlockedDirect {
     const int64_t groups = static_cast<int64_t>(groups_.size());
     const int64_t tasks = g_.N * groups * chunks;
     const int64_t work = checked_mul(checked_mul(M_, g_.N * ohw), g_.C * g_.kh * g_.kw);
+    // Task t is filter group t % groups of chunk t / groups: a chunk's input stays in the cache
+    // while every group reads it, where group by group the whole input streamed in once per
+    // group (with AVX2, eleven times for ResNet-50's 1x1 convolutions of 512 channels at 28 x
+    // 28: 1.6 MB each time). Zen 4, 1 thread, same-process A/B: ResNet-50 0.971x with AVX2
+    // (its 1x1 convolutions at 28 x 28 0.81-0.89x), the same with AVX-512.
     pool.for_range(tasks, pool.chunk_for(tasks), [&](int tid, int64_t begin, int64_t end) {
       float* scratch = ws.get(tid);
       for (int64_t t = begin; t < end; ++t) {
-        const int64_t n = t / (groups * chunks), gi = t / chunks % groups;
-        const int64_t p0 = t % chunks * kChunkPixels;
+        const int64_t n = t / (groups * chunks), gi = t % groups;
+        const int64_t p0 = t / groups % chunks * kChunkPixels;
         chunk(input, n, groups_[gi], p0, std::min(kChunkPixels, ohw - p0), y, epilogue, fast,
               scratch);
       }
