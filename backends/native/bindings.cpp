@@ -84,7 +84,7 @@ std::vector<std::string> available_isas() {
 
 std::vector<std::string> kernel_ops() {
   std::vector<std::string> ops;
-  for (const auto& [name, factory] : kernel_registry()) ops.push_back(name);
+  for (const auto& [name, entry] : kernel_registry()) ops.push_back(name);
   return ops;
 }
 

@@ -91,7 +91,6 @@ KernelFactory make_kernel(Args... args) {
     return std::make_unique<K>(ctx, args...);
   };
 }
-using KernelRegistry = std::map<std::string, KernelFactory>;
 
 // A kernel's own hot loop compiled for an instruction set (x86-64 with GCC or Clang; elsewhere
 // the attribute is empty and every build is the generic one).
@@ -165,14 +164,25 @@ struct BlockedIo {
   bool reads = false, writes = false, from_planar = false, to_planar = false;
   std::vector<int> tied;
 };
-// A Conv's (k_conv.cpp), an Elementwise kernel's (k_misc.cpp), a MaxPool's (k_pool.cpp);
-// nothing for a spec the kernel would refuse.
-BlockedIo conv_blocked_io(const KernelContext& ctx);
-BlockedIo elementwise_blocked_io(const KernelContext& ctx);
-BlockedIo pool_blocked_io(const KernelContext& ctx);
+// An op's BlockedIo for one spec (it may throw PlanError where the kernel would refuse it).
+using BlockedIoRule = BlockedIo (*)(const KernelContext& ctx);
+
+// Whether t can live channel-blocked: 4-D float32 with whole blocks of `lanes` channels.
+inline bool whole_channel_blocks(const Tensor& t, int64_t lanes) {
+  return t.rank() == 4 && t.dtype == DType::f32 && t.dim(1) % lanes == 0;
+}
+
+// An op's kernel factory and, for kernels that run on blocked tensors (Conv, Elementwise,
+// MaxPool), its BlockedIoRule (null: the op touches only tensors laid out as their shapes).
+struct KernelEntry {
+  KernelFactory make;
+  BlockedIoRule blocked_io = nullptr;
+};
+using KernelRegistry = std::map<std::string, KernelEntry>;
 
 // Each kernel family adds its ops; registering an op twice is an error.
-void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f);
+void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f,
+                BlockedIoRule blocked_io = nullptr);
 void register_conv(KernelRegistry& r);
 void register_matmul(KernelRegistry& r);
 void register_pool(KernelRegistry& r);

@@ -91,8 +91,10 @@ void KernelContext::expect_f32_io() const {
   }
 }
 
-void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f) {
-  require(r.emplace(op, std::move(f)).second, "kernel ", op, " registered twice");
+void add_kernel(KernelRegistry& r, const std::string& op, KernelFactory f,
+                BlockedIoRule blocked_io) {
+  require(r.emplace(op, KernelEntry{std::move(f), blocked_io}).second, "kernel ", op,
+          " registered twice");
 }
 
 const KernelRegistry& kernel_registry() {
@@ -140,9 +142,9 @@ const SimdKernels* pick(const std::string& isa) {
 // reader reads them so (BlockedIo: a Conv's input 0, a residual or an elementwise operand laid
 // out as the output it is tied to). Graph inputs and outputs, tensors sharing bytes (an alias
 // and its root) and tensors touched any other way keep their shape's layout; ruling one out
-// can rule out those tied to it, so the rules run until nothing changes. A convolution that hands its layout to the next
-// saves a pass over its output and the next one over its input, which is what ONNX Runtime's
-// NCHWc transformer saves too.
+// can rule out those tied to it, so the rules run until nothing changes. A convolution that
+// hands its layout to the next saves a pass over its output and the next one over its input,
+// which is what ONNX Runtime's NCHWc transformer saves too.
 std::vector<int64_t> blocked_layouts(const PlanSpec& plan, const std::vector<Tensor>& tensors,
                                      const SimdKernels& simd, int threads) {
   std::vector<int64_t> block(tensors.size(), 0);
@@ -153,13 +155,19 @@ std::vector<int64_t> blocked_layouts(const PlanSpec& plan, const std::vector<Ten
   };
   std::vector<Use> uses;
   std::vector<char> on(tensors.size(), 0);
+  const KernelRegistry& registry = kernel_registry();
   for (const StepSpec& step : plan.steps) {
     for (const KernelSpec& k : step.kernels) {
-      const KernelContext ctx(k, tensors, simd, threads);
-      uses.push_back({&k, k.op == "Conv"          ? conv_blocked_io(ctx)
-                          : k.op == "Elementwise" ? elementwise_blocked_io(ctx)
-                          : k.op == "MaxPool"     ? pool_blocked_io(ctx)
-                                                  : BlockedIo{}});
+      const auto it = registry.find(k.op);
+      BlockedIo io;
+      if (it != registry.end() && it->second.blocked_io != nullptr) {
+        try {
+          io = it->second.blocked_io(KernelContext(k, tensors, simd, threads));
+        } catch (const PlanError&) {
+          // Nothing blocked; the kernel's constructor says what is wrong, naming the step.
+        }
+      }
+      uses.push_back({&k, std::move(io)});
       if (uses.back().io.writes) on[static_cast<size_t>(k.outputs[0])] = 1;
     }
   }
@@ -242,7 +250,8 @@ Executor::Executor(PlanSpec plan, int threads, const std::string& isa)
       const auto it = registry.find(spec.op);
       require(it != registry.end(), "step ", step.name, ": no kernel for ", spec.op);
       try {
-        kernels.push_back(it->second(KernelContext(spec, tensors_, *simd_, pool_.size())));
+        kernels.push_back(
+            it->second.make(KernelContext(spec, tensors_, *simd_, pool_.size())));
       } catch (const PlanError& e) {
         throw PlanError(cat("step ", step.name, ": ", e.what()));
       }

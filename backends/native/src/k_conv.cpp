@@ -712,8 +712,6 @@ class ConvKernel : public XyKernel {
   HugeVector<float> blocked_w_;  // a blocked depthwise convolution's (pack_blocked_depthwise)
 };
 
-}  // namespace
-
 // Blocked tensors for a Conv a blocked kernel can run (2-D, constant weights, one group or
 // depthwise: BlockedDirect, BlockedWindow): an input of whole blocks of channels; an output
 // of whole blocks whose epilogue the kernel applies as it stores (FastEpilogue without a
@@ -726,44 +724,40 @@ class ConvKernel : public XyKernel {
 // against the GEMM's 343, and its two successors no longer copied: 7.0 ms against 7.5-7.7.)
 BlockedIo conv_blocked_io(const KernelContext& ctx) {
   const int64_t lanes = ctx.simd.conv_lanes;
-  if (ctx.spec.op != "Conv" || lanes == 0 || ctx.inputs() < 2 || ctx.spec.outputs.size() != 1) {
+  if (lanes == 0 || ctx.inputs() < 2 || ctx.spec.outputs.size() != 1) return {};
+  const Tensor &x = ctx.input(0), &w = ctx.input(1), &y = ctx.output(0);
+  if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4 || x.dtype != DType::f32 ||
+      y.dtype != DType::f32 || w.storage != Storage::constant) {
     return {};
   }
-  try {
-    const Tensor &x = ctx.input(0), &w = ctx.input(1), &y = ctx.output(0);
-    if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4 || x.dtype != DType::f32 ||
-        y.dtype != DType::f32 || w.storage != Storage::constant) {
-      return {};
-    }
-    const int64_t groups = ctx.attr("group", 1);
-    const bool depthwise = groups > 1 && groups == x.dim(1) && y.dim(1) == groups;
-    if (groups != 1 && !depthwise) return {};
-    BlockedIo io;
-    io.reads = x.dim(1) % lanes == 0;
-    io.to_planar = !depthwise;  // a depthwise one reads and writes blocked or neither
-    io.from_planar = !depthwise && (io.reads || x.dim(1) < lanes);
-    if (y.dim(1) % lanes != 0) return io;
-    const EwProgram epilogue(ctx, y.shape);
-    if (epilogue.empty()) {
-      io.writes = true;
-      return io;
-    }
-    const FastEpilogue fast = epilogue.fast(1, y.dim(1), false);
-    if (!fast.ok || fast.col_bias != nullptr) return io;
-    if (fast.residual_operand >= 0) {
-      const int id = ctx.spec.operands[static_cast<size_t>(fast.residual_operand)].tensor;
-      if (ctx.tensors[static_cast<size_t>(id)].shape != y.shape) return io;
-      io.tied.push_back(id);
-    }
+  const int64_t groups = ctx.attr("group", 1);
+  const bool depthwise = groups > 1 && groups == x.dim(1) && y.dim(1) == groups;
+  if (groups != 1 && !depthwise) return {};
+  BlockedIo io;
+  io.reads = whole_channel_blocks(x, lanes);
+  io.to_planar = !depthwise;  // a depthwise one reads and writes blocked or neither
+  io.from_planar = !depthwise && (io.reads || x.dim(1) < lanes);
+  if (!whole_channel_blocks(y, lanes)) return io;
+  const EwProgram epilogue(ctx, y.shape);
+  if (epilogue.empty()) {
     io.writes = true;
     return io;
-  } catch (const PlanError&) {
-    return {};  // the kernel's constructor says what is wrong
   }
+  const FastEpilogue fast = epilogue.fast(1, y.dim(1), false);
+  if (!fast.ok || fast.col_bias != nullptr) return io;
+  if (fast.residual_operand >= 0) {
+    const int id = ctx.spec.operands[static_cast<size_t>(fast.residual_operand)].tensor;
+    if (ctx.tensors[static_cast<size_t>(id)].shape != y.shape) return io;
+    io.tied.push_back(id);
+  }
+  io.writes = true;
+  return io;
 }
 
+}  // namespace
+
 void register_conv(KernelRegistry& r) {
-  add_kernel(r, "Conv", make_kernel<ConvKernel>());
+  add_kernel(r, "Conv", make_kernel<ConvKernel>(), conv_blocked_io);
 }
 
 }  // namespace onnxlens

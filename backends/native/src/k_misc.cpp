@@ -357,15 +357,13 @@ class IntegerArithKernel : public Kernel {
   std::vector<std::vector<int64_t>> strides_;
 };
 
-}  // namespace
-
 // An elementwise program runs on the flat floats of its output and of operands of the same
 // shape, so those may all be blocked, if together (operands of one element are broadcast,
 // whatever the layout); any other operand keeps it planar.
 BlockedIo elementwise_blocked_io(const KernelContext& ctx) {
   if (ctx.inputs() != 0 || ctx.spec.outputs.size() != 1) return {};
   const Tensor& y = ctx.tensors[static_cast<size_t>(ctx.spec.outputs[0])];
-  if (y.rank() != 4 || y.dtype != DType::f32 || y.dim(1) % ctx.simd.conv_lanes != 0) return {};
+  if (!whole_channel_blocks(y, ctx.simd.conv_lanes)) return {};
   BlockedIo io{false, true, true, true, {}};
   for (const OperandSpec& o : ctx.spec.operands) {
     const Tensor& t = ctx.tensors[static_cast<size_t>(o.tensor)];
@@ -376,8 +374,10 @@ BlockedIo elementwise_blocked_io(const KernelContext& ctx) {
   return io;
 }
 
+}  // namespace
+
 void register_elementwise(KernelRegistry& r) {
-  add_kernel(r, "Elementwise", make_kernel<ElementwiseKernel>());
+  add_kernel(r, "Elementwise", make_kernel<ElementwiseKernel>(), elementwise_blocked_io);
 }
 
 void register_misc(KernelRegistry& r) {

@@ -126,18 +126,17 @@ class GlobalPoolKernel : public XyKernel {
   int64_t planes_ = 0, size_ = 0;
 };
 
-}  // namespace
-
 // A 2-D MaxPool with one output reads and writes blocked tensors, both or neither.
 BlockedIo pool_blocked_io(const KernelContext& ctx) {
   if (ctx.inputs() != 1 || ctx.spec.outputs.size() != 1) return {};
-  const Tensor& x = ctx.input(0);
-  if (x.rank() != 4 || x.dtype != DType::f32 || x.dim(1) % ctx.simd.conv_lanes != 0) return {};
+  if (!whole_channel_blocks(ctx.input(0), ctx.simd.conv_lanes)) return {};
   return {true, true, false, false, {}};
 }
 
+}  // namespace
+
 void register_pool(KernelRegistry& r) {
-  add_kernel(r, "MaxPool", make_kernel<PoolKernel>(true));
+  add_kernel(r, "MaxPool", make_kernel<PoolKernel>(true), pool_blocked_io);
   add_kernel(r, "AveragePool", make_kernel<PoolKernel>(false));
   add_kernel(r, "GlobalMaxPool", make_kernel<GlobalPoolKernel>(true));
   add_kernel(r, "GlobalAveragePool", make_kernel<GlobalPoolKernel>(false));
