@@ -145,6 +145,33 @@ def blocked_conv_cases(draw: st.DrawFn) -> dict:
 @FUZZ
 @given(blocked_conv_cases())
 def test_blocked_conv_fuzz(case: dict) -> None:
+    check_blocked_conv(case)
+
+
+@st.composite
+def winograd_cases(draw: st.DrawFn) -> dict:
+    """3x3 convolutions of stride and dilation 1 with whole blocks of 8 or 16 channels, 32 or
+    more, which the blocked kernel computes by Winograd F(2x2, 3x3) (48: AVX2's alone): planes
+    of odd and even sides (tiles half outside), more tiles than one chunk, any pads, filters
+    filling whole blocks or not, every epilogue form, one and two images and threads."""
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    size = [draw(st.integers(max(1, 3 - pads[i] - pads[i + 2]), 30)) for i in range(2)]
+    return {"n": draw(st.integers(1, 2)), "c": draw(st.sampled_from([32, 48, 64, 96])),
+            "m": draw(st.sampled_from([24, 32, 64, 70])), "k": [3, 3], "d": [1, 1],
+            "pads": pads, "size": size, "s": [1, 1],
+            "epilogue": draw(st.sampled_from(["none", "bias", "bn_relu", "residual_relu",
+                                              "residual_clip", "sigmoid"])),
+            "threads": draw(st.integers(1, 2)), "seed": draw(st.integers(0, 1000))}
+
+
+@FUZZ
+@given(winograd_cases())
+def test_winograd_conv_fuzz(case: dict) -> None:
+    check_blocked_conv(case)
+
+
+def check_blocked_conv(case: dict) -> None:
+    """A convolution of `case` (blocked_conv_cases) against onnx.reference."""
     rng = np.random.default_rng(case["seed"])
     x = rand(rng, case["n"], case["c"], *case["size"])
     m = case["m"]
@@ -170,8 +197,9 @@ def test_blocked_conv_fuzz(case: dict) -> None:
     elif epilogue == "sigmoid":
         nodes.append(helper.make_node("Sigmoid", ["c"], ["y"]))
     out = "c" if epilogue in ("none", "bias") else "y"
-    # Sums of up to 37 x 49 products of normal floats, in another order than the reference's:
-    # their rounding grows with the square root of the terms, the clamp hides the magnitude.
+    # Sums of up to 96 x 9 products of normal floats, in another order than the reference's
+    # (and Winograd's transforms): their rounding grows with the square root of the terms, the
+    # clamp hides the magnitude.
     terms = case["c"] * case["k"][0] * case["k"][1]
     check(model_of(nodes, feeds, weights, [out]), feeds, atol=2e-6 * math.sqrt(terms),
           threads=case["threads"])

@@ -25,6 +25,7 @@ from onnxlens.backends.native.kernel_model import (
     NATIVE_CUDA_MODEL,
     cuda_kernel_ops,
     tile_work,
+    winograd_lanes,
 )
 from onnxlens.cli import app
 
@@ -71,6 +72,20 @@ def test_the_models_register_with_the_backends() -> None:
 # Output channels of the convolutions below: whole row tiles on every ISA (mr 8, 6 and 4), so
 # that their MACs are the layer's own (a partial tile computes whole: `tile_work`).
 C = 24
+
+
+@pytest.mark.skipif(not winograd_lanes(), reason="no Winograd convolution on this CPU")
+def test_a_winograd_convolution_is_charged_its_products_and_transforms(tmp_path: Path) -> None:
+    """32 -> 32 channels, 3x3, stride 1, a 7 x 7 output: 4 x 4 tiles of 2 x 2 pixels (the
+    last row and column of tiles half outside), per tile 16 products per channel and filter
+    plus the transforms' 32 adds per channel and 24 per filter: (16·32·32 + 32·32 + 24·32)·16
+    = 290,816, where direct convolution takes 7·7·32·32·9 = 451,584 multiply-adds."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    r, out = _kernels(_save(tmp_path, nodes, [_init("w", 32, 32, 3, 3)], [1, 32, 7, 7],
+                            [1, 32, 7, 7]))
+    (k,) = out[r.groups[0].id]
+    assert (k.cls, k.cost.macs) == ("conv", 290_816)
+    assert r.group_costs[r.groups[0].id].cost.macs == 451_584
 
 
 def test_a_conv_with_its_epilogue_is_one_kernel(tmp_path: Path) -> None:

@@ -96,6 +96,8 @@ NB_MODULE(_native, m) {
   nb::exception<RunError>(m, "RunError");
   m.def("available_isas", &available_isas, "Instruction sets this CPU and build can run, best first");
   m.def("default_isa", [] { return std::string(simd().name); });
+  m.def("winograd_lanes", [] { return simd().winograd_group ? simd().conv_lanes : 0; },
+        "The channel block of the Winograd 3x3 convolution on this CPU; 0 where it has none");
   m.def("kernel_ops", &kernel_ops, "The kernel names a plan may use");
   m.def("ew_ops", &ew_ops, "The elementwise operations (ops.def) and their operand counts");
   nb::class_<PyExecutor>(m, "Executor")

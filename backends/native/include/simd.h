@@ -119,6 +119,38 @@ struct PoolRowArgs {
   float* split;
 };
 
+// Winograd F(2x2, 3x3) of a 3x3 convolution of stride and dilation 1 over a channel-blocked
+// input (k_conv.cpp BlockedDirect): output tile t is pixels (2 ty + r, 2 tx + c), r, c < 2,
+// ty = t / tiles_x, tx = t % tiles_x, and reads the 4 x 4 input patch d at padded (2 ty, 2 tx).
+// Per lane a channel, V = B^T d B of tiles [t0, t0 + count) of every block into v, laid out
+// [16][blocks][count][lanes] (element xi = 4 i + j of V first).
+struct WinogradInput {
+  const float* in;  // the padded blocked image, block b at b * block_floats, rows of Wp pixels
+  int64_t blocks, block_floats, Wp, tiles_x, t0, count;
+  float* v;
+};
+
+// One group of filter blocks over those tiles: per element xi, the sums over channels of
+// U[xi] * V[xi] (16 products of [filters x channels] by [channels x tiles], BlockedConv's tiles)
+// into m, [16][filter_blocks][count][lanes]; then per tile Y = A^T M A, 2 x 2 outputs, with the
+// epilogue of BlockedConv (scale, bias, residual, lo, hi) and y, ldy, blocked_y as there.
+struct WinogradGroup {
+  const float* v;       // WinogradInput::v
+  int64_t blocks, count, tiles_x, t0, OH, OW;
+  const int64_t* pixel;  // p * lanes for p < count
+  const float* w;  // U, [16][blocks][lanes][filter_blocks][lanes]
+  int filter_blocks;
+  int64_t filters;  // of the group that exist
+  float* m;
+  float* y;
+  int64_t ldy;
+  bool blocked_y;
+  const float* scale;
+  const float* bias;
+  const float* residual;
+  float lo, hi;
+};
+
 // A direct convolution of one image's output pixels with one group of filter blocks, its input
 // laid out in channel blocks and padded (k_conv.cpp BlockedDirect): block b of the input is
 // rows of pixels of `width` channels, at input + b * block_floats, zero where the window
@@ -223,6 +255,8 @@ struct SimdKernels {
   int conv_lanes, conv_filter_blocks;
   void (*blocked_conv)(const BlockedConv& args);
   void (*blocked_window)(const BlockedWindow& args);  // null where blocked_conv is
+  void (*winograd_input)(const WinogradInput& args);  // null where blocked_conv is
+  void (*winograd_group)(const WinogradGroup& args);  // null where blocked_conv is
 };
 
 // The table for this CPU (or for ONNXLENS_NATIVE_ISA=generic|avx2|avx512 when the CPU has it).
