@@ -415,8 +415,8 @@ class BlockedDirect {
                     const EwProgram& epilogue, const FastEpilogue& fast) {
     const int64_t chunks = (tiles_ + chunk_tiles_ - 1) / chunk_tiles_, ohw = g_.OH * g_.OW;
     const int64_t groups = static_cast<int64_t>(groups_.size());
-    const int64_t parts = pool.size() == 1 ? 1
-        : std::clamp<int64_t>((2 * pool.size() + g_.N * chunks - 1) / (g_.N * chunks), 1, groups);
+    const int64_t busy = (2 * pool.size() + g_.N * chunks - 1) / (g_.N * chunks);
+    const int64_t parts = pool.size() == 1 ? 1 : std::clamp<int64_t>(busy, 1, groups);
     const int64_t tasks = g_.N * chunks * parts;
     const int64_t work = checked_mul(checked_mul(M_, g_.N * tiles_), blocks_ * width_ * 16);
     pool.for_range(tasks, pool.chunk_for(tasks), [&](int tid, int64_t begin, int64_t end) {
@@ -473,7 +473,8 @@ class BlockedDirect {
             for (int k = 0; k < 3; ++k) {
               for (int l = 0; l < 3; ++l) u += double(G[i][k]) * G[j][l] * g[k * 3 + l];
             }
-            group.w[static_cast<size_t>(((4 * i + j) * C + c) * span + f)] = static_cast<float>(u);
+            const int64_t at = ((4 * i + j) * C + c) * span + f;
+            group.w[static_cast<size_t>(at)] = static_cast<float>(u);
           }
         }
       }
