@@ -119,6 +119,20 @@ struct PoolRowArgs {
   float* split;
 };
 
+// Where a group of filter blocks' sums go (BlockedConv, WinogradGroup), at the group's first
+// filter: filter m at pixel p, y[at] = min(max(v * scale[m] + bias[m] + residual[at], lo), hi)
+// of its sum v (scale, bias, residual null: 1, 0, 0), at = m * ldy + p in planes, or in blocks
+// of conv_lanes filters (blocked_y, Tensor::block): (m / lanes) * ldy + p * lanes + m % lanes.
+struct BlockedOutput {
+  float* y;
+  int64_t ldy;
+  bool blocked_y;
+  const float* scale;
+  const float* bias;
+  const float* residual;
+  float lo, hi;
+};
+
 // Winograd F(2x2, 3x3) of a 3x3 convolution of stride and dilation 1 over a channel-blocked
 // input (k_conv.cpp BlockedDirect): output tile t is pixels (2 ty + r, 2 tx + c), r, c < 2,
 // ty = t / tiles_x, tx = t % tiles_x, and reads the 4 x 4 input patch d at padded (2 ty, 2 tx).
@@ -132,8 +146,8 @@ struct WinogradInput {
 
 // One group of filter blocks over those tiles: per element xi, the sums over channels of
 // U[xi] * V[xi] (16 products of [filters x channels] by [channels x tiles], BlockedConv's tiles)
-// into m, [16][filter_blocks][count][lanes]; then per tile Y = A^T M A, 2 x 2 outputs, with the
-// epilogue of BlockedConv (scale, bias, residual, lo, hi) and y, ldy, blocked_y as there.
+// into m, [16][filter_blocks][count][lanes]; then per tile Y = A^T M A, 2 x 2 outputs, into
+// `out` with its epilogue.
 struct WinogradGroup {
   const float* v;       // WinogradInput::v
   int64_t blocks, count, tiles_x, t0, OH, OW;
@@ -142,13 +156,7 @@ struct WinogradGroup {
   int filter_blocks;
   int64_t filters;  // of the group that exist
   float* m;
-  float* y;
-  int64_t ldy;
-  bool blocked_y;
-  const float* scale;
-  const float* bias;
-  const float* residual;
-  float lo, hi;
+  BlockedOutput out;
 };
 
 // A direct convolution of one image's output pixels with one group of filter blocks, its input
@@ -169,16 +177,7 @@ struct BlockedConv {
   const float* w;
   int filter_blocks;
   int64_t filters;  // of the group that exist, at most filter_blocks * conv_lanes
-  // Filter m at pixel p: y[at] = min(max(v * scale[m] + bias[m] + residual[at], lo), hi) of
-  // its sum v (scale, bias, residual null: 1, 0, 0), at = m * ldy + p in planes, or in blocks
-  // of conv_lanes filters (blocked_y, Tensor::block): (m / lanes) * ldy + p * lanes + m % lanes.
-  float* y;
-  int64_t ldy;
-  bool blocked_y;
-  const float* scale;
-  const float* bias;
-  const float* residual;
-  float lo, hi;
+  BlockedOutput out;
   float* scratch;  // filter_blocks * count * conv_lanes floats (planes only)
 };
 

@@ -432,16 +432,10 @@ class BlockedDirect {
         for (int64_t gi = part * groups / parts; gi < (part + 1) * groups / parts; ++gi) {
           const FilterGroup& group = groups_[static_cast<size_t>(gi)];
           const int64_t m0 = group.first * lanes_;
-          float* out = y + (n * M_ + m0) * ohw;
-          const bool scaled = !group.scale.empty();
           s_.winograd_group({v, blocks_, count, tiles_x_, t0, g_.OH, g_.OW, pixel_.data(),
                              group.w.data(), static_cast<int>(group.blocks),
-                             std::min(group.blocks * lanes_, M_ - m0), m, out,
-                             y_blocked_ ? ohw * lanes_ : ohw, y_blocked_,
-                             scaled ? group.scale.data() : nullptr,
-                             scaled ? group.bias.data() : nullptr,
-                             fast.ok && fast.residual ? fast.residual + (out - y) : nullptr,
-                             fast.ok ? fast.lo : -INFINITY, fast.ok ? fast.hi : INFINITY});
+                             std::min(group.blocks * lanes_, M_ - m0), m,
+                             output_of(group, y, y + (n * M_ + m0) * ohw, fast)});
         }
       }
     }, work);
@@ -540,6 +534,21 @@ class BlockedDirect {
     }, checked_mul(g_.N * g_.C, hw));
   }
 
+  // The group's outputs from `out` on in the output y, with the group's scale and bias and
+  // the fast epilogue's residual (at the same place) and clamp.
+  BlockedOutput output_of(const FilterGroup& group, float* y, float* out,
+                          const FastEpilogue& fast) const {
+    const bool scaled = !group.scale.empty();
+    return {out,
+            y_blocked_ ? g_.OH * g_.OW * lanes_ : g_.OH * g_.OW,
+            y_blocked_,
+            scaled ? group.scale.data() : nullptr,
+            scaled ? group.bias.data() : nullptr,
+            fast.ok && fast.residual ? fast.residual + (out - y) : nullptr,
+            fast.ok ? fast.lo : -INFINITY,
+            fast.ok ? fast.hi : INFINITY};
+  }
+
   // Pixels [p0, p0 + count) of image n for a filter group, then the epilogue where it has no
   // form the kernel applies.
   // (A blocked output's filter block f starts at (n * M / lanes + f) * ohw * lanes, which is
@@ -549,16 +558,11 @@ class BlockedDirect {
              float* scratch) const {
     const int64_t ohw = g_.OH * g_.OW, m0 = group.first * lanes_;
     const int64_t filters = std::min(group.blocks * lanes_, M_ - m0);
-    const bool scaled = !group.scale.empty();
     float* out = y + (n * M_ + m0) * ohw + p0 * (y_blocked_ ? lanes_ : 1);
     BlockedConv a{input + n * blocks_ * block_floats_, blocks_, block_floats_,
                   pixel_.data() + p0, count, g_.kh, g_.dh * Wp_ * width_, runs_,
                   g_.dw * width_, run_, group.w.data(), static_cast<int>(group.blocks), filters,
-                  out, y_blocked_ ? ohw * lanes_ : ohw, y_blocked_,
-                  scaled ? group.scale.data() : nullptr,
-                  scaled ? group.bias.data() : nullptr,
-                  fast.ok && fast.residual ? fast.residual + (out - y) : nullptr,
-                  fast.ok ? fast.lo : -INFINITY, fast.ok ? fast.hi : INFINITY, scratch};
+                  output_of(group, y, out, fast), scratch};
     s_.blocked_conv(a);
     if (fast.ok) return;
     float* rest = scratch + own_floats();
